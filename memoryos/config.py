@@ -1,0 +1,93 @@
+"""`MemoryConfig`: every tunable of the engine in one place, each default with its reason.
+
+Read from keyword arguments first, then `MEMORYOS_*` environment variables, then the defaults below.
+Capacities and thresholds are validated here, so a bad value fails with the field's name before any
+memory is opened.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class MemoryConfig(BaseSettings):
+    """Configuration of one engine process (embedded mode or a service worker)."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYOS_", extra="forbid", validate_assignment=True)
+
+    # Where and whose memory.
+    data_dir: Path = Field(Path("./memoryos_data"), description="Root of all spaces on disk.")
+    tenant: str = Field("default", description="First path level; services map API keys to tenants.")
+
+    # Tier sizes: the reference package's defaults, so its users see the same behaviour.
+    short_term_capacity: int = Field(10, gt=0, description="STM pages before the oldest moves to MTM.")
+    mid_term_capacity: int = Field(2000, gt=0, description="Segments before the coldest is archived.")
+    long_term_knowledge_capacity: int = Field(100, gt=0, description="Facts kept per kind (user/assistant).")
+    retrieval_queue_capacity: int = Field(7, gt=0, description="Pages returned by retrieval by default.")
+    mid_term_heat_threshold: float = Field(5.0, gt=0, description="Heat at which a segment is analyzed.")
+    mid_term_similarity_threshold: float = Field(
+        0.6, gt=0, description="F = cos + Jaccard at which a topic joins a segment (paper: 0.6)."
+    )
+
+    # Heat = alpha*visits + beta*interactions + gamma*exp(-hours_since_visit/tau): the paper's formula with the
+    # reference's unit weights and 24 h recency constant.
+    heat_alpha: float = Field(1.0, ge=0)
+    heat_beta: float = Field(1.0, ge=0)
+    heat_gamma: float = Field(1.0, ge=0)
+    heat_tau_hours: float = Field(24.0, gt=0)
+
+    # Dialogue chains: a page continues the previous one when they are this close in time and meaning.
+    chain_max_gap_hours: float = Field(6.0, gt=0, description="A longer pause starts a new chain.")
+    chain_min_similarity: float = Field(
+        0.2, ge=-1, le=1, description="Offline continuity: cosine of consecutive pages at least this."
+    )
+
+    # Long-term facts.
+    knowledge_dedup_similarity: float = Field(
+        0.9, gt=0, le=1, description="Cosine at which a new fact restates (and replaces) an old one."
+    )
+    knowledge_top_k: int = Field(10, gt=0, description="Facts of each kind returned by retrieval.")
+    knowledge_min_score: float = Field(0.1, ge=-1, le=1, description="Facts below this cosine are omitted.")
+
+    # Retrieval fusion: z-scored dense + lexical scores, lifted by the best neighbouring turn. The weights
+    # are the fusion measured on LoCoMo dev conversations (docs/retrieval.md).
+    dense_weight: float = Field(1.0, ge=0)
+    lexical_weight: float = Field(0.5, ge=0)
+    neighbour_weight: float = Field(0.25, ge=0)
+    candidate_pool: int = Field(200, gt=0, description="Candidates per signal before fusion.")
+
+    # Input limits.
+    max_text_chars: int = Field(20000, gt=0, description="Longer user_input/agent_response is rejected.")
+
+    # Embeddings.
+    embedding_model_name: str = "all-MiniLM-L6-v2"
+    embedding_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: CUDA when torch sees a GPU, else CPU."
+    )
+    embedding_batch_size: int = Field(64, gt=0)
+    embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
+    torch_threads: int | None = Field(
+        None, gt=0, description="None: one per core, at most 4 (oversubscription made encodes 15x slower)."
+    )
+
+    # LLM. No API key selects the offline extractive backend.
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(60.0, gt=0)
+    llm_max_retries: int = Field(3, ge=0)
+    llm_max_concurrency: int = Field(4, gt=0, description="Concurrent LLM calls during consolidation.")
+
+    # Vector index.
+    index_ann_threshold: int = Field(
+        50000, gt=0, description="Vectors at which a space switches from exact to approximate search."
+    )
+    index_snapshot_every_ops: int = Field(1000, gt=0, description="Index snapshot after this many adds...")
+    index_snapshot_every_s: float = Field(60.0, gt=0, description="...or after this many seconds.")
+    faiss_use_gpu: Literal["auto", "never"] = Field("auto", description="auto: GPU when faiss reports one.")
+
+    def space_dir(self, user_id: str, assistant_id: str) -> Path:
+        """Directory of one memory space; ids must already be validated."""
+        return self.data_dir / self.tenant / user_id / assistant_id

@@ -1,0 +1,34 @@
+"""One exception hierarchy for the engine, so front ends map errors to HTTP codes in one place."""
+
+
+class MemoryOSError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class InvalidInputError(MemoryOSError, ValueError):
+    """Caller input was rejected before anything was stored; the message names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class EmbeddingModelMismatchError(MemoryOSError):
+    """The space was embedded with another model; its vectors cannot be compared with the new ones."""
+
+    def __init__(self, stored: str, stored_dim: int, requested: str, requested_dim: int) -> None:
+        self.stored, self.stored_dim = stored, stored_dim
+        self.requested, self.requested_dim = requested, requested_dim
+        super().__init__(
+            f"this memory space was embedded with {stored!r} (dim {stored_dim}) but the configured model is "
+            f"{requested!r} (dim {requested_dim}); run `memoryos reindex --model {requested}` to re-embed "
+            "it from the stored text, or configure the original model"
+        )
+
+
+class StorageError(MemoryOSError):
+    """The canonical store is unreadable or was written by an incompatible version."""
+
+
+class LLMError(MemoryOSError):
+    """An LLM call failed after its retries; callers keep the previous memory state."""

@@ -1,0 +1,128 @@
+"""The data the engine stores and returns: pages, segments, facts, profile, retrieval results.
+
+Pages keep the reference package's field names (`user_input`, `agent_response`, `timestamp`, `meta_info`)
+so its users read our results unchanged. Vectors never live in these models: they travel in ops and
+live in the store and indexes.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Tier = Literal["stm", "mtm", "archived"]
+"""Where a page lives: short-term FIFO, a mid-term segment, or cold storage after its segment was evicted."""
+
+KnowledgeKind = Literal["user", "assistant"]
+
+
+class Turn(BaseModel):
+    """One (user, assistant) exchange as a caller hands it in, already validated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user_input: str
+    agent_response: str
+    timestamp: str
+    meta_data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Page(BaseModel):
+    """A stored exchange. `page_id` grows with insertion order and is the page's vector id."""
+
+    page_id: int
+    user_input: str
+    agent_response: str
+    timestamp: str
+    meta_info: str | None = Field(None, description="The dialogue chain's summary, shared by its pages.")
+    meta_data: dict[str, Any] = Field(default_factory=dict)
+    tier: Tier = "stm"
+    segment_id: int | None = None
+    chain_id: int | None = None
+    analyzed: bool = False
+
+    def text(self) -> str:
+        """What is embedded and indexed for the page."""
+        return f"{self.user_input}\n{self.agent_response}"
+
+
+class Segment(BaseModel):
+    """A mid-term topic segment: pages about one topic, with the counters its heat is computed from."""
+
+    segment_id: int
+    summary: str
+    keywords: list[str]
+    visit_count: int = 0
+    interaction_count: int = Field(0, description="Pages filed since the segment was last analyzed.")
+    last_visit_at: float = Field(description="Unix seconds of the last visit or page filed.")
+    created_at: float
+    page_count: int = 0
+    archived: bool = False
+
+
+class KnowledgeEntry(BaseModel):
+    """A long-term fact about the user or about what the assistant said/knows, scoped to the space."""
+
+    entry_id: int
+    kind: KnowledgeKind
+    knowledge: str
+    timestamp: str
+
+
+class RetrievedPage(BaseModel):
+    """A page in a retrieval result, with the reference's fields plus where and why it was found."""
+
+    user_input: str
+    agent_response: str
+    timestamp: str
+    meta_info: str | None = None
+    meta_data: dict[str, Any] = Field(default_factory=dict)
+    page_id: int
+    segment_id: int | None = None
+    tier: Tier = "stm"
+    score: float = 0.0
+
+
+class RetrievedKnowledge(BaseModel):
+    """A fact in a retrieval result; `knowledge` and `timestamp` are the reference's field names."""
+
+    knowledge: str
+    timestamp: str
+    score: float = 0.0
+
+
+class RetrievedContext(BaseModel):
+    """Everything retrieval found for one query, ranked; the JSON form is what HTTP and MCP return."""
+
+    query: str
+    retrieved_at: str
+    short_term_memory: list[RetrievedPage]
+    retrieved_pages: list[RetrievedPage]
+    retrieved_user_knowledge: list[RetrievedKnowledge]
+    retrieved_assistant_knowledge: list[RetrievedKnowledge]
+    user_profile: str
+
+
+class SegmentStats(BaseModel):
+    segment_id: int
+    summary: str
+    page_count: int
+    heat: float
+
+
+class MemoryStats(BaseModel):
+    """Tier counts and LLM accounting, for `get_memory_stats()` and `memoryos stats`."""
+
+    user_id: str
+    assistant_id: str
+    short_term_pages: int
+    mid_term_pages: int
+    archived_pages: int
+    segments: list[SegmentStats]
+    user_knowledge: int
+    assistant_knowledge: int
+    profile_versions: int
+    embedding_model: str
+    embedding_dim: int
+    llm_usage: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="Per operation: calls, prompt_tokens, completion_tokens."
+    )

@@ -1,0 +1,84 @@
+"""Input checks shared by every front end: ids that become path parts, texts, timestamps.
+
+Each check raises `InvalidInputError` (a `ValueError`) naming the field, before anything is stored.
+"""
+
+import re
+from datetime import UTC, datetime
+
+from memoryos.errors import InvalidInputError
+
+MAX_ID_CHARS = 128
+"""Ids become directory names; 128 keeps paths far below every filesystem's limits."""
+
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+"""The reference package's timestamp format, kept for stored and returned timestamps."""
+
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+def validate_id(field: str, value: object) -> str:
+    """Return `value` if it is safe as one path component: no separators, no `..`, no NUL, bounded."""
+    if not isinstance(value, str):
+        raise InvalidInputError(field, f"must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError(field, "must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidInputError(field, f"must be at most {MAX_ID_CHARS} characters, got {len(value)}")
+    if "\x00" in value or "/" in value or "\\" in value or ".." in value:
+        raise InvalidInputError(field, "must not contain '/', '\\\\', '..' or NUL")
+    if not _ID_PATTERN.match(value):
+        raise InvalidInputError(
+            field, "may contain only letters, digits and . _ @ + -, and must start with a letter or digit"
+        )
+    return value
+
+
+def validate_text(field: str, value: object, max_chars: int) -> str:
+    """Return `value` stripped of surrounding whitespace; reject empty and over-long texts.
+
+    Texts are stored whole up to `max_chars`; longer ones are rejected rather than silently cut, so what
+    the caller gets back is what they stored. (The embedding model reads only its own window of it.)
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(field, f"must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidInputError(field, "must not contain NUL characters")
+    text = value.strip()
+    if not text:
+        raise InvalidInputError(field, "must not be empty or whitespace only")
+    if len(text) > max_chars:
+        raise InvalidInputError(field, f"is {len(text)} characters; the limit is {max_chars} (max_text_chars)")
+    return text
+
+
+def parse_timestamp(field: str, value: object, now: datetime | None = None) -> datetime:
+    """Parse an ISO 8601 or `%Y-%m-%d %H:%M:%S` timestamp to naive UTC; None means now.
+
+    Aware timestamps are converted to UTC; naive ones are taken as UTC, as the reference stores them.
+    """
+    if value is None:
+        return (now or datetime.now(UTC)).astimezone(UTC).replace(tzinfo=None, microsecond=0)
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            parsed = datetime.strptime(text, TIMESTAMP_FORMAT)
+        except ValueError:
+            try:
+                parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise InvalidInputError(
+                    field, f"could not parse {text!r}; use ISO 8601 or '{TIMESTAMP_FORMAT}'"
+                ) from None
+    else:
+        raise InvalidInputError(field, f"must be an ISO 8601 string, got {value!r}")
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def format_timestamp(moment: datetime) -> str:
+    """The stored/returned form of a timestamp."""
+    return moment.strftime(TIMESTAMP_FORMAT)
