@@ -15,6 +15,12 @@ Tier = Literal["stm", "mtm", "archived"]
 KnowledgeKind = Literal["user", "assistant"]
 
 
+def exchange_text(user_input: str, agent_response: str) -> str:
+    """The text embedded for an exchange. This labelled form is what the reference embeds, and it scored
+    7 points of recall@7 above a plain concatenation on LoCoMo conv-26 with MiniLM (docs/retrieval.md)."""
+    return f"User: {user_input} Assistant: {agent_response}"
+
+
 class Turn(BaseModel):
     """One (user, assistant) exchange as a caller hands it in, already validated."""
 
@@ -24,6 +30,9 @@ class Turn(BaseModel):
     agent_response: str
     timestamp: str
     meta_data: dict[str, Any] = Field(default_factory=dict)
+
+    def text(self) -> str:
+        return exchange_text(self.user_input, self.agent_response)
 
 
 class Page(BaseModel):
@@ -41,8 +50,8 @@ class Page(BaseModel):
     analyzed: bool = False
 
     def text(self) -> str:
-        """What is embedded and indexed for the page."""
-        return f"{self.user_input}\n{self.agent_response}"
+        """What is embedded for the page."""
+        return exchange_text(self.user_input, self.agent_response)
 
 
 class Segment(BaseModel):

@@ -48,7 +48,9 @@ def validate_text(field: str, value: object, max_chars: int) -> str:
     if not text:
         raise InvalidInputError(field, "must not be empty or whitespace only")
     if len(text) > max_chars:
-        raise InvalidInputError(field, f"is {len(text)} characters; the limit is {max_chars} (max_text_chars)")
+        raise InvalidInputError(
+            field, f"is {len(text)} characters; the limit is {max_chars} (max_text_chars)"
+        )
     return text
 
 
@@ -82,3 +84,8 @@ def parse_timestamp(field: str, value: object, now: datetime | None = None) -> d
 def format_timestamp(moment: datetime) -> str:
     """The stored/returned form of a timestamp."""
     return moment.strftime(TIMESTAMP_FORMAT)
+
+
+def format_unix_timestamp(seconds: float) -> str:
+    """The stored/returned form of a Unix time, in UTC."""
+    return format_timestamp(datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None))

@@ -22,7 +22,9 @@ class SearchResult:
 
     def hits(self, query: int = 0) -> list[tuple[int, float]]:
         """(id, score) pairs of one query, best first, padding dropped."""
-        return [(int(i), float(s)) for i, s in zip(self.ids[query], self.scores[query], strict=True) if i >= 0]
+        return [
+            (int(i), float(s)) for i, s in zip(self.ids[query], self.scores[query], strict=True) if i >= 0
+        ]
 
 
 class VectorIndex(Protocol):

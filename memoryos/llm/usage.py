@@ -1,0 +1,46 @@
+"""Per-operation accounting of LLM calls and tokens, shared by every backend.
+
+Consolidation runs LLM calls on several threads at once (`llm_max_concurrency`), so the counter takes a
+lock; readers get a copy they may keep or change.
+"""
+
+import math
+import threading
+import unicodedata
+from typing import Literal
+
+from memoryos.llm.base import OperationUsage
+
+Operation = Literal["continuity", "chain_summary", "topic", "profile", "knowledge", "answer"]
+"""The names usage is reported under, one per `MemoryLLM` method."""
+
+
+class UsageCounter:
+    """Calls, prompt tokens and completion tokens summed per operation name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_operation: dict[str, OperationUsage] = {}
+
+    def record(self, operation: Operation, prompt_tokens: int, completion_tokens: int) -> None:
+        with self._lock:
+            usage = self._by_operation.setdefault(operation, OperationUsage())
+            usage.calls += 1
+            usage.prompt_tokens += prompt_tokens
+            usage.completion_tokens += completion_tokens
+
+    def snapshot(self) -> dict[str, OperationUsage]:
+        """Operations used so far (an operation never called is absent), as independent copies."""
+        with self._lock:
+            return {name: usage.model_copy() for name, usage in self._by_operation.items()}
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap offline token estimate for backends that report no usage.
+
+    About 4 characters per token holds for English and most Latin-script text under GPT tokenizers;
+    CJK and other wide characters cost about one token each, so they are counted one apiece. Good for
+    accounting and budgets, not for packing a context window to the last token.
+    """
+    wide = sum(1 for char in text if unicodedata.east_asian_width(char) in ("W", "F"))
+    return wide + math.ceil((len(text) - wide) / 4)

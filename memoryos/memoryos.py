@@ -1,0 +1,269 @@
+"""`Memoryos`: the reference package's API over our engine, so its users switch by changing one import.
+
+One instance serves one memory space, `(user_id, assistant_id)` under `data_storage_path`. Writes are
+durable when a method returns. Consolidation (chains, segments, profile, facts) runs after each write, on
+the caller's thread, like the reference; the service runs the same planners on its workers instead.
+"""
+
+import functools
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memoryos.config import MemoryConfig
+from memoryos.consolidation import Consolidator
+from memoryos.embedding import Embedder, create_embedder
+from memoryos.errors import InvalidInputError
+from memoryos.llm import MemoryLLM, create_llm
+from memoryos.llm.base import AnswerRequest
+from memoryos.ops import AddTurns, RecordVisits
+from memoryos.retrieval import retrieve_context
+from memoryos.space import MemorySpace
+from memoryos.types import MemoryStats, Page, RetrievedContext, RetrievedPage, SegmentStats, Turn
+from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
+
+
+@functools.cache
+def _shared_embedder(config_json: str) -> Embedder:
+    """One embedder (one loaded model) per distinct embedding configuration in this process."""
+    return create_embedder(MemoryConfig.model_validate_json(config_json))
+
+
+def shared_embedder(config: MemoryConfig) -> Embedder:
+    fields = {
+        "embedding_model_name",
+        "embedding_device",
+        "embedding_batch_size",
+        "embedding_cache_size",
+        "torch_threads",
+    }
+    return _shared_embedder(config.model_dump_json(include=fields))
+
+
+class Memoryos:
+    """Long-term memory for one user of one assistant."""
+
+    def __init__(
+        self,
+        user_id: str,
+        openai_api_key: str | None,
+        data_storage_path: str | Path,
+        openai_base_url: str | None = None,
+        assistant_id: str = "default_assistant_profile",
+        short_term_capacity: int = 10,
+        mid_term_capacity: int = 2000,
+        long_term_knowledge_capacity: int = 100,
+        retrieval_queue_capacity: int = 7,
+        mid_term_heat_threshold: float = 5.0,
+        mid_term_similarity_threshold: float = 0.6,
+        llm_model: str = "gpt-4o-mini",
+        embedding_model_name: str = "all-MiniLM-L6-v2",
+        embedding_model_kwargs: dict[str, Any] | None = None,
+        *,
+        config: MemoryConfig | None = None,
+        embedder: Embedder | None = None,
+        llm: MemoryLLM | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Arguments up to `embedding_model_name` are the reference's, with its defaults. `config` supplies
+        every other setting (env `MEMORYOS_*`); `embedder`, `llm` and `clock` let tests and services inject
+        shared or deterministic parts. `embedding_model_kwargs` is accepted for compatibility; device and
+        precision come from the config (`embedding_device`)."""
+        self.user_id = validate_id("user_id", user_id)
+        self.assistant_id = validate_id("assistant_id", assistant_id)
+        overrides: dict[str, Any] = {
+            "data_dir": Path(data_storage_path),
+            "short_term_capacity": short_term_capacity,
+            "mid_term_capacity": mid_term_capacity,
+            "long_term_knowledge_capacity": long_term_knowledge_capacity,
+            "retrieval_queue_capacity": retrieval_queue_capacity,
+            "mid_term_heat_threshold": mid_term_heat_threshold,
+            "mid_term_similarity_threshold": mid_term_similarity_threshold,
+            "llm_model": llm_model,
+            "embedding_model_name": embedding_model_name,
+            "openai_api_key": openai_api_key,
+            "openai_base_url": openai_base_url,
+        }
+        base = config or MemoryConfig()
+        self.config = MemoryConfig.model_validate({**base.model_dump(), **overrides})
+        self.clock = clock
+        self.embedder = embedder or shared_embedder(self.config)
+        self.llm = llm or create_llm(self.config)
+        self.space = MemorySpace(
+            self.config.space_dir(self.user_id, self.assistant_id),
+            self.config,
+            self.embedder.name,
+            lambda: self.embedder.dim,
+            clock,
+        )
+        self.consolidator = Consolidator(self.llm, self.embedder, clock)
+
+    # --- writing --------------------------------------------------------------------------------------
+    def add_memory(
+        self,
+        user_input: str,
+        agent_response: str,
+        timestamp: str | None = None,
+        meta_data: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Store one exchange; returns its page id. `meta_data` is stored and returned with the page."""
+        return self.add_memories(
+            [
+                {
+                    "user_input": user_input,
+                    "agent_response": agent_response,
+                    "timestamp": timestamp,
+                    "meta_data": meta_data,
+                }
+            ],
+            _field_prefix="",
+        )[0]
+
+    def add_memories(self, turns: Iterable[Mapping[str, Any]], *, _field_prefix: str = "turns") -> list[int]:
+        """Store many exchanges with one embedding batch; all are validated before any is stored."""
+        validated = [
+            self._turn(turn, f"{_field_prefix}[{i}]." if _field_prefix else "")
+            for i, turn in enumerate(turns)
+        ]
+        if not validated:
+            raise InvalidInputError(_field_prefix or "turns", "must contain at least one turn")
+        vectors = self.embedder.encode([turn.text() for turn in validated])
+        page_ids = self.space.apply(AddTurns(turns=validated, vectors=vectors))
+        self.consolidator.run(self.space)
+        return page_ids
+
+    def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
+        if not isinstance(raw, Mapping):
+            raise InvalidInputError(
+                prefix.rstrip(".") or "turn", "must be a mapping with user_input and agent_response"
+            )
+        meta_data = raw.get("meta_data")
+        if meta_data is not None and not isinstance(meta_data, Mapping):
+            raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
+        limit = self.config.max_text_chars
+        moment = parse_timestamp(
+            f"{prefix}timestamp", raw.get("timestamp"), datetime.fromtimestamp(self.clock(), UTC)
+        )
+        return Turn(
+            user_input=validate_text(f"{prefix}user_input", raw.get("user_input"), limit),
+            agent_response=validate_text(f"{prefix}agent_response", raw.get("agent_response"), limit),
+            timestamp=format_timestamp(moment),
+            meta_data=dict(meta_data or {}),
+        )
+
+    # --- reading --------------------------------------------------------------------------------------
+    def retrieve(
+        self, query: str, top_k: int | None = None, knowledge_top_k: int | None = None
+    ) -> RetrievedContext:
+        """Context for `query` from every tier. Segments of the returned pages get a visit (heat)."""
+        text = validate_text("query", query, self.config.max_text_chars)
+        page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
+        fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
+        query_vector = self.embedder.encode([text], is_query=True)[0]
+        now = self.clock()
+        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now)
+        visited = sorted(
+            {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
+        )
+        if visited:
+            self.space.apply(RecordVisits(segment_ids=visited, at=now))
+        return context
+
+    @staticmethod
+    def _positive(field: str, value: int | None, default: int) -> int:
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InvalidInputError(field, f"must be a positive integer, got {value!r}")
+        return value
+
+    def get_response(
+        self,
+        query: str,
+        relationship_with_user: str = "friend",
+        style_hint: str = "",
+        user_conversation_meta_data: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Answer `query` from memory with the LLM, then remember the exchange."""
+        context = self.retrieve(query)
+        short_term_ids = {p.page_id for p in context.short_term_memory}
+        request = AnswerRequest(
+            query=context.query,
+            short_term=[_page(p) for p in context.short_term_memory],
+            retrieved=[_page(p) for p in context.retrieved_pages if p.page_id not in short_term_ids],
+            user_profile=context.user_profile,
+            user_knowledge=[k.knowledge for k in context.retrieved_user_knowledge],
+            assistant_knowledge=[k.knowledge for k in context.retrieved_assistant_knowledge],
+            relationship_with_user=relationship_with_user,
+            style_hint=style_hint,
+            user_meta_data=dict(user_conversation_meta_data) if user_conversation_meta_data else None,
+        )
+        response = self.llm.answer(request)
+        self.add_memory(context.query, response, meta_data=user_conversation_meta_data)
+        return response
+
+    def get_user_profile_summary(self) -> str:
+        return self.space.profile()
+
+    def get_assistant_knowledge_summary(self) -> list[dict[str, str]]:
+        """The assistant's facts in this space, as the reference's `{knowledge, timestamp}` records."""
+        return [
+            {"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("assistant")
+        ]
+
+    def get_user_knowledge(self) -> list[dict[str, str]]:
+        return [{"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("user")]
+
+    def force_mid_term_analysis(self) -> None:
+        """Analyze every segment with unanalyzed pages now, whatever its heat."""
+        segments = [s.segment_id for s in self.space.segments()]
+        self.consolidator.promote(self.space, [sid for sid in segments if self.space.unanalyzed_pages(sid)])
+
+    def get_memory_stats(self) -> dict[str, Any]:
+        return self.stats().model_dump()
+
+    def stats(self) -> MemoryStats:
+        counts = self.space.store.count_pages()
+        heats = self.space.segment_heats(self.clock())
+        return MemoryStats(
+            user_id=self.user_id,
+            assistant_id=self.assistant_id,
+            short_term_pages=counts.get("stm", 0),
+            mid_term_pages=counts.get("mtm", 0),
+            archived_pages=counts.get("archived", 0),
+            segments=[
+                SegmentStats(
+                    segment_id=s.segment_id,
+                    summary=s.summary,
+                    page_count=s.page_count,
+                    heat=heats[s.segment_id],
+                )
+                for s in self.space.segments()
+            ],
+            user_knowledge=len(self.space.knowledge("user")),
+            assistant_knowledge=len(self.space.knowledge("assistant")),
+            profile_versions=self.space.store.profile_version_count(),
+            embedding_model=self.space.embedding_model,
+            embedding_dim=self.space.dim,
+            llm_usage={op: usage.model_dump() for op, usage in self.llm.usage.items()},
+        )
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    def forget_user(self) -> None:
+        """Erase this space entirely, files included. The instance cannot be used afterwards."""
+        self.space.erase()
+
+    def close(self) -> None:
+        self.space.close()
+
+    def __enter__(self) -> "Memoryos":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _page(page: RetrievedPage) -> Page:
+    return Page.model_validate(page.model_dump(exclude={"score"}))

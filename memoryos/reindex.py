@@ -1,0 +1,63 @@
+"""`memoryos reindex`: re-embed a space from its stored text with another embedding model.
+
+Vectors of different models cannot be compared, so a space records its model and refuses another one;
+this is the way forward that keeps every memory (the reference made users start over). All new vectors
+are written in one transaction: a crash midway leaves the space on its old model, intact.
+"""
+
+import numpy as np
+from tqdm import tqdm
+
+from memoryos import policy
+from memoryos.config import MemoryConfig
+from memoryos.embedding import create_embedder
+from memoryos.space import PAGE_INDEX_FILE, STORE_FILE
+from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.types import exchange_text
+from memoryos.validation import validate_id
+
+REINDEX_BATCH = 256
+
+
+def reindex_space(
+    config: MemoryConfig, user_id: str, assistant_id: str, show_progress: bool = False
+) -> dict[str, object]:
+    """Re-embed pages, segments and facts of one space with `config.embedding_model_name`."""
+    directory = config.space_dir(validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
+    if not (directory / STORE_FILE).exists():
+        raise FileNotFoundError(f"no memory space at {directory}")
+    embedder = create_embedder(config)
+    store = SqliteStore(directory / STORE_FILE)
+    try:
+        pages = store.all_page_texts()
+        vectors: dict[int, np.ndarray] = {}
+        batches = range(0, len(pages), REINDEX_BATCH)
+        for start in tqdm(batches, desc="re-embedding pages", unit="batch", disable=not show_progress):
+            chunk = pages[start : start + REINDEX_BATCH]
+            encoded = embedder.encode([exchange_text(user, agent) for _, user, agent in chunk])
+            vectors.update(zip([pid for pid, _, _ in chunk], encoded, strict=True))
+        facts = store.all_knowledge_texts()
+        fact_vectors = embedder.encode([text for _, text in facts]) if facts else np.zeros((0, embedder.dim))
+        with store.transaction():
+            for page_id, vector in vectors.items():
+                store.set_page_vector(page_id, vector)
+            for segment_id in store.all_segment_ids():
+                members = store.segment_page_ids(segment_id)
+                if members:
+                    store.update_segment(
+                        segment_id, vector=policy.unit_mean(np.stack([vectors[p] for p in members]))
+                    )
+            for (entry_id, _), vector in zip(facts, fact_vectors, strict=True):
+                store.set_knowledge_vector(entry_id, vector)
+            store.set_meta("embedding_model", embedder.name)
+            store.set_meta("embedding_dim", str(embedder.dim))
+        (directory / PAGE_INDEX_FILE).unlink(missing_ok=True)
+    finally:
+        store.close()
+    return {
+        "space": str(directory),
+        "model": embedder.name,
+        "dim": embedder.dim,
+        "pages": len(pages),
+        "facts": len(facts),
+    }

@@ -1,0 +1,377 @@
+"""`MemorySpace`: one user's memory with one assistant. State changes only through `apply(op)`.
+
+`apply` is deterministic and does no work beyond the store and the vector index: planners have already
+made every LLM call and embedding. Each op commits in one SQLite transaction, so it is applied whole or
+not at all. One lock serializes a space; different spaces never share state.
+"""
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from memoryos import policy
+from memoryos.config import MemoryConfig
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.ops import (
+    AddKnowledge,
+    AddTurns,
+    AnyOp,
+    FileTopic,
+    LinkChain,
+    MarkAnalyzed,
+    RecordVisits,
+    UpdateProfile,
+)
+from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
+from memoryos.storage.sqlite_store import SqliteStore, from_blobs
+from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
+
+log = logging.getLogger(__name__)
+
+STORE_FILE = "memory.sqlite"
+PAGE_INDEX_FILE = "pages.faiss"
+_REPLAY_BATCH = 10000
+SCORE_SAMPLE_SIZE = 1024
+
+
+class MemorySpace:
+    """A memory space on disk: `<data_dir>/<tenant>/<user_id>/<assistant_id>/`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: MemoryConfig,
+        embedding_model: str,
+        model_dim: Callable[[], int],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (or create) the space. `model_dim` is called only when the dimension is not yet recorded or
+        the recorded model differs, so reopening a space does not load the embedding model."""
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteStore(directory / STORE_FILE)
+        self.embedding_model = embedding_model
+        self.dim = self._check_fingerprint(embedding_model, model_dim)
+        self.page_index = self._open_page_index()
+        self._sample = _ScoreSample(self.store, self.dim)
+        self._ops_since_snapshot = 0
+        self._last_snapshot_at = clock()
+
+    # --- opening --------------------------------------------------------------------------------------
+    def _check_fingerprint(self, model: str, model_dim: Callable[[], int]) -> int:
+        """The space's vector dimension; records the model on first use, refuses a different model."""
+        stored_model, stored_dim = (
+            self.store.get_meta("embedding_model"),
+            self.store.get_meta("embedding_dim"),
+        )
+        if stored_model is None or stored_dim is None:
+            dim = model_dim()
+            with self.store.transaction():
+                self.store.set_meta("embedding_model", model)
+                self.store.set_meta("embedding_dim", str(dim))
+            return dim
+        if stored_model != model:
+            raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
+        return int(stored_dim)
+
+    def _open_page_index(self) -> FaissIndex:
+        """Load the snapshot and replay pages stored after it; rebuild from the store when it is unusable."""
+        path = self.directory / PAGE_INDEX_FILE
+        covered = 0
+        index: FaissIndex | None = None
+        if path.exists():
+            try:
+                index, covered = FaissIndex.load(
+                    path,
+                    self.dim,
+                    ann_threshold=self.config.index_ann_threshold,
+                    gpu_policy=self.config.faiss_use_gpu,
+                )
+            except IndexSnapshotError as error:
+                log.warning(
+                    "page index snapshot unusable, rebuilding from the store", extra={"reason": str(error)}
+                )
+        if index is None:
+            index = FaissIndex(
+                self.dim, ann_threshold=self.config.index_ann_threshold, gpu_policy=self.config.faiss_use_gpu
+            )
+            covered = 0
+        while True:
+            ids, vectors = self.store.page_vectors_after(covered, self.dim, _REPLAY_BATCH)
+            if len(ids) == 0:
+                break
+            index.add(ids, vectors)
+            covered = int(ids[-1])
+        return index
+
+    # --- writing --------------------------------------------------------------------------------------
+    def apply(self, op: AnyOp) -> list[int]:
+        """Apply one op atomically. Returns the ids it created (pages for AddTurns), else an empty list."""
+        with self.lock:
+            with self.store.transaction():
+                created = self._dispatch(op)
+            if isinstance(op, AddTurns):
+                self.page_index.add(np.array(created, dtype=np.int64), op.vectors)
+                self._sample.offer(op.vectors)
+                self._ops_since_snapshot += 1
+                self._maybe_snapshot()
+            return created
+
+    def _dispatch(self, op: AnyOp) -> list[int]:
+        now = self.clock()
+        created: list[int] = []
+        match op:
+            case AddTurns():
+                self._check_vectors("vectors", op.vectors, len(op.turns))
+                created = self.store.insert_pages(op.turns, op.vectors)
+                detail: dict[str, object] = {"page_ids": [created[0], created[-1]] if created else []}
+            case LinkChain():
+                self._link_chain(op)
+                detail = {"page_id": op.page_id, "continues": op.continues_previous}
+            case FileTopic():
+                self._check_vectors("vector", op.vector.reshape(1, -1), 1)
+                segment_id = self._file_topic(op)
+                detail = {"page_ids": op.page_ids, "segment_id": segment_id}
+            case RecordVisits():
+                for segment_id in op.segment_ids:
+                    self.store.add_segment_counters(segment_id, visits=1, interactions=0, at=op.at)
+                detail = {"segment_ids": op.segment_ids}
+            case UpdateProfile():
+                if op.text.strip() and op.text.strip() != self.store.latest_profile():
+                    self.store.insert_profile(op.text.strip(), now, op.source_segment_id)
+                detail = {"source_segment_id": op.source_segment_id}
+            case AddKnowledge():
+                self._check_vectors("vectors", op.vectors, len(op.texts))
+                created = self._add_knowledge(op, now)
+                detail = {"kind": op.knowledge_kind, "entry_ids": created}
+            case MarkAnalyzed():
+                self.store.set_page_fields(op.page_ids, analyzed=1)
+                self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
+                detail = {"segment_id": op.segment_id, "pages": len(op.page_ids)}
+        self.store.log_op(op.kind, now, detail)
+        return created
+
+    def _check_vectors(self, field: str, vectors: np.ndarray, rows: int) -> None:
+        if vectors.ndim != 2 or vectors.shape != (rows, self.dim):
+            raise InvalidInputError(field, f"expected shape ({rows}, {self.dim}), got {vectors.shape}")
+
+    def _link_chain(self, op: LinkChain) -> None:
+        previous = self.last_chained_page()
+        chain_id = op.page_id
+        if op.continues_previous and previous is not None and previous.chain_id is not None:
+            chain_id = previous.chain_id
+        self.store.upsert_chain(chain_id, op.chain_summary)
+        self.store.set_page_fields([op.page_id], chain_id=chain_id)
+        self.store.set_meta("last_chained_page", str(op.page_id))
+
+    def _file_topic(self, op: FileTopic) -> int:
+        segments = self.store.active_segments()
+        ids = [s.segment_id for s in segments]
+        target = policy.choose_segment(
+            op.vector,
+            op.keywords,
+            ids,
+            self.store.segment_vectors(ids, self.dim),
+            [s.keywords for s in segments],
+            self.config.mid_term_similarity_threshold,
+        )
+        if target is None:
+            target = self.store.insert_segment(
+                op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at
+            )
+        else:
+            segment = next(s for s in segments if s.segment_id == target)
+            topics = self.store.segment_topic_count(target)
+            self.store.update_segment(
+                target,
+                summary=policy.merged_summary(segment.summary, op.summary),
+                keywords=policy.merged_keywords(segment.keywords, op.keywords),
+                vector=policy.merged_vector(
+                    self.store.segment_vectors([target], self.dim)[0], topics, op.vector
+                ),
+                topic_count=topics + 1,
+            )
+        self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
+        self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
+        self._evict_cold_segments(op.at)
+        return target
+
+    def _evict_cold_segments(self, now: float) -> None:
+        """Archive the coldest segments over capacity; their pages stay stored and searchable."""
+        heats = self.segment_heats(now)
+        for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity):
+            self.store.update_segment(segment_id, archived=1)
+            self.store.set_page_fields(self.store.segment_page_ids(segment_id), tier="archived")
+
+    def _add_knowledge(self, op: AddKnowledge, now: float) -> list[int]:
+        created: list[int] = []
+        for text, vector in zip(op.texts, op.vectors, strict=True):
+            rows = self.store.active_knowledge(op.knowledge_kind)
+            existing = from_blobs([row["vector"] for row in rows], self.dim)
+            same_text = [
+                i
+                for i, row in enumerate(rows)
+                if policy.normalized_fact(row["text"]) == policy.normalized_fact(text)
+            ]
+            duplicate = (
+                same_text[0]
+                if same_text
+                else policy.find_duplicate(vector, existing, self.config.knowledge_dedup_similarity)
+            )
+            if duplicate is not None and same_text:
+                self.store.touch_knowledge(rows[duplicate]["entry_id"], op.timestamp, now)
+                continue
+            entry_id = self.store.insert_knowledge(op.knowledge_kind, text, op.timestamp, vector, now)
+            created.append(entry_id)
+            if duplicate is not None:
+                self.store.retire_knowledge(rows[duplicate]["entry_id"], replaced_by=entry_id)
+        rows = self.store.active_knowledge(op.knowledge_kind)
+        for entry_id in policy.knowledge_to_drop(
+            {row["entry_id"]: row["updated_at"] for row in rows}, self.config.long_term_knowledge_capacity
+        ):
+            self.store.retire_knowledge(entry_id, replaced_by=None)
+        return created
+
+    # --- snapshots and lifecycle ----------------------------------------------------------------------
+    def _maybe_snapshot(self) -> None:
+        due_by_ops = self._ops_since_snapshot >= self.config.index_snapshot_every_ops
+        due_by_time = self.clock() - self._last_snapshot_at >= self.config.index_snapshot_every_s
+        if due_by_ops or due_by_time:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        """Write the page index snapshot; pages stored after it are replayed on the next open."""
+        with self.lock:
+            self.page_index.save(self.directory / PAGE_INDEX_FILE, self.store.max_page_id())
+            self._ops_since_snapshot = 0
+            self._last_snapshot_at = self.clock()
+
+    def close(self) -> None:
+        with self.lock:
+            if self._ops_since_snapshot:
+                self.snapshot()
+            self.store.close()
+
+    def erase(self) -> None:
+        """Delete the whole space, files included. The space is unusable afterwards."""
+        with self.lock:
+            self.store.close()
+            shutil.rmtree(self.directory, ignore_errors=False)
+
+    # --- reading --------------------------------------------------------------------------------------
+    def short_term_pages(self) -> list[Page]:
+        return self.store.pages_in_tier("stm")
+
+    def pages(self, page_ids: list[int]) -> list[Page]:
+        return self.store.pages(page_ids)
+
+    def score_sample(self) -> np.ndarray:
+        """Page vectors representative of the space, to estimate the mean and spread of query scores."""
+        return self._sample.vectors
+
+    def page_vectors(self, page_ids: list[int]) -> np.ndarray:
+        return self.store.page_vectors(page_ids, self.dim)
+
+    def chain_pages(self, chain_id: int) -> list[Page]:
+        return self.store.pages(self.store.chain_page_ids(chain_id))
+
+    def last_chained_page(self) -> Page | None:
+        previous = self.store.get_meta("last_chained_page")
+        found = self.store.pages([int(previous)]) if previous is not None else []
+        return found[0] if found else None
+
+    def segments(self) -> list[Segment]:
+        return self.store.active_segments()
+
+    def segment_heats(self, now: float) -> dict[int, float]:
+        weights = policy.HeatWeights(
+            self.config.heat_alpha, self.config.heat_beta, self.config.heat_gamma, self.config.heat_tau_hours
+        )
+        return {
+            s.segment_id: policy.heat_of(
+                policy.SegmentState(s.segment_id, s.visit_count, s.interaction_count, s.last_visit_at),
+                now,
+                weights,
+            )
+            for s in self.store.active_segments()
+        }
+
+    def segments_to_promote(self, now: float) -> list[int]:
+        return policy.segments_to_promote(
+            self.segment_heats(now), self.store.unanalyzed_segment_ids(), self.config.mid_term_heat_threshold
+        )
+
+    def unanalyzed_pages(self, segment_id: int) -> list[Page]:
+        return self.store.pages(self.store.segment_page_ids(segment_id, only_unanalyzed=True))
+
+    def profile(self) -> str:
+        return self.store.latest_profile()
+
+    def knowledge(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
+        return [
+            KnowledgeEntry(
+                entry_id=row["entry_id"], kind=kind, knowledge=row["text"], timestamp=row["timestamp"]
+            )
+            for row in self.store.active_knowledge(kind)
+        ]
+
+    def search_knowledge(
+        self, kind: KnowledgeKind, query_vector: np.ndarray, k: int
+    ) -> list[tuple[KnowledgeEntry, float]]:
+        """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows)."""
+        rows = self.store.active_knowledge(kind)
+        if not rows:
+            return []
+        scores = from_blobs([row["vector"] for row in rows], self.dim) @ query_vector
+        order = np.argsort(-scores)[:k]
+        return [
+            (
+                KnowledgeEntry(
+                    entry_id=rows[i]["entry_id"],
+                    kind=kind,
+                    knowledge=rows[i]["text"],
+                    timestamp=rows[i]["timestamp"],
+                ),
+                float(scores[i]),
+            )
+            for i in order
+        ]
+
+
+class _ScoreSample:
+    """A uniform sample (reservoir) of at most `SCORE_SAMPLE_SIZE` page vectors, exact for small spaces.
+
+    Retrieval z-scores dense similarities against the whole space; scoring this sample gives that
+    distribution at a fixed cost whatever the space's size.
+    """
+
+    def __init__(self, store: SqliteStore, dim: int) -> None:
+        self._rng = np.random.default_rng(0)
+        self._seen = sum(store.count_pages().values())
+        initial = store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)
+        self._buffer = np.zeros((SCORE_SAMPLE_SIZE, dim), dtype=np.float32)
+        self._buffer[: len(initial)] = initial
+        self._filled = len(initial)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._buffer[: self._filled]
+
+    def offer(self, vectors: np.ndarray) -> None:
+        for vector in vectors:
+            self._seen += 1
+            if self._filled < SCORE_SAMPLE_SIZE:
+                self._buffer[self._filled] = vector
+                self._filled += 1
+            else:
+                slot = int(self._rng.integers(0, self._seen))
+                if slot < SCORE_SAMPLE_SIZE:
+                    self._buffer[slot] = vector

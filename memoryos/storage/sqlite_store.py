@@ -1,0 +1,357 @@
+"""`SqliteStore`: the canonical store of one memory space (pages, chains, segments, facts, profile, vectors).
+
+Durability: WAL journal with `synchronous=FULL`, one transaction per op, so a write the caller saw
+acknowledged survives a crash at any instant. Vector indexes are derived from this file and rebuilt
+from it when missing or corrupt.
+"""
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memoryos.errors import StorageError
+from memoryos.storage.schema import SCHEMA, SCHEMA_VERSION
+from memoryos.types import KnowledgeKind, Page, Segment, Turn
+
+_PAGE_COLUMNS = (
+    "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
+    "p.chain_id, p.analyzed, c.summary"
+)
+_PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
+    """Stack stored vectors into a (n, dim) float32 matrix."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim).copy()
+
+
+def _page(row: sqlite3.Row) -> Page:
+    return Page(
+        page_id=row[0],
+        user_input=row[1],
+        agent_response=row[2],
+        timestamp=row[3],
+        meta_data=json.loads(row[4]) if row[4] else {},
+        tier=row[5],
+        segment_id=row[6],
+        chain_id=row[7],
+        analyzed=bool(row[8]),
+        meta_info=row[9],
+    )
+
+
+def _segment(row: sqlite3.Row) -> Segment:
+    return Segment(
+        segment_id=row["segment_id"],
+        summary=row["summary"],
+        keywords=json.loads(row["keywords"]),
+        visit_count=row["visit_count"],
+        interaction_count=row["interaction_count"],
+        last_visit_at=row["last_visit_at"],
+        created_at=row["created_at"],
+        page_count=row["page_count"],
+        archived=bool(row["archived"]),
+    )
+
+
+class SqliteStore:
+    """One SQLite file per space. Not thread-safe by itself: `MemorySpace` serializes access with a lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"cannot open memory store {path}: {error}") from error
+        self._in_transaction = threading.local()
+        version = self.get_meta("schema_version")
+        if version is None:
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        elif int(version) != SCHEMA_VERSION:
+            raise StorageError(f"{path} has schema version {version}; this MemoryOS reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self._db.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    # --- meta and log ---------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
+        return None if value is None else str(value)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def log_op(self, kind: str, at: float, detail: dict[str, Any]) -> None:
+        """Audit trail of applied ops: kind, time and ids only — no texts, no vectors."""
+        self._db.execute(
+            "INSERT INTO op_log(kind, at, detail) VALUES (?, ?, ?)", (kind, at, json.dumps(detail))
+        )
+
+    # --- pages ----------------------------------------------------------------------------------------
+    def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray) -> list[int]:
+        ids: list[int] = []
+        for turn, vector in zip(turns, vectors, strict=True):
+            cursor = self._db.execute(
+                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector) VALUES (?,?,?,?,?)",
+                (
+                    turn.user_input,
+                    turn.agent_response,
+                    turn.timestamp,
+                    json.dumps(turn.meta_data) if turn.meta_data else None,
+                    to_blob(vector),
+                ),
+            )
+            page_id = int(cursor.lastrowid or 0)
+            self._db.execute(
+                "INSERT INTO pages_fts(rowid, user_input, agent_response) VALUES (?, ?, ?)",
+                (page_id, turn.user_input, turn.agent_response),
+            )
+            ids.append(page_id)
+        return ids
+
+    def pages(self, page_ids: Sequence[int]) -> list[Page]:
+        """Pages in the order of `page_ids` (missing ids skipped)."""
+        if not page_ids:
+            return []
+        marks = ",".join("?" * len(page_ids))
+        rows = self._db.execute(
+            f"SELECT {_PAGE_COLUMNS} FROM {_PAGE_FROM} WHERE p.page_id IN ({marks})", page_ids
+        )
+        by_id = {row[0]: _page(row) for row in rows}
+        return [by_id[pid] for pid in page_ids if pid in by_id]
+
+    def pages_in_tier(self, tier: str) -> list[Page]:
+        rows = self._db.execute(
+            f"SELECT {_PAGE_COLUMNS} FROM {_PAGE_FROM} WHERE p.tier = ? ORDER BY p.page_id", (tier,)
+        )
+        return [_page(row) for row in rows]
+
+    def count_pages(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT tier, COUNT(*) FROM pages GROUP BY tier")
+        return {row[0]: row[1] for row in rows}
+
+    def page_vectors(self, page_ids: Sequence[int], dim: int) -> np.ndarray:
+        """Vectors of `page_ids`, in that order; every id must exist."""
+        if not page_ids:
+            return np.zeros((0, dim), dtype=np.float32)
+        marks = ",".join("?" * len(page_ids))
+        rows = dict(
+            self._db.execute(
+                f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks})", page_ids
+            ).fetchall()
+        )
+        return from_blobs([rows[pid] for pid in page_ids], dim)
+
+    def page_vectors_after(self, after_page_id: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of pages with id > `after_page_id`, ascending, at most `limit`: index replay."""
+        rows = self._db.execute(
+            "SELECT page_id, vector FROM pages WHERE page_id > ? ORDER BY page_id LIMIT ?",
+            (after_page_id, limit),
+        ).fetchall()
+        ids = np.array([row[0] for row in rows], dtype=np.int64)
+        return ids, from_blobs([row[1] for row in rows], dim)
+
+    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
+        """Up to `size` page vectors spread evenly over the space (all of them when it is small)."""
+        total = int(self._one("SELECT COUNT(*) FROM pages"))
+        step = max(1, total // size)
+        rows = self._db.execute(
+            "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages) "
+            "WHERE (n - 1) % ? = 0 LIMIT ?",
+            (step, size),
+        ).fetchall()
+        return from_blobs([row[0] for row in rows], dim)
+
+    def all_page_texts(self) -> list[tuple[int, str, str]]:
+        return [
+            tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
+        ]
+
+    def set_page_vector(self, page_id: int, vector: np.ndarray) -> None:
+        self._db.execute("UPDATE pages SET vector = ? WHERE page_id = ?", (to_blob(vector), page_id))
+
+    def max_page_id(self) -> int:
+        return int(self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages"))
+
+    def neighbour_ids(self, page_ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each page, the ids of the page stored just before and just after it."""
+        result: dict[int, tuple[int | None, int | None]] = {}
+        for pid in page_ids:
+            before = self._one("SELECT MAX(page_id) FROM pages WHERE page_id < ?", (pid,))
+            after = self._one("SELECT MIN(page_id) FROM pages WHERE page_id > ?", (pid,))
+            result[pid] = (before, after)
+        return result
+
+    def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._db.executemany(
+            f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
+        )
+
+    def lexical_search(self, match_expression: str, limit: int) -> list[tuple[int, float]]:
+        """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated."""
+        rows = self._db.execute(
+            "SELECT rowid, -bm25(pages_fts) AS score FROM pages_fts WHERE pages_fts MATCH ? "
+            "ORDER BY bm25(pages_fts) LIMIT ?",
+            (match_expression, limit),
+        )
+        return [(int(row[0]), float(row[1])) for row in rows]
+
+    # --- chains ---------------------------------------------------------------------------------------
+    def upsert_chain(self, chain_id: int, summary: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO chains(chain_id, summary) VALUES (?, ?)", (chain_id, summary)
+        )
+
+    def chain_page_ids(self, chain_id: int) -> list[int]:
+        rows = self._db.execute("SELECT page_id FROM pages WHERE chain_id = ? ORDER BY page_id", (chain_id,))
+        return [row[0] for row in rows]
+
+    # --- segments -------------------------------------------------------------------------------------
+    def active_segments(self) -> list[Segment]:
+        rows = self._db.execute(
+            "SELECT s.*, (SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id) AS page_count "
+            "FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
+        )
+        return [_segment(row) for row in rows]
+
+    def all_segment_ids(self) -> list[int]:
+        return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]
+
+    def segment_vectors(self, segment_ids: Sequence[int], dim: int) -> np.ndarray:
+        if not segment_ids:
+            return np.zeros((0, dim), dtype=np.float32)
+        marks = ",".join("?" * len(segment_ids))
+        rows = dict(
+            self._db.execute(
+                f"SELECT segment_id, vector FROM segments WHERE segment_id IN ({marks})", segment_ids
+            )
+        )
+        return from_blobs([rows[sid] for sid in segment_ids], dim)
+
+    def segment_topic_count(self, segment_id: int) -> int:
+        return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))
+
+    def insert_segment(self, summary: str, keywords: list[str], vector: np.ndarray, at: float) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO segments(summary, keywords, vector, last_visit_at, created_at) VALUES (?,?,?,?,?)",
+            (summary, json.dumps(keywords), to_blob(vector), at, at),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def update_segment(self, segment_id: int, **fields: Any) -> None:
+        values = {
+            k: json.dumps(v) if k == "keywords" else to_blob(v) if k == "vector" else v
+            for k, v in fields.items()
+        }
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self._db.execute(
+            f"UPDATE segments SET {assignments} WHERE segment_id = ?", (*values.values(), segment_id)
+        )
+
+    def add_segment_counters(self, segment_id: int, visits: int, interactions: int, at: float) -> None:
+        self._db.execute(
+            "UPDATE segments SET visit_count = visit_count + ?, interaction_count = interaction_count + ?, "
+            "last_visit_at = MAX(last_visit_at, ?) WHERE segment_id = ?",
+            (visits, interactions, at, segment_id),
+        )
+
+    def unanalyzed_segment_ids(self) -> set[int]:
+        rows = self._db.execute(
+            "SELECT DISTINCT segment_id FROM pages WHERE tier = 'mtm' AND analyzed = 0 AND segment_id IS NOT NULL"
+        )
+        return {row[0] for row in rows}
+
+    def segment_page_ids(self, segment_id: int, only_unanalyzed: bool = False) -> list[int]:
+        extra = " AND analyzed = 0" if only_unanalyzed else ""
+        rows = self._db.execute(
+            f"SELECT page_id FROM pages WHERE segment_id = ?{extra} ORDER BY page_id", (segment_id,)
+        )
+        return [row[0] for row in rows]
+
+    # --- knowledge ------------------------------------------------------------------------------------
+    def active_knowledge(self, kind: KnowledgeKind) -> list[sqlite3.Row]:
+        return self._db.execute(
+            "SELECT entry_id, text, timestamp, vector, updated_at FROM knowledge WHERE kind = ? AND active = 1 "
+            "ORDER BY entry_id",
+            (kind,),
+        ).fetchall()
+
+    def insert_knowledge(
+        self, kind: KnowledgeKind, text: str, timestamp: str, vector: np.ndarray, at: float
+    ) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO knowledge(kind, text, timestamp, vector, updated_at) VALUES (?,?,?,?,?)",
+            (kind, text, timestamp, to_blob(vector), at),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def all_knowledge_texts(self) -> list[tuple[int, str]]:
+        """Every fact, history included, so a reindex leaves no vector of the old model behind."""
+        return [(row[0], row[1]) for row in self._db.execute("SELECT entry_id, text FROM knowledge")]
+
+    def set_knowledge_vector(self, entry_id: int, vector: np.ndarray) -> None:
+        self._db.execute("UPDATE knowledge SET vector = ? WHERE entry_id = ?", (to_blob(vector), entry_id))
+
+    def retire_knowledge(self, entry_id: int, replaced_by: int | None) -> None:
+        """Keep the old fact as history: inactive, pointing at what replaced it (None: dropped for space)."""
+        self._db.execute(
+            "UPDATE knowledge SET active = 0, replaced_by = ? WHERE entry_id = ?", (replaced_by, entry_id)
+        )
+
+    def touch_knowledge(self, entry_id: int, timestamp: str, at: float) -> None:
+        self._db.execute(
+            "UPDATE knowledge SET timestamp = ?, updated_at = ? WHERE entry_id = ?", (timestamp, at, entry_id)
+        )
+
+    def knowledge_history(self, kind: KnowledgeKind) -> list[sqlite3.Row]:
+        return self._db.execute(
+            "SELECT entry_id, text, timestamp, replaced_by FROM knowledge WHERE kind = ? AND active = 0 ORDER BY entry_id",
+            (kind,),
+        ).fetchall()
+
+    # --- profile --------------------------------------------------------------------------------------
+    def latest_profile(self) -> str:
+        value = self._one("SELECT text FROM profile_versions ORDER BY version DESC LIMIT 1")
+        return "" if value is None else str(value)
+
+    def insert_profile(self, text: str, at: float, source_segment_id: int | None) -> None:
+        self._db.execute(
+            "INSERT INTO profile_versions(text, created_at, source_segment_id) VALUES (?, ?, ?)",
+            (text, at, source_segment_id),
+        )
+
+    def profile_version_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM profile_versions"))

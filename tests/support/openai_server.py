@@ -1,0 +1,187 @@
+"""A local OpenAI-compatible chat server with scripted replies, for testing the real `openai` client.
+
+It is a real HTTP server on 127.0.0.1 (a free port, a background thread), so the tests exercise the
+client's own transport, retries and timeouts rather than a mock. Each POST /v1/chat/completions takes the
+next reply from a queue: a content string, an HTTP error status, optionally after a delay. Requests are
+recorded so tests can assert what the client sent. An exhausted queue answers 400, which the client does
+not retry, so a test that scripted too few replies fails at once instead of hanging in backoff.
+"""
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    """One scripted answer. `status` other than 200 sends an OpenAI-style error body instead of content.
+
+    `retry_after_ms` is sent on errors as the `retry-after-ms` header, which the openai client honours
+    instead of its own 0.5 s-and-up backoff: that keeps retry tests fast without patching the client.
+    """
+
+    content: str = ""
+    status: int = 200
+    delay_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    retry_after_ms: int = 1
+    send_usage: bool = True
+    """False: no `usage` field, as some OpenAI-compatible servers answer."""
+    raw_body: str | None = None
+    """Sent verbatim as text/html with status 200 instead of a completion: a misconfigured proxy."""
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class _State:
+    replies: deque[ScriptedReply] = field(default_factory=deque)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closing: threading.Event = field(default_factory=threading.Event)
+
+
+def _word_count(text: str) -> int:
+    return len(text.split())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        state = self.server.state
+        with state.lock:
+            state.requests.append(RecordedRequest(self.path, dict(self.headers.items()), body))
+            reply = state.replies.popleft() if state.replies else None
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        if reply is None:
+            self._send_json(400, {"error": {"message": "no scripted reply left", "type": "test_script"}})
+            return
+        if reply.delay_s and state.closing.wait(reply.delay_s):
+            return
+        if reply.raw_body is not None:
+            self._send(200, reply.raw_body.encode(), "text/html")
+            return
+        if reply.status != 200:
+            error = {"error": {"message": f"scripted status {reply.status}", "type": "server_error"}}
+            self._send_json(reply.status, error, {"retry-after-ms": str(reply.retry_after_ms)})
+            return
+        prompt_text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _word_count(prompt_text)
+        completion_tokens = (
+            reply.completion_tokens if reply.completion_tokens is not None else _word_count(reply.content)
+        )
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-test-{len(state.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": reply.content},
+                }
+            ],
+        }
+        if reply.send_usage:
+            completion["usage"] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            }
+        self._send_json(200, completion)
+
+    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # The client gave up (its timeout): nothing to answer.
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request stderr lines."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = _State()
+
+
+class ScriptedOpenAIServer:
+    """The running server: queue replies with `script`, read what was sent from `requests`."""
+
+    def __init__(self) -> None:
+        self._server = _Server()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="openai-test-server",
+            daemon=True,
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._server.state.lock:
+            return list(self._server.state.requests)
+
+    def script(self, *replies: ScriptedReply | str) -> None:
+        """Queue replies in order; a plain string is a 200 reply with that content."""
+        with self._server.state.lock:
+            for reply in replies:
+                self._server.state.replies.append(ScriptedReply(reply) if isinstance(reply, str) else reply)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and wake handlers still sleeping in a scripted delay."""
+        self._server.state.closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def openai_server() -> Iterator[ScriptedOpenAIServer]:
+    server = ScriptedOpenAIServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

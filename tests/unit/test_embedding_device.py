@@ -1,0 +1,53 @@
+"""Device, precision and thread choices of the embedding backend, without torch or a GPU."""
+
+import subprocess
+import sys
+
+import pytest
+
+from memoryos.embedding.device import MAX_AUTO_TORCH_THREADS, choose_torch_threads, select_device, use_fp16
+
+
+@pytest.mark.parametrize(
+    ("requested", "cuda_available", "expected"),
+    [
+        ("auto", True, "cuda"),
+        ("auto", False, "cpu"),
+        ("cpu", True, "cpu"),
+        ("cpu", False, "cpu"),
+        ("cuda", True, "cuda"),
+    ],
+)
+def test_select_device(requested, cuda_available, expected):
+    assert select_device(requested, cuda_available) == expected
+
+
+def test_cuda_requested_without_cuda_names_the_setting():
+    with pytest.raises(ValueError, match="embedding_device"):
+        select_device("cuda", cuda_available=False)
+
+
+@pytest.mark.parametrize(("device", "expected"), [("cuda", True), ("cpu", False)])
+def test_fp16_only_on_cuda(device, expected):
+    assert use_fp16(device) is expected
+
+
+@pytest.mark.parametrize(
+    ("configured", "cpu_count", "expected"),
+    [
+        (8, 2, 8),  # configured wins, even above the core count
+        (1, 64, 1),
+        (None, 2, 2),  # one per core...
+        (None, 64, MAX_AUTO_TORCH_THREADS),  # ...at most the cap
+        (None, None, 1),  # unknown core count
+        (None, 0, 1),
+    ],
+)
+def test_choose_torch_threads(configured, cpu_count, expected):
+    assert choose_torch_threads(configured, cpu_count) == expected
+
+
+def test_importing_the_embedding_package_does_not_import_torch():
+    """torch costs seconds to import; it must wait for the first encode, not slow `memoryos --help`."""
+    code = "import sys, memoryos.embedding; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
