@@ -98,8 +98,8 @@ ANSWER_USER = """<RECENT CONVERSATION>
 Reply to the user as their {relationship}, continuing the conversation.
 - Use the memories when they are relevant, and check that a memory's timestamp fits the time the \
 user is asking about.
-- If neither the conversation nor the memories hold what the user asks about, say you do not \
-remember rather than guessing.
+- If the user asks about something past that neither the conversation nor the memories hold, say you \
+do not remember it rather than guessing.
 - {style}"""
 
 DEFAULT_STYLE = "Reply naturally and concisely, in the language the user writes in."

@@ -64,6 +64,7 @@ class MemorySpace:
         self._sample = _ScoreSample(self.store, self.dim)
         self._ops_since_snapshot = 0
         self._last_snapshot_at = clock()
+        self.closed = False
 
     # --- opening --------------------------------------------------------------------------------------
     def _check_fingerprint(self, model: str, model_dim: Callable[[], int]) -> int:
@@ -255,15 +256,21 @@ class MemorySpace:
             self._last_snapshot_at = self.clock()
 
     def close(self) -> None:
+        """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op."""
         with self.lock:
+            if self.closed:
+                return
             if self._ops_since_snapshot:
                 self.snapshot()
             self.store.close()
+            self.closed = True
 
     def erase(self) -> None:
         """Delete the whole space, files included. The space is unusable afterwards."""
         with self.lock:
-            self.store.close()
+            if not self.closed:
+                self.store.close()
+                self.closed = True
             shutil.rmtree(self.directory, ignore_errors=False)
 
     # --- reading --------------------------------------------------------------------------------------

@@ -40,18 +40,19 @@ class Exchange(Protocol):
 def page_dia_ids(pairs: Iterable[LocomoPair]) -> dict[PageKey, list[str]]:
     """Index the conversation's pairs by text, so retrieved pages can be mapped back to their turn ids.
 
-    Pairs with identical text are indistinguishable once retrieved, so their ids are merged.
+    Pairs with identical text are indistinguishable once retrieved, so their ids are merged. Text is
+    compared stripped, as the engine stores it.
     """
     index: dict[PageKey, list[str]] = {}
     for pair in pairs:
-        ids = index.setdefault((pair.user_input, pair.agent_response), [])
+        ids = index.setdefault((pair.user_input.strip(), pair.agent_response.strip()), [])
         ids.extend(dia_id for dia_id in pair.dia_ids if dia_id not in ids)
     return index
 
 
 def ranked_dia_ids(pages: Iterable[Exchange], index: dict[PageKey, list[str]]) -> list[list[str]]:
     """The turn ids of each retrieved page, in rank order; a page not in the conversation holds none."""
-    return [index.get((page.user_input, page.agent_response), []) for page in pages]
+    return [index.get((page.user_input.strip(), page.agent_response.strip()), []) for page in pages]
 
 
 def evidence_recall_at_k(

@@ -77,14 +77,14 @@ class OfflineLLM:
         phatic = 0 < len(user_words) <= MAX_PHATIC_WORDS and all(
             w in PHATIC or w in STOPWORDS for w in user_words
         )
-        current_words = _content_words(current.user_input) or _content_words(current.text())
-        continues = phatic or bool(current_words & _content_words(previous.text()))
-        self._record("continuity", [previous.text(), current.text()], "yes" if continues else "no")
+        current_words = _content_words(current.user_input) or _content_words(_spoken(current))
+        continues = phatic or bool(current_words & _content_words(_spoken(previous)))
+        self._record("continuity", [_spoken(previous), _spoken(current)], "yes" if continues else "no")
         return continues
 
     def summarize_chain(self, pages: Sequence[Page]) -> str:
         summary = _extractive_summary(pages, max_sentences=2)
-        self._record("chain_summary", [page.text() for page in pages], summary)
+        self._record("chain_summary", [_spoken(page) for page in pages], summary)
         return summary
 
     def summarize_topic(self, pages: Sequence[Page]) -> TopicSummary:
@@ -92,14 +92,16 @@ class OfflineLLM:
         counts = Counter(
             word
             for page in pages
-            for word in _words(page.text())
+            for word in _words(_spoken(page))
             if word not in STOPWORDS and len(word) > 2 and not word.isdigit()
         )
         topic = TopicSummary(
             summary=_extractive_summary(pages, max_sentences=1),
             keywords=[word for word, _ in counts.most_common(MAX_KEYWORDS)],
         )
-        self._record("topic", [page.text() for page in pages], f"{topic.summary} {' '.join(topic.keywords)}")
+        self._record(
+            "topic", [_spoken(page) for page in pages], f"{topic.summary} {' '.join(topic.keywords)}"
+        )
         return topic
 
     def update_profile(self, current_profile: str, pages: Sequence[Page]) -> str:
@@ -111,7 +113,7 @@ class OfflineLLM:
                 [line.strip() for line in current_profile.splitlines()] + new_lines, _profile_key
             )
             profile = "\n".join(merged[-MAX_PROFILE_LINES:])
-        self._record("profile", [current_profile, *(page.text() for page in pages)], profile)
+        self._record("profile", [current_profile, *(_spoken(page) for page in pages)], profile)
         return profile
 
     def extract_knowledge(self, pages: Sequence[Page]) -> ExtractedKnowledge:
@@ -128,7 +130,7 @@ class OfflineLLM:
             assistant_facts=_dedupe(f"Assistant: {_clip(s, MAX_FACT_CHARS)}" for s in assistant_sentences),
         )
         output = "\n".join(knowledge.user_facts + knowledge.assistant_facts)
-        self._record("knowledge", [page.text() for page in pages], output)
+        self._record("knowledge", [_spoken(page) for page in pages], output)
         return knowledge
 
     def answer(self, request: AnswerRequest) -> str:
@@ -145,12 +147,18 @@ class OfflineLLM:
                         scored.append((overlap, f"[{page.timestamp}] {speaker}: {sentence}"))
         scored.sort(key=lambda item: -item[0])
         reply = "\n".join(line for _, line in scored[:MAX_ANSWER_SENTENCES]) or NOT_IN_MEMORY
-        self._record("answer", [request.query, *(page.text() for page in pages)], reply)
+        self._record("answer", [request.query, *(_spoken(page) for page in pages)], reply)
         return reply
 
     def _record(self, operation: Operation, inputs: Iterable[str], output: str) -> None:
         prompt_tokens = sum(estimate_tokens(text) for text in inputs)
         self._usage.record(operation, prompt_tokens, estimate_tokens(output))
+
+
+def _spoken(page: Page) -> str:
+    """Both sides of the exchange without speaker labels (`Page.text()` has them), which would otherwise
+    count as words every page shares."""
+    return f"{page.user_input}\n{page.agent_response}"
 
 
 def _words(text: str) -> list[str]:

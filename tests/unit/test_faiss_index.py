@@ -1,7 +1,8 @@
 """FaissIndex against exact numpy search, on clustered vectors like real embeddings (uniform random vectors
-are the one distribution where IVF does worst and no embedding model produces)."""
+are IVF's worst case, and no embedding model produces them)."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import faiss
@@ -121,13 +122,13 @@ def test_float64_input_is_accepted(small: tuple[FaissIndex, np.ndarray, np.ndarr
         (lambda index: index.remove(np.array([[1]])), "ids"),
     ],
 )
-def test_invalid_input_names_the_argument(call, argument: str) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_input_names_the_argument(call: Callable[[FaissIndex], object], argument: str) -> None:
     with pytest.raises(ValueError, match=f"^{argument}:"):
         call(FaissIndex(DIM, gpu_policy="never"))
 
 
 def test_switch_to_ivf_keeps_ids_and_recall() -> None:
-    topics = centroids(60)
+    topics = centroids(300)  # more topics than IVF lists, so one list per query is not enough
     vectors = clustered(2500, topics, seed=5)
     ids = np.arange(2500, dtype=np.int64) * 3 + 1
     index = FaissIndex(DIM, ann_threshold=2000, gpu_policy="never")
@@ -136,6 +137,7 @@ def test_switch_to_ivf_keeps_ids_and_recall() -> None:
 
     stats = index.stats()
     assert stats["kind"] == "ivf" and stats["count"] == 2500
+    assert stats["nprobe"] is not None and 1 < stats["nprobe"] < (stats["nlist"] or 0)
     assert stats["measured_recall"] is not None and stats["measured_recall"] >= 0.95
     queries = clustered(200, topics, seed=6)  # not stored: calibration never saw them
     assert recall_at_10(index.search(queries, 10).ids, exact_top(ids, vectors, queries, 10)) >= 0.95
@@ -196,10 +198,18 @@ def corrupt_covered_seq(data: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     "damage",
-    [lambda data: data[:-100], lambda data: data[:20], corrupt_payload, corrupt_covered_seq, lambda _: b"x" * 99],
+    [
+        lambda data: data[:-100],
+        lambda data: data[:20],
+        corrupt_payload,
+        corrupt_covered_seq,
+        lambda _: b"x" * 99,
+    ],
     ids=["truncated", "header-only", "payload-bit-flip", "header-bit-flip", "foreign-file"],
 )
-def test_damaged_snapshot_is_rejected(tmp_path: Path, small: tuple[FaissIndex, np.ndarray, np.ndarray], damage) -> None:  # type: ignore[no-untyped-def]
+def test_damaged_snapshot_is_rejected(
+    tmp_path: Path, small: tuple[FaissIndex, np.ndarray, np.ndarray], damage: Callable[[bytes], bytes]
+) -> None:
     index, _, _ = small
     path = tmp_path / "pages.faiss"
     index.save(path, covered_seq=1)
@@ -258,7 +268,7 @@ def test_gpu_copy_serves_unfiltered_searches_and_follows_mutations(monkeypatch: 
     """The GPU branch with a CPU clone standing in for the GPU copy: same results, no stale copy."""
     uploads: list[object] = []
 
-    def fake_to_gpu(index: object, _module: object) -> object:
+    def fake_to_gpu(index: faiss.Index, _module: object) -> object:
         uploads.append(faiss.clone_index(index))
         return uploads[-1]
 

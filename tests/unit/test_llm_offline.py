@@ -51,6 +51,11 @@ class TestContinuity:
     def test_a_phatic_turn_continues(self) -> None:
         assert OfflineLLM().is_continuation(PASTA, THANKS)
 
+    def test_an_assistant_only_turn_on_a_new_subject_does_not(self) -> None:
+        assert not OfflineLLM().is_continuation(
+            MATH, page(5, "", "Reminder: your dentist appointment is at 3pm.")
+        )
+
     def test_shared_stopwords_are_not_enough(self) -> None:
         previous = page(1, "What is the weather like?", "It is sunny.")
         current = page(2, "What is the capital of Peru?", "Lima.")
@@ -79,7 +84,7 @@ class TestSummaries:
         topic = OfflineLLM().summarize_topic([TEACHER, MATH])
         assert topic.keywords[0] == "lyon"
         assert len(topic.keywords) <= 5
-        assert not {"the", "and", "yes"} & set(topic.keywords)
+        assert not {"the", "and", "yes", "user", "assistant"} & set(topic.keywords)
         assert topic.summary
 
 
