@@ -206,13 +206,29 @@ class SqliteStore:
         return int(self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages"))
 
     def neighbour_ids(self, page_ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each page, the ids of the page stored just before and just after it."""
-        result: dict[int, tuple[int | None, int | None]] = {}
-        for pid in page_ids:
-            before = self._one("SELECT MAX(page_id) FROM pages WHERE page_id < ?", (pid,))
-            after = self._one("SELECT MIN(page_id) FROM pages WHERE page_id > ?", (pid,))
-            result[pid] = (before, after)
-        return result
+        """For each page, the ids of the page stored just before and just after it.
+
+        Ids are consecutive unless pages were deleted, so id±1 is checked for all pages in one query and
+        only the gaps are looked up one by one.
+        """
+        probes = sorted({pid + step for pid in page_ids for step in (-1, 1)})
+        present: set[int] = set()
+        for start in range(0, len(probes), 900):
+            chunk = probes[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            present.update(row[0] for row in self._db.execute(f"SELECT page_id FROM pages WHERE page_id IN ({marks})", chunk))
+
+        def before(pid: int) -> int | None:
+            if pid - 1 in present:
+                return pid - 1
+            return self._one("SELECT MAX(page_id) FROM pages WHERE page_id < ?", (pid,))
+
+        def after(pid: int) -> int | None:
+            if pid + 1 in present:
+                return pid + 1
+            return self._one("SELECT MIN(page_id) FROM pages WHERE page_id > ?", (pid,))
+
+        return {pid: (before(pid), after(pid)) for pid in page_ids}
 
     def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
         assignments = ", ".join(f"{name} = ?" for name in fields)

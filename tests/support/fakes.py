@@ -1,0 +1,143 @@
+"""Deterministic stand-ins for the model-backed parts, so engine tests run with no model and no network.
+
+- `HashEmbedder`: hashed bag-of-words vectors, L2-normalized. Texts sharing words are close, texts sharing
+  none are (nearly) orthogonal; the same text always gives the same vector, in every process.
+- `FakeClock`: a clock that moves only when told, so heat and recency are exact.
+- `ScriptedLLM`: the offline extractive LLM, told to raise `LLMError` for chosen operations.
+"""
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from memoryos.errors import LLMError
+from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
+from memoryos.llm.offline import OfflineLLM
+from memoryos.types import Page
+
+FAKE_MODEL_NAME = "fake-hash-embedder"
+FAKE_DIM = 256
+"""Wide enough that the few dozen distinct words of a test rarely collide in one bucket."""
+
+T0 = 1_714_557_600.0
+"""2024-05-01 10:00:00 UTC: the start of every fake clock."""
+
+_WORD = re.compile(r"\w+")
+
+
+class HashEmbedder:
+    """`Embedder` whose vector for a text is the normalized count of its hashed lowercase words.
+
+    Each word lands in one of `dim` buckets with a sign, both from a stable hash (not Python's salted
+    `hash`), so a child process embeds exactly as the test process does. A text with no word gets a fixed
+    unit vector rather than zero, as real models never return zero.
+    """
+
+    def __init__(self, name: str = FAKE_MODEL_NAME, dim: int = FAKE_DIM) -> None:
+        self._name = name
+        self._dim = dim
+        self.encoded_texts = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def vector(self, text: str) -> np.ndarray:
+        vector = np.zeros(self._dim, dtype=np.float32)
+        for word in _WORD.findall(text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self._dim
+            vector[bucket] += 1.0 if digest[4] & 1 else -1.0
+        norm = float(np.linalg.norm(vector))
+        if norm == 0:
+            vector[0] = 1.0
+            return vector
+        return vector / norm
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        self.encoded_texts += len(texts)
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        return np.stack([self.vector(text) for text in texts]).astype(np.float32)
+
+
+class FakeClock:
+    """Unix seconds that change only through `advance` and `set`."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float = 0.0, *, hours: float = 0.0) -> float:
+        self.now += seconds + hours * 3600.0
+        return self.now
+
+    def set(self, now: float) -> None:
+        self.now = now
+
+
+class ScriptedLLM:
+    """`MemoryLLM` doing the offline backend's work, except that operations named in `fail_on` raise
+    `LLMError`, as a real backend does once its retries are spent. `calls` counts attempts per operation
+    (failed ones included). Operation names are the usage names: continuity, chain_summary, topic,
+    profile, knowledge, answer."""
+
+    def __init__(self, fail_on: set[str] | None = None) -> None:
+        self.inner = OfflineLLM()
+        self.fail_on: set[str] = set(fail_on or ())
+        self.calls: dict[str, int] = {}
+
+    def _attempt(self, operation: str) -> None:
+        self.calls[operation] = self.calls.get(operation, 0) + 1
+        if operation in self.fail_on:
+            raise LLMError(f"scripted failure of {operation}")
+
+    @property
+    def usage(self) -> dict[str, OperationUsage]:
+        return self.inner.usage
+
+    def is_continuation(self, previous: Page, current: Page) -> bool:
+        self._attempt("continuity")
+        return self.inner.is_continuation(previous, current)
+
+    def summarize_chain(self, pages: Sequence[Page]) -> str:
+        self._attempt("chain_summary")
+        return self.inner.summarize_chain(pages)
+
+    def summarize_topic(self, pages: Sequence[Page]) -> TopicSummary:
+        self._attempt("topic")
+        return self.inner.summarize_topic(pages)
+
+    def update_profile(self, current_profile: str, pages: Sequence[Page]) -> str:
+        self._attempt("profile")
+        return self.inner.update_profile(current_profile, pages)
+
+    def extract_knowledge(self, pages: Sequence[Page]) -> ExtractedKnowledge:
+        self._attempt("knowledge")
+        return self.inner.extract_knowledge(pages)
+
+    def answer(self, request: AnswerRequest) -> str:
+        self._attempt("answer")
+        return self.inner.answer(request)
+
+
+def unit(dim: int, *weights: tuple[int, float]) -> np.ndarray:
+    """A hand-made unit vector of `dim` from (axis, weight) pairs: `unit(8, (0, 1), (1, 1))` is 45° between
+    axes 0 and 1."""
+    vector = np.zeros(dim, dtype=np.float32)
+    for axis, weight in weights:
+        vector[axis] += weight
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def axis(dim: int, index: int) -> np.ndarray:
+    """The unit vector along one axis."""
+    return unit(dim, (index, 1.0))
