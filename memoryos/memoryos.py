@@ -6,6 +6,7 @@ the caller's thread, like the reference; the service runs the same planners on i
 """
 
 import functools
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -142,6 +143,10 @@ class Memoryos:
         meta_data = raw.get("meta_data")
         if meta_data is not None and not isinstance(meta_data, Mapping):
             raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
+        try:
+            json.dumps(dict(meta_data or {}))
+        except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
+            raise InvalidInputError(f"{prefix}meta_data", f"must be JSON-serializable: {error}") from None
         limit = self.config.max_text_chars
         moment = parse_timestamp(
             f"{prefix}timestamp", raw.get("timestamp"), datetime.fromtimestamp(self.clock(), UTC)

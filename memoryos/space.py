@@ -60,9 +60,11 @@ class MemorySpace:
         self.store = SqliteStore(directory / STORE_FILE)
         self.embedding_model = embedding_model
         self.dim = self._check_fingerprint(embedding_model, model_dim)
-        self.page_index = self._open_page_index()
+        self.page_index, snapshot_stale = self._open_page_index()
         self._sample = _ScoreSample(self.store, self.dim)
-        self._ops_since_snapshot = 0
+        # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
+        # close, so the next open does not rebuild (or replay) again.
+        self._ops_since_snapshot = 1 if snapshot_stale else 0
         self._last_snapshot_at = clock()
         self.closed = False
 
@@ -83,8 +85,11 @@ class MemorySpace:
             raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
         return int(stored_dim)
 
-    def _open_page_index(self) -> FaissIndex:
-        """Load the snapshot and replay pages stored after it; rebuild from the store when it is unusable."""
+    def _open_page_index(self) -> tuple[FaissIndex, bool]:
+        """Load the snapshot and replay pages stored after it; rebuild from the store when it is unusable.
+
+        Returns the index and whether the snapshot on disk is stale (missing, unusable or replayed onto).
+        """
         path = self.directory / PAGE_INDEX_FILE
         covered = 0
         index: FaissIndex | None = None
@@ -100,6 +105,7 @@ class MemorySpace:
                 log.warning(
                     "page index snapshot unusable, rebuilding from the store", extra={"reason": str(error)}
                 )
+        stale = index is None
         if index is None:
             index = FaissIndex(
                 self.dim, ann_threshold=self.config.index_ann_threshold, gpu_policy=self.config.faiss_use_gpu
@@ -111,7 +117,8 @@ class MemorySpace:
                 break
             index.add(ids, vectors)
             covered = int(ids[-1])
-        return index
+            stale = True
+        return index, stale
 
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:

@@ -14,7 +14,8 @@ MAX_ID_CHARS = 128
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
 """The reference package's timestamp format, kept for stored and returned timestamps."""
 
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*")
+"""Matched whole (`fullmatch`): with `match` and `$`, a trailing newline would pass."""
 
 
 def validate_id(field: str, value: object) -> str:
@@ -27,7 +28,7 @@ def validate_id(field: str, value: object) -> str:
         raise InvalidInputError(field, f"must be at most {MAX_ID_CHARS} characters, got {len(value)}")
     if "\x00" in value or "/" in value or "\\" in value or ".." in value:
         raise InvalidInputError(field, "must not contain '/', '\\\\', '..' or NUL")
-    if not _ID_PATTERN.match(value):
+    if not _ID_PATTERN.fullmatch(value):
         raise InvalidInputError(
             field, "may contain only letters, digits and . _ @ + -, and must start with a letter or digit"
         )

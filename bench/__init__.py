@@ -1,0 +1,1 @@
+"""The benchmark suite: `python -m bench` reproduces every figure in the README."""

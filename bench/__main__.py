@@ -1,0 +1,43 @@
+"""`python -m bench`: run the benchmark suite and write docs/benchmarks/results.{json,md}."""
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+from bench.engine import run_engine
+from bench.recall import run_recall
+from bench.report import markdown
+from memoryos.config import MemoryConfig
+from memoryos.memoryos import shared_embedder
+
+OUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="1000,10000,100000", help="stored pages for the latency runs")
+    parser.add_argument("--only", choices=["engine", "recall"], default=None)
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    args = parser.parse_args()
+    config = MemoryConfig(torch_threads=1)
+    model = shared_embedder(config)
+    results: dict[str, object] = {"machine": machine(), "torch_threads": 1}
+    if args.only in (None, "engine"):
+        results["engine"] = run_engine([int(s) for s in args.sizes.split(",")], config, model)
+    if args.only in (None, "recall"):
+        results["recall"] = run_recall(config, model)
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "" if args.only is None else f"-{args.only}"
+    (args.out / f"results{suffix}.json").write_text(json.dumps(results, indent=2))
+    (args.out / f"results{suffix}.md").write_text(markdown(results))
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
