@@ -5,10 +5,9 @@ nothing of the engine, so fills reuse vectors of the real texts; every timed ope
 retrieve, batch ingest) encodes with the real model.
 """
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
-
-import re
 
 import numpy as np
 
@@ -30,7 +29,13 @@ def exchanges(count: int, conversations: Sequence[LocomoConversation]) -> list[d
     for i in range(count):
         pair = base[i % len(base)]
         suffix = f" (#{i // len(base)})" if i >= len(base) else ""
-        turns.append({"user_input": pair.user_input + suffix, "agent_response": pair.agent_response, "timestamp": pair.timestamp})
+        turns.append(
+            {
+                "user_input": pair.user_input + suffix,
+                "agent_response": pair.agent_response,
+                "timestamp": pair.timestamp,
+            }
+        )
     return turns
 
 

@@ -45,7 +45,9 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
     questions = [q.question for c in conversations for q in c.qa][:TIMED_CALLS]
     fill = exchanges(pages, conversations)
     reusing = ReusingEmbedder(model)
-    memory = Memoryos(user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=reusing)
+    memory = Memoryos(
+        user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=reusing
+    )
     started = time.perf_counter()
     for start in tqdm(range(0, pages, FILL_BATCH), desc=f"fill {pages:,} pages", unit="batch", leave=False):
         memory.add_memories(fill[start : start + FILL_BATCH])
@@ -59,7 +61,8 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
     memory = Memoryos(user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=model)
     retrieve = _timed([lambda q=q: memory.retrieve(q) for q in questions])
     new_turns = [
-        (f"new note {i}: {t['user_input']}", t["agent_response"]) for i, t in enumerate(exchanges(TIMED_CALLS, conversations))
+        (f"new note {i}: {t['user_input']}", t["agent_response"])
+        for i, t in enumerate(exchanges(TIMED_CALLS, conversations))
     ]
     add = _timed([lambda u=u, a=a: memory.add_memory(u, a) for u, a in new_turns])
     encode = _timed([lambda u=u: model.encode([u + " encode-only"]) for u, _ in new_turns])
@@ -85,11 +88,16 @@ def ingest_throughput(model: Embedder, batch_sizes: tuple[int, ...], turns: int)
     sample = exchanges(turns, dev_conversations())
     for batch in batch_sizes:
         with tempfile.TemporaryDirectory() as scratch:
-            memory = Memoryos(user_id=f"ingest{batch}", openai_api_key=None, data_storage_path=scratch, embedder=model)
+            memory = Memoryos(
+                user_id=f"ingest{batch}", openai_api_key=None, data_storage_path=scratch, embedder=model
+            )
             started = time.perf_counter()
             for start in range(0, turns, batch):
                 memory.add_memories(
-                    [{**t, "user_input": f"{t['user_input']} [{batch}]"} for t in sample[start : start + batch]]
+                    [
+                        {**t, "user_input": f"{t['user_input']} [{batch}]"}
+                        for t in sample[start : start + batch]
+                    ]
                 )
             elapsed = time.perf_counter() - started
             memory.close()

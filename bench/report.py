@@ -25,7 +25,10 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("recall"):
         rows = results["recall"]
         ks = _ks(rows[0])
-        lines += ["", "| conversation | category | questions | " + " | ".join(f"recall@{k}" for k in ks) + " |"]
+        lines += [
+            "",
+            "| conversation | category | questions | " + " | ".join(f"recall@{k}" for k in ks) + " |",
+        ]
         lines.append("| --- | --- | --- | " + " | ".join("---" for _ in ks) + " |")
         for row in rows:
             report = row["recall"]
@@ -37,7 +40,9 @@ def markdown(results: dict[str, Any]) -> str:
             for category, by_k in sorted(report["by_category"].items(), key=lambda item: int(item[0])):
                 count = report["category_counts"][category]
                 lines.append(
-                    f"| {row['sample_id']} | {category} | {count} | " + " | ".join(f"{by_k[k]:.3f}" for k in ks) + " |"
+                    f"| {row['sample_id']} | {category} | {count} | "
+                    + " | ".join(f"{by_k[k]:.3f}" for k in ks)
+                    + " |"
                 )
         mean_at = {k: sum(r["recall"]["overall"][k] for r in rows) / len(rows) for k in ks}
         lines.append("| **mean** | all | | " + " | ".join(f"**{mean_at[k]:.3f}**" for k in ks) + " |")

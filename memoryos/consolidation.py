@@ -39,12 +39,19 @@ class Consolidator:
         self.clock = clock
 
     def run(self, space: MemorySpace) -> None:
-        """Move STM overflow into mid-term memory, then promote every hot segment."""
+        """Move STM overflow into mid-term memory, then promote every hot segment.
+
+        The two steps fail independently: pages the LLM cannot file yet do not hold back the analysis of
+        segments already hot.
+        """
         try:
             self.move_overflow(space)
+        except LLMError as error:
+            log.warning("moving short-term overflow postponed: the LLM failed", extra={"error": str(error)})
+        try:
             self.promote(space, space.segments_to_promote(self.clock()))
         except LLMError as error:
-            log.warning("consolidation postponed: the LLM failed", extra={"error": str(error)})
+            log.warning("promotion postponed: the LLM failed", extra={"error": str(error)})
 
     def move_overflow(self, space: MemorySpace) -> None:
         """Pages beyond `short_term_capacity`, oldest first, join dialogue chains and then topic segments.
@@ -110,19 +117,33 @@ class Consolidator:
         )
 
     def promote(self, space: MemorySpace, segment_ids: Sequence[int]) -> None:
-        """Analyze each segment's unanalyzed pages into the profile and long-term facts, then reset it."""
+        """Analyze each segment's unanalyzed pages into the profile and long-term facts, then reset it.
+
+        A segment whose analysis fails keeps its pages unanalyzed (retried on a later trigger) and does not
+        stop the others: one segment the LLM keeps failing on must not starve every segment behind it. The
+        first failure is raised once the rest are done.
+        """
+        failure: LLMError | None = None
         for segment_id in segment_ids:
-            pages = space.unanalyzed_pages(segment_id)
-            if not pages:
-                continue
-            profile = self.llm.update_profile(space.profile(), pages)
-            knowledge = self.llm.extract_knowledge(pages)
-            timestamp = format_unix_timestamp(self.clock())
-            space.apply(UpdateProfile(text=profile, source_segment_id=segment_id))
-            for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
-                if texts:
-                    vectors = self.embedder.encode(texts)
-                    space.apply(
-                        AddKnowledge(knowledge_kind=kind, texts=texts, vectors=vectors, timestamp=timestamp)
-                    )
-            space.apply(MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages]))
+            try:
+                self._promote_one(space, segment_id)
+            except LLMError as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+
+    def _promote_one(self, space: MemorySpace, segment_id: int) -> None:
+        pages = space.unanalyzed_pages(segment_id)
+        if not pages:
+            return
+        profile = self.llm.update_profile(space.profile(), pages)
+        knowledge = self.llm.extract_knowledge(pages)
+        timestamp = format_unix_timestamp(self.clock())
+        space.apply(UpdateProfile(text=profile, source_segment_id=segment_id))
+        for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
+            if texts:
+                vectors = self.embedder.encode(texts)
+                space.apply(
+                    AddKnowledge(knowledge_kind=kind, texts=texts, vectors=vectors, timestamp=timestamp)
+                )
+        space.apply(MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages]))

@@ -27,8 +27,8 @@ from memoryos.ops import (
     RecordVisits,
     UpdateProfile,
 )
-from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
-from memoryos.storage.sqlite_store import SqliteStore, from_blobs
+from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError, set_faiss_threads
+from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from_blobs
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class MemorySpace:
         self.store = SqliteStore(directory / STORE_FILE)
         self.embedding_model = embedding_model
         self.dim = self._check_fingerprint(embedding_model, model_dim)
+        set_faiss_threads(config.faiss_omp_threads)
         self.page_index, snapshot_stale = self._open_page_index()
         self._sample = _ScoreSample(self.store, self.dim)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
@@ -127,8 +128,9 @@ class MemorySpace:
             with self.store.transaction():
                 created = self._dispatch(op)
             if isinstance(op, AddTurns):
-                self.page_index.add(np.array(created, dtype=np.int64), op.vectors)
-                self._sample.offer(op.vectors)
+                stored = at_stored_precision(op.vectors)
+                self.page_index.add(np.array(created, dtype=np.int64), stored)
+                self._sample.offer(stored)
                 self._ops_since_snapshot += 1
                 self._maybe_snapshot()
             return created

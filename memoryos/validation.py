@@ -83,8 +83,15 @@ def parse_timestamp(field: str, value: object, now: datetime | None = None) -> d
 
 
 def format_timestamp(moment: datetime) -> str:
-    """The stored/returned form of a timestamp."""
-    return moment.strftime(TIMESTAMP_FORMAT)
+    """The stored/returned form of a timestamp (`TIMESTAMP_FORMAT`).
+
+    Built by hand rather than with `strftime`, which writes year 999 as "999" on Linux: a form that
+    `strptime` cannot read back, so such a page would fail consolidation on every later write.
+    """
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
 
 
 def format_unix_timestamp(seconds: float) -> str:

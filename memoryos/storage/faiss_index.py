@@ -58,6 +58,11 @@ _CHECKED_HEADER_BYTES = _HEADER.size - 4  # every header field but the checksum 
 _HASHTABLE_DIRECT_MAP = faiss.DirectMap.Hashtable  # type: ignore[attr-defined]  # the 1.15 stubs omit it
 
 
+def set_faiss_threads(threads: int) -> None:
+    """faiss's OpenMP pool is process-wide; set it once from the config."""
+    faiss.omp_set_num_threads(threads)
+
+
 class IndexSnapshotError(StorageError):
     """A snapshot is missing, truncated, corrupt or of another dimension: rebuild from the canonical store."""
 

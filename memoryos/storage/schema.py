@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS pages (
 );
 CREATE INDEX IF NOT EXISTS pages_by_tier ON pages(tier, page_id);
 CREATE INDEX IF NOT EXISTS pages_by_segment ON pages(segment_id);
+CREATE INDEX IF NOT EXISTS pages_by_chain ON pages(chain_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS pages_fts USING fts5(
     user_input, agent_response, content='pages', content_rowid='page_id', tokenize='porter unicode61'
 );

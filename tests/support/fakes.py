@@ -86,19 +86,23 @@ class FakeClock:
 
 class ScriptedLLM:
     """`MemoryLLM` doing the offline backend's work, except that operations named in `fail_on` raise
-    `LLMError`, as a real backend does once its retries are spent. `calls` counts attempts per operation
-    (failed ones included). Operation names are the usage names: continuity, chain_summary, topic,
+    `LLMError`, as a real backend does once its retries are spent; so does analysing a page containing
+    `poison`. `calls` counts attempts per operation (failed ones included). Operation names are the usage names: continuity, chain_summary, topic,
     profile, knowledge, answer."""
 
-    def __init__(self, fail_on: set[str] | None = None) -> None:
+    def __init__(self, fail_on: set[str] | None = None, poison: str | None = None) -> None:
         self.inner = OfflineLLM()
         self.fail_on: set[str] = set(fail_on or ())
+        self.poison = poison
+        """Analysis (profile, knowledge) of pages whose user_input contains this text always fails."""
         self.calls: dict[str, int] = {}
 
-    def _attempt(self, operation: str) -> None:
+    def _attempt(self, operation: str, pages: Sequence[Page] = ()) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         if operation in self.fail_on:
             raise LLMError(f"scripted failure of {operation}")
+        if self.poison is not None and any(self.poison in page.user_input for page in pages):
+            raise LLMError(f"scripted failure of {operation} on a poisoned page")
 
     @property
     def usage(self) -> dict[str, OperationUsage]:
@@ -117,11 +121,11 @@ class ScriptedLLM:
         return self.inner.summarize_topic(pages)
 
     def update_profile(self, current_profile: str, pages: Sequence[Page]) -> str:
-        self._attempt("profile")
+        self._attempt("profile", pages)
         return self.inner.update_profile(current_profile, pages)
 
     def extract_knowledge(self, pages: Sequence[Page]) -> ExtractedKnowledge:
-        self._attempt("knowledge")
+        self._attempt("knowledge", pages)
         return self.inner.extract_knowledge(pages)
 
     def answer(self, request: AnswerRequest) -> str:

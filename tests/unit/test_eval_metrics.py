@@ -50,7 +50,8 @@ def test_recall_rejects_questions_without_evidence_and_nonpositive_k() -> None:
         evidence_recall_at_k(["D1:3"], RANKED, 0)
 
 
-def test_pages_map_back_to_dia_ids_by_exact_text() -> None:
+def test_pages_map_back_to_dia_ids_by_exact_stripped_text() -> None:
+    """The engine stores texts stripped; LoCoMo has a leading space in conv-41."""
     pairs = [
         _pair(0, "hi", "hello", ["D1:1", "D1:2"]),
         _pair(1, "(no message)", "hey", ["D2:1"]),
@@ -59,8 +60,8 @@ def test_pages_map_back_to_dia_ids_by_exact_text() -> None:
     index = page_dia_ids(pairs)
 
     assert index[("hi", "hello")] == ["D1:1", "D1:2", "D3:1", "D3:2"]
-    retrieved = [pairs[1], _pair(9, "hi ", "hello", ["D9:9"])]
-    assert ranked_dia_ids(retrieved, index) == [["D2:1"], []]
+    retrieved = [pairs[1], _pair(9, " hi ", "hello", ["D9:9"]), _pair(10, "bye", "hello", ["D9:10"])]
+    assert ranked_dia_ids(retrieved, index) == [["D2:1"], ["D1:1", "D1:2", "D3:1", "D3:2"], []]
 
 
 def test_report_averages_per_category_and_overall_over_questions_with_evidence() -> None:

@@ -1,5 +1,6 @@
 """The `Memoryos` facade end to end with a hashed fake embedder, the offline LLM and a fixed clock."""
 
+import math
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memoryos import EmbeddingModelMismatchError, LLMError, Memoryos, MemoryConfig
+from memoryos import EmbeddingModelMismatchError, LLMError, MemoryConfig, Memoryos
 from memoryos.llm.base import MemoryLLM
 from memoryos.llm.offline import OfflineLLM
 from memoryos.space import STORE_FILE
@@ -127,6 +128,14 @@ def test_timestamps_in_both_accepted_formats_are_stored_in_the_reference_form(me
     memory.close()
 
 
+def test_a_page_from_an_early_year_is_consolidated_like_any_other(memory: Memoryos) -> None:
+    memory.add_memory(*NURSE, timestamp="0999-05-01T10:00:00")
+    add_all(memory, TOPICS[1:4])
+    (early,) = [p for p in memory.space.store.pages_in_tier("mtm") if p.user_input == NURSE[0]]
+    assert early.timestamp == "0999-05-01 10:00:00"
+    memory.close()
+
+
 def test_meta_data_is_stored_and_returned_in_every_tier_and_after_reopen(tmp_path: Path) -> None:
     memory = make(tmp_path, short_term_capacity=1)
     memory.add_memory(*PORTO, meta_data={"session": "s1", "n": 3, "tags": ["family"]})
@@ -191,6 +200,34 @@ def test_hot_segments_are_promoted_automatically(tmp_path: Path) -> None:
     memory.close()
 
 
+def test_segment_heat_in_stats_cools_as_time_passes(tmp_path: Path) -> None:
+    clock = FakeClock()
+    memory = make(tmp_path, clock=clock, short_term_capacity=1)
+    add_all(memory, [NURSE, CAT])
+    (segment,) = memory.get_memory_stats()["segments"]
+    assert segment["heat"] == pytest.approx(2.0)
+    clock.advance(hours=24)
+    (cooled,) = memory.get_memory_stats()["segments"]
+    assert cooled["heat"] == pytest.approx(1 + math.exp(-1))
+    memory.close()
+
+
+def test_a_fact_said_again_is_stored_once_and_facts_are_bounded(tmp_path: Path) -> None:
+    memory = make(tmp_path, short_term_capacity=1, long_term_knowledge_capacity=3)
+    add_all(memory, [NURSE, CAT])
+    memory.force_mid_term_analysis()
+    add_all(memory, [NURSE, CAT], start_minute=2)  # said again, and filed again
+    memory.force_mid_term_analysis()
+    facts = [k["knowledge"] for k in memory.get_user_knowledge()]
+    assert sum("nurse" in fact for fact in facts) == 1
+    add_all(memory, [HIKING, GUITAR, PORTO, MUSEUM], start_minute=4)
+    memory.force_mid_term_analysis()
+    assert len(memory.get_user_knowledge()) == 3
+    assert memory.get_memory_stats()["user_knowledge"] == 3
+    assert memory.space.store.knowledge_history("user")  # dropped facts are kept as history
+    memory.close()
+
+
 # --- an LLM failure never becomes memory --------------------------------------------------------------
 def test_profile_failure_keeps_the_previous_profile_and_the_pages_and_is_retried(tmp_path: Path) -> None:
     llm = ScriptedLLM()
@@ -229,6 +266,35 @@ def test_topic_failure_keeps_pages_in_short_term_memory_until_it_succeeds(tmp_pa
     stats = memory.get_memory_stats()
     assert (stats["short_term_pages"], stats["mid_term_pages"]) == (1, 3)
     assert all_texts(memory) == TOPICS[:4]
+    memory.close()
+
+
+def test_a_segment_whose_analysis_keeps_failing_does_not_starve_the_others(tmp_path: Path) -> None:
+    llm = ScriptedLLM(poison="Miso")
+    memory = make(tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0)
+    add_all(memory, [NURSE, CAT, HIKING, GUITAR])  # CAT then HIKING leave STM, each in its own segment
+    mid_term = {p.user_input: p for p in memory.space.store.pages_in_tier("mtm")}
+    cat, hiking = mid_term[CAT[0]], mid_term[HIKING[0]]
+    assert cat.segment_id is not None and cat.segment_id < (hiking.segment_id or 0)
+    profile = memory.get_user_profile_summary()
+    assert "hiking" in profile and "nurse" in profile
+    assert memory.space.pages([hiking.page_id])[0].analyzed
+    assert not memory.space.pages([cat.page_id])[0].analyzed  # kept, to be retried
+    assert "Miso" not in profile
+    with pytest.raises(LLMError):  # the explicit call reports the failure, after analyzing the rest
+        memory.force_mid_term_analysis()
+    memory.close()
+
+
+def test_pages_that_cannot_be_filed_yet_do_not_hold_back_promotion(tmp_path: Path) -> None:
+    llm = ScriptedLLM(fail_on={"profile"})
+    memory = make(tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0)
+    add_all(memory, [NURSE, CAT])  # NURSE is filed; its analysis fails
+    assert memory.get_user_profile_summary() == ""
+    llm.fail_on = {"topic"}
+    add_all(memory, [HIKING], start_minute=2)  # CAT cannot be filed now, NURSE's segment is still hot
+    assert "nurse" in memory.get_user_profile_summary()
+    assert memory.get_memory_stats()["short_term_pages"] == 2
     memory.close()
 
 

@@ -157,3 +157,9 @@ def test_stored_format_round_trips() -> None:
     assert format_timestamp(moment) == "2024-05-01 10:00:07"
     assert parse_timestamp("t", format_timestamp(moment)) == moment
     assert format_unix_timestamp(1714557600.0) == "2024-05-01 10:00:00"
+
+
+def test_early_years_are_stored_zero_padded_so_they_read_back() -> None:
+    moment = parse_timestamp("timestamp", "0999-05-01T10:00:00")
+    assert format_timestamp(moment) == "0999-05-01 10:00:00"
+    assert datetime.strptime(format_timestamp(moment), "%Y-%m-%d %H:%M:%S") == moment
