@@ -58,6 +58,13 @@ class MemoryConfig(BaseSettings):
     neighbour_weight: float = Field(0.25, ge=0)
     candidate_pool: int = Field(200, gt=0, description="Candidates per signal before fusion.")
 
+    # Ingest.
+    ingest_mode: Literal["background", "inline"] = Field(
+        "background",
+        description="background: add_memory stores the page durably and returns; a thread embeds and "
+        "consolidates (reads wait for it). inline: all of it on the caller's thread, like the reference.",
+    )
+
     # Input limits.
     max_text_chars: int = Field(20000, gt=0, description="Longer user_input/agent_response is rejected.")
 
@@ -81,6 +88,11 @@ class MemoryConfig(BaseSettings):
     llm_max_concurrency: int = Field(4, gt=0, description="Concurrent LLM calls during consolidation.")
 
     # Vector index.
+    vector_backend: Literal["faiss", "chroma"] = Field(
+        "faiss",
+        description="Page index backend. faiss: opens fastest, no per-space threads; chroma: for deployments "
+        "that already run ChromaDB (extra `chroma`; it persists every write itself).",
+    )
     index_ann_threshold: int = Field(
         50000, gt=0, description="Vectors at which a space switches from exact to approximate search."
     )

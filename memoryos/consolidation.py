@@ -61,6 +61,8 @@ class Consolidator:
         """
         stm = space.short_term_pages()
         overflow = stm[: max(0, len(stm) - space.config.short_term_capacity)]
+        waiting = next((i for i, page in enumerate(overflow) if not page.embedded), None)
+        overflow = overflow[:waiting]  # a page still waiting for its vector holds back the younger ones
         runs: list[tuple[bool, list[Page]]] = []
         previous = space.last_chained_page()
         for page in overflow:

@@ -17,9 +17,10 @@ from memoryos.config import MemoryConfig
 from memoryos.consolidation import Consolidator
 from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import InvalidInputError
+from memoryos.ingest import BackgroundIngestor
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.llm.base import AnswerRequest
-from memoryos.ops import AddTurns, RecordVisits
+from memoryos.ops import AddTurns, EmbedPages, RecordVisits
 from memoryos.retrieval import retrieve_context
 from memoryos.space import MemorySpace
 from memoryos.types import MemoryStats, Page, RetrievedContext, RetrievedPage, SegmentStats, Turn
@@ -100,6 +101,13 @@ class Memoryos:
             clock,
         )
         self.consolidator = Consolidator(self.llm, self.embedder, clock)
+        self._ingestor = (
+            BackgroundIngestor(self._ingest_step, name=f"memoryos-ingest-{self.user_id}")
+            if self.config.ingest_mode == "background"
+            else None
+        )
+        if self.space.pending_page_ids(1):
+            self._process_writes()  # acknowledged before a crash, not yet embedded
 
     # --- writing --------------------------------------------------------------------------------------
     def add_memory(
@@ -130,10 +138,36 @@ class Memoryos:
         ]
         if not validated:
             raise InvalidInputError(_field_prefix or "turns", "must contain at least one turn")
-        vectors = self.embedder.encode([turn.text() for turn in validated])
-        page_ids = self.space.apply(AddTurns(turns=validated, vectors=vectors))
-        self.consolidator.run(self.space)
+        if self._ingestor is not None:
+            page_ids = self.space.apply(AddTurns(turns=validated))  # durable now; embedded by the thread
+        else:
+            page_ids = self.space.apply(
+                AddTurns(turns=validated, vectors=self.embedder.encode([turn.text() for turn in validated]))
+            )
+        self._process_writes()
         return page_ids
+
+    def _process_writes(self) -> None:
+        if self._ingestor is not None:
+            self._ingestor.notify()
+        else:
+            while self._ingest_step():
+                pass
+
+    def _ingest_step(self) -> bool:
+        """Embed one batch of pending pages (True: call again), or consolidate once nothing is pending."""
+        pending = self.space.pages(self.space.pending_page_ids(self.config.embedding_batch_size))
+        if pending:
+            vectors = self.embedder.encode([page.text() for page in pending])
+            self.space.apply(EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors))
+            return True
+        self.consolidator.run(self.space)
+        return False
+
+    def flush(self) -> None:
+        """Wait until every write so far is embedded and consolidated (reads do this themselves)."""
+        if self._ingestor is not None:
+            self._ingestor.flush()
 
     def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
         if not isinstance(raw, Mapping):
@@ -164,6 +198,7 @@ class Memoryos:
     ) -> RetrievedContext:
         """Context for `query` from every tier. Segments of the returned pages get a visit (heat)."""
         text = validate_text("query", query, self.config.max_text_chars)
+        self.flush()
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
         query_vector = self.embedder.encode([text], is_query=True)[0]
@@ -210,19 +245,23 @@ class Memoryos:
         return response
 
     def get_user_profile_summary(self) -> str:
+        self.flush()
         return self.space.profile()
 
     def get_assistant_knowledge_summary(self) -> list[dict[str, str]]:
         """The assistant's facts in this space, as the reference's `{knowledge, timestamp}` records."""
+        self.flush()
         return [
             {"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("assistant")
         ]
 
     def get_user_knowledge(self) -> list[dict[str, str]]:
+        self.flush()
         return [{"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("user")]
 
     def force_mid_term_analysis(self) -> None:
         """Analyze every segment with unanalyzed pages now, whatever its heat."""
+        self.flush()
         segments = [s.segment_id for s in self.space.segments()]
         self.consolidator.promote(self.space, [sid for sid in segments if self.space.unanalyzed_pages(sid)])
 
@@ -230,6 +269,7 @@ class Memoryos:
         return self.stats().model_dump()
 
     def stats(self) -> MemoryStats:
+        self.flush()
         counts = self.space.store.count_pages()
         heats = self.space.segment_heats(self.clock())
         return MemoryStats(
@@ -258,10 +298,18 @@ class Memoryos:
     # --- lifecycle ------------------------------------------------------------------------------------
     def forget_user(self) -> None:
         """Erase this space entirely, files included. The instance cannot be used afterwards."""
+        self._stop_ingest()
         self.space.erase()
 
     def close(self) -> None:
+        """Finish pending writes, snapshot the index and close the store; a second call does nothing."""
+        self._stop_ingest()
         self.space.close()
+
+    def _stop_ingest(self) -> None:
+        if self._ingestor is not None:
+            self._ingestor.close()
+            self._ingestor = None
 
     def __enter__(self) -> "Memoryos":
         return self

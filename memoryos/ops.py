@@ -21,10 +21,22 @@ class Op(BaseModel):
 
 
 class AddTurns(Op):
-    """Append exchanges to short-term memory, one vector per turn."""
+    """Append exchanges to short-term memory, one vector per turn.
+
+    Without vectors the pages are stored pending: durable and listed in STM at once, embedded later by
+    `EmbedPages`. That is how `add_memory` acknowledges a write before the model has seen it.
+    """
 
     kind: Literal["add_turns"] = "add_turns"
     turns: list[Turn]
+    vectors: Vectors | None = None
+
+
+class EmbedPages(Op):
+    """Attach vectors to pending pages, which makes them searchable."""
+
+    kind: Literal["embed_pages"] = "embed_pages"
+    page_ids: list[int]
     vectors: Vectors
 
 
@@ -89,4 +101,6 @@ class MarkAnalyzed(Op):
     page_ids: list[int]
 
 
-AnyOp = AddTurns | LinkChain | FileTopic | RecordVisits | UpdateProfile | AddKnowledge | MarkAnalyzed
+AnyOp = (
+    AddTurns | EmbedPages | LinkChain | FileTopic | RecordVisits | UpdateProfile | AddKnowledge | MarkAnalyzed
+)

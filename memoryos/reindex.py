@@ -39,8 +39,9 @@ def reindex_space(
         facts = store.all_knowledge_texts()
         fact_vectors = embedder.encode([text for _, text in facts]) if facts else np.zeros((0, embedder.dim))
         with store.transaction():
-            for page_id, vector in vectors.items():
-                store.set_page_vector(page_id, vector)
+            store.set_page_vectors(
+                list(vectors), np.stack(list(vectors.values())) if vectors else np.zeros((0, embedder.dim))
+            )
             for segment_id in store.all_segment_ids():
                 members = store.segment_page_ids(segment_id)
                 if members:

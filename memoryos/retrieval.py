@@ -96,6 +96,13 @@ def retrieve_context(
     space: MemorySpace, query: str, query_vector: np.ndarray, page_k: int, knowledge_k: int, now: float
 ) -> RetrievedContext:
     """Everything the answer needs from every tier; reads only."""
+    with space.lock:
+        return _context(space, query, query_vector, page_k, knowledge_k, now)
+
+
+def _context(
+    space: MemorySpace, query: str, query_vector: np.ndarray, page_k: int, knowledge_k: int, now: float
+) -> RetrievedContext:
     config: MemoryConfig = space.config
     ranked = rank_pages(space, query, query_vector, page_k)
     pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked])}

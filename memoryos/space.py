@@ -5,12 +5,14 @@ made every LLM call and embedding. Each op commits in one SQLite transaction, so
 not at all. One lock serializes a space; different spaces never share state.
 """
 
+import functools
 import logging
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from memoryos.ops import (
     AddKnowledge,
     AddTurns,
     AnyOp,
+    EmbedPages,
     FileTopic,
     LinkChain,
     MarkAnalyzed,
@@ -32,6 +35,21 @@ from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Concatenate["MemorySpace", P], R]:
+    """Reads take the space's lock too: the background ingest thread shares the SQLite connection."""
+
+    @functools.wraps(method)
+    def locked(self: "MemorySpace", *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
 
 STORE_FILE = "memory.sqlite"
 PAGE_INDEX_FILE = "pages.faiss"
@@ -127,22 +145,38 @@ class MemorySpace:
         with self.lock:
             with self.store.transaction():
                 created = self._dispatch(op)
-            if isinstance(op, AddTurns):
-                stored = at_stored_precision(op.vectors)
-                self.page_index.add(np.array(created, dtype=np.int64), stored)
+            embedded = self._newly_embedded(op, created)
+            if embedded is not None:
+                ids, vectors = embedded
+                stored = at_stored_precision(vectors)
+                self.page_index.add(np.array(ids, dtype=np.int64), stored)
                 self._sample.offer(stored)
                 self._ops_since_snapshot += 1
                 self._maybe_snapshot()
             return created
+
+    @staticmethod
+    def _newly_embedded(op: AnyOp, created: list[int]) -> tuple[list[int], np.ndarray] | None:
+        """(page ids, vectors) an applied op made searchable, for the in-memory index."""
+        if isinstance(op, AddTurns) and op.vectors is not None:
+            return created, op.vectors
+        if isinstance(op, EmbedPages):
+            return op.page_ids, op.vectors
+        return None
 
     def _dispatch(self, op: AnyOp) -> list[int]:
         now = self.clock()
         created: list[int] = []
         match op:
             case AddTurns():
-                self._check_vectors("vectors", op.vectors, len(op.turns))
+                if op.vectors is not None:
+                    self._check_vectors("vectors", op.vectors, len(op.turns))
                 created = self.store.insert_pages(op.turns, op.vectors)
                 detail: dict[str, object] = {"page_ids": [created[0], created[-1]] if created else []}
+            case EmbedPages():
+                self._check_vectors("vectors", op.vectors, len(op.page_ids))
+                self.store.set_page_vectors(op.page_ids, op.vectors)
+                detail = {"pages": len(op.page_ids)}
             case LinkChain():
                 self._link_chain(op)
                 detail = {"page_id": op.page_id, "continues": op.continues_previous}
@@ -260,7 +294,7 @@ class MemorySpace:
     def snapshot(self) -> None:
         """Write the page index snapshot; pages stored after it are replayed on the next open."""
         with self.lock:
-            self.page_index.save(self.directory / PAGE_INDEX_FILE, self.store.max_page_id())
+            self.page_index.save(self.directory / PAGE_INDEX_FILE, self.store.indexed_through())
             self._ops_since_snapshot = 0
             self._last_snapshot_at = self.clock()
 
@@ -283,30 +317,43 @@ class MemorySpace:
             shutil.rmtree(self.directory, ignore_errors=False)
 
     # --- reading --------------------------------------------------------------------------------------
+    @_locked
+    def pending_page_ids(self, limit: int) -> list[int]:
+        """Pages stored but not yet embedded, oldest first."""
+        return self.store.pending_page_ids(limit)
+
+    @_locked
     def short_term_pages(self) -> list[Page]:
         return self.store.pages_in_tier("stm")
 
+    @_locked
     def pages(self, page_ids: list[int]) -> list[Page]:
         return self.store.pages(page_ids)
 
+    @_locked
     def score_sample(self) -> np.ndarray:
         """Page vectors representative of the space, to estimate the mean and spread of query scores."""
         return self._sample.vectors
 
+    @_locked
     def page_vectors(self, page_ids: list[int]) -> np.ndarray:
         return self.store.page_vectors(page_ids, self.dim)
 
+    @_locked
     def chain_pages(self, chain_id: int) -> list[Page]:
         return self.store.pages(self.store.chain_page_ids(chain_id))
 
+    @_locked
     def last_chained_page(self) -> Page | None:
         previous = self.store.get_meta("last_chained_page")
         found = self.store.pages([int(previous)]) if previous is not None else []
         return found[0] if found else None
 
+    @_locked
     def segments(self) -> list[Segment]:
         return self.store.active_segments()
 
+    @_locked
     def segment_heats(self, now: float) -> dict[int, float]:
         weights = policy.HeatWeights(
             self.config.heat_alpha, self.config.heat_beta, self.config.heat_gamma, self.config.heat_tau_hours
@@ -320,17 +367,21 @@ class MemorySpace:
             for s in self.store.active_segments()
         }
 
+    @_locked
     def segments_to_promote(self, now: float) -> list[int]:
         return policy.segments_to_promote(
             self.segment_heats(now), self.store.unanalyzed_segment_ids(), self.config.mid_term_heat_threshold
         )
 
+    @_locked
     def unanalyzed_pages(self, segment_id: int) -> list[Page]:
         return self.store.pages(self.store.segment_page_ids(segment_id, only_unanalyzed=True))
 
+    @_locked
     def profile(self) -> str:
         return self.store.latest_profile()
 
+    @_locked
     def knowledge(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
         return [
             KnowledgeEntry(
@@ -339,6 +390,7 @@ class MemorySpace:
             for row in self.store.active_knowledge(kind)
         ]
 
+    @_locked
     def search_knowledge(
         self, kind: KnowledgeKind, query_vector: np.ndarray, k: int
     ) -> list[tuple[KnowledgeEntry, float]]:

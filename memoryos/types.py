@@ -48,6 +48,7 @@ class Page(BaseModel):
     segment_id: int | None = None
     chain_id: int | None = None
     analyzed: bool = False
+    embedded: bool = Field(True, description="False while the page waits for its vector.")
 
     def text(self) -> str:
         """What is embedded for the page."""

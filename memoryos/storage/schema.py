@@ -33,11 +33,12 @@ CREATE TABLE IF NOT EXISTS pages (
     segment_id     INTEGER REFERENCES segments(segment_id),
     chain_id       INTEGER REFERENCES chains(chain_id),
     analyzed       INTEGER NOT NULL DEFAULT 0,
-    vector         BLOB NOT NULL
+    vector         BLOB
 );
 CREATE INDEX IF NOT EXISTS pages_by_tier ON pages(tier, page_id);
 CREATE INDEX IF NOT EXISTS pages_by_segment ON pages(segment_id);
 CREATE INDEX IF NOT EXISTS pages_by_chain ON pages(chain_id);
+CREATE INDEX IF NOT EXISTS pages_pending ON pages(page_id) WHERE vector IS NULL;
 CREATE VIRTUAL TABLE IF NOT EXISTS pages_fts USING fts5(
     user_input, agent_response, content='pages', content_rowid='page_id', tokenize='porter unicode61'
 );

@@ -21,7 +21,7 @@ from memoryos.types import KnowledgeKind, Page, Segment, Turn
 
 _PAGE_COLUMNS = (
     "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
-    "p.chain_id, p.analyzed, c.summary"
+    "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL"
 )
 _PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
 
@@ -59,6 +59,7 @@ def _page(row: sqlite3.Row) -> Page:
         chain_id=row[7],
         analyzed=bool(row[8]),
         meta_info=row[9],
+        embedded=bool(row[10]),
     )
 
 
@@ -130,9 +131,10 @@ class SqliteStore:
         )
 
     # --- pages ----------------------------------------------------------------------------------------
-    def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray) -> list[int]:
+    def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray | None) -> list[int]:
+        """Store pages in STM; without `vectors` they are pending (vector NULL) until `set_page_vectors`."""
         ids: list[int] = []
-        for turn, vector in zip(turns, vectors, strict=True):
+        for i, turn in enumerate(turns):
             cursor = self._db.execute(
                 "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector) VALUES (?,?,?,?,?)",
                 (
@@ -140,7 +142,7 @@ class SqliteStore:
                     turn.agent_response,
                     turn.timestamp,
                     json.dumps(turn.meta_data) if turn.meta_data else None,
-                    to_blob(vector),
+                    None if vectors is None else to_blob(vectors[i]),
                 ),
             )
             page_id = int(cursor.lastrowid or 0)
@@ -187,7 +189,7 @@ class SqliteStore:
     def page_vectors_after(self, after_page_id: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of pages with id > `after_page_id`, ascending, at most `limit`: index replay."""
         rows = self._db.execute(
-            "SELECT page_id, vector FROM pages WHERE page_id > ? ORDER BY page_id LIMIT ?",
+            "SELECT page_id, vector FROM pages WHERE page_id > ? AND vector IS NOT NULL ORDER BY page_id LIMIT ?",
             (after_page_id, limit),
         ).fetchall()
         ids = np.array([row[0] for row in rows], dtype=np.int64)
@@ -195,10 +197,11 @@ class SqliteStore:
 
     def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
         """Up to `size` page vectors spread evenly over the space (all of them when it is small)."""
-        total = int(self._one("SELECT COUNT(*) FROM pages"))
+        total = int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NOT NULL"))
         step = max(1, total // size)
         rows = self._db.execute(
-            "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages) "
+            "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
+            "WHERE vector IS NOT NULL) "
             "WHERE (n - 1) % ? = 0 LIMIT ?",
             (step, size),
         ).fetchall()
@@ -209,8 +212,22 @@ class SqliteStore:
             tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
         ]
 
-    def set_page_vector(self, page_id: int, vector: np.ndarray) -> None:
-        self._db.execute("UPDATE pages SET vector = ? WHERE page_id = ?", (to_blob(vector), page_id))
+    def pending_page_ids(self, limit: int) -> list[int]:
+        rows = self._db.execute(
+            "SELECT page_id FROM pages WHERE vector IS NULL ORDER BY page_id LIMIT ?", (limit,)
+        )
+        return [row[0] for row in rows]
+
+    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> None:
+        self._db.executemany(
+            "UPDATE pages SET vector = ? WHERE page_id = ?",
+            [(to_blob(vector), pid) for pid, vector in zip(page_ids, vectors, strict=True)],
+        )
+
+    def indexed_through(self) -> int:
+        """The highest page id below which every page has its vector: what an index snapshot covers."""
+        pending = self._one("SELECT MIN(page_id) FROM pages WHERE vector IS NULL")
+        return int(pending) - 1 if pending is not None else self.max_page_id()
 
     def max_page_id(self) -> int:
         return int(self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages"))

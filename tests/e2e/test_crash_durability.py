@@ -66,6 +66,7 @@ for i in range(count):
     page_id = memory.add_memory(user, agent, timestamp=timestamp(i))
     print(page_id, i, flush=True)
     if i + 1 == snapshot_after:
+        memory.flush()  # the snapshot covers embedded pages only
         memory.space.snapshot()
 os._exit(1)
 """
@@ -111,6 +112,7 @@ def reopen(root: Path) -> Memoryos:
 def assert_every_acknowledged_page_is_back(root: Path, acks: dict[int, int]) -> None:
     memory = reopen(root)
     try:
+        memory.flush()  # pages acknowledged but not yet embedded before the crash are embedded now
         stored_ids = list(range(1, memory.space.store.max_page_id() + 1))
         stored = {p.page_id: p for p in memory.space.pages(stored_ids)}
         assert len(stored) >= len(acks)  # a page may be committed without its ack having been printed
@@ -128,6 +130,7 @@ def assert_every_acknowledged_page_is_back(root: Path, acks: dict[int, int]) -> 
             assert page_id in [p.page_id for p in found], f"page {page_id} (kiwi{i}) not retrieved"
         # The space keeps working after the crash: the next write finishes any interrupted consolidation.
         memory.add_memory("After the crash all is well.", "Glad to hear it.")
+        memory.flush()
         assert len(memory.space.short_term_pages()) <= SHORT_TERM_CAPACITY
     finally:
         memory.close()

@@ -5,7 +5,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -33,14 +33,17 @@ def make(
     clock: FakeClock | None = None,
     embedder: HashEmbedder | None = None,
     max_text_chars: int = 200,
+    ingest_mode: Literal["background", "inline"] = "inline",
     **kwargs: Any,
 ) -> Memoryos:
+    """Inline ingest by default: these tests inspect the space right after a write.
+    tests/unit/test_background_ingest.py covers the background mode."""
     return Memoryos(
         user_id,
         None,
         root,
         assistant_id=assistant_id,
-        config=MemoryConfig(faiss_use_gpu="never", max_text_chars=max_text_chars),
+        config=MemoryConfig(faiss_use_gpu="never", max_text_chars=max_text_chars, ingest_mode=ingest_mode),
         embedder=embedder or HashEmbedder(),
         llm=llm or OfflineLLM(),
         clock=clock or FakeClock(),

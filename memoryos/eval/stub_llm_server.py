@@ -1,0 +1,130 @@
+"""A local OpenAI-compatible chat server that answers every request at once with fixed text.
+
+It stands in for the LLM of a system under evaluation when no key is wanted, above all the reference
+`memoryos-pro`, which cannot be given an in-process LLM: it only talks to an OpenAI-compatible endpoint.
+Every POST to `.../chat/completions` gets a 200 with the fixed reply (or the reply of the first rule
+whose marker appears in the request's messages) and a word-count `usage`, so client code that reads
+usage works. It is a real HTTP server on 127.0.0.1 (a free port, a background thread); requests are only
+counted, never logged, since they carry conversation text.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+DEFAULT_REPLY = "ok"
+"""What the reference's LLM calls get: not "true" (no continuity), not JSON (no topic themes), so every
+page is filed under its fallback segment. The README's reference figures were measured this way."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_StubServer"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        messages = body.get("messages") if isinstance(body, dict) else None
+        prompt = " ".join(str(m.get("content", "")) for m in messages or [] if isinstance(m, dict))
+        reply = self.server.reply_for(prompt)
+        prompt_tokens, completion_tokens = len(prompt.split()), len(reply.split())
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-stub-{self.server.count()}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": str(body.get("model", "stub")) if isinstance(body, dict) else "stub",
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+        )
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No per-request stderr lines."""
+
+
+class _StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, reply: str, rules: Sequence[tuple[str, str]]) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self._reply = reply
+        self._rules = list(rules)
+        self._lock = threading.Lock()
+        self._served = 0
+
+    def reply_for(self, prompt: str) -> str:
+        with self._lock:
+            self._served += 1
+        return next((reply for marker, reply in self._rules if marker in prompt), self._reply)
+
+    def count(self) -> int:
+        with self._lock:
+            return self._served
+
+
+class StubLLMServer:
+    """The running server; use as a context manager. `rules` are (marker, reply): the first rule whose
+    marker occurs in a request's messages answers it, any other request gets `reply`."""
+
+    def __init__(self, reply: str = DEFAULT_REPLY, rules: Sequence[tuple[str, str]] = ()) -> None:
+        self._server = _StubServer(reply, rules)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="stub-llm", daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def requests_served(self) -> int:
+        return self._server.count()
+
+    def start(self) -> "StubLLMServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "StubLLMServer":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

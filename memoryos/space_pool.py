@@ -1,0 +1,239 @@
+"""`SpacePool`: the open memory spaces of one worker, least recently used closed first, within a budget.
+
+A worker serving 100k users cannot hold every space open: each holds its vector index and score sample
+in memory (about 1.5 KB per 384-d page) and, with Chroma, a client with its own threads. The pool opens a
+space on first use through a caller-supplied factory (the service plugs in its own construction) and,
+whenever the estimated resident bytes or the number of open spaces exceed their limits, closes the least
+recently used idle spaces; `close()` snapshots the index, so reopening replays nothing.
+
+What callers may rely on:
+- `with pool.use(key) as space:` hands out the one open instance for `key`; it is never closed while any
+  caller is inside `use` for it (a reference count). Two callers may use it at once; the space serializes
+  its own writes.
+- A key is never open twice: a caller arriving while its space is being opened or closed waits.
+- Opening and closing run outside the pool's lock, so a slow open of one space does not stall others.
+- The budget is soft: spaces in use are never closed, so it can be exceeded while they are all busy; it
+  is enforced again as soon as they are released.
+- A space found closed when released (`forget_user` erased it) is dropped, and the next use reopens.
+"""
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SPACE_OVERHEAD_BYTES = 1 << 20
+"""Resident bytes of an open space besides its vectors: SQLite connection and page cache, Python objects."""
+FLAT_BYTES_PER_VECTOR_EXTRA = 8
+"""Beyond `dim * 4` bytes of float32 per vector: its int64 id."""
+IVF_BYTES_PER_VECTOR_EXTRA = 8 + 32
+"""Beyond `dim * 4`: the int64 id stored in its list and the hashtable direct map entry that finds it."""
+
+
+class SpaceKey(NamedTuple):
+    tenant: str
+    user_id: str
+    assistant_id: str
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Closable)
+
+
+class _Entry(Generic[S]):
+    __slots__ = ("refs", "resident_bytes", "space", "state")
+
+    def __init__(self) -> None:
+        self.space: S | None = None
+        self.refs = 0
+        self.resident_bytes = 0
+        self.state = "opening"  # then "open", then "closing"
+
+
+class SpacePool(Generic[S]):
+    """An LRU of open spaces keyed by `SpaceKey`, bounded by estimated bytes and by count."""
+
+    def __init__(
+        self,
+        open_space: Callable[[SpaceKey], S],
+        *,
+        memory_budget_bytes: int,
+        max_open: int = 10000,
+        resident_bytes: Callable[[S], int] | None = None,
+    ) -> None:
+        """`open_space(key)` builds a space (e.g. a `Memoryos`); `resident_bytes(space)` estimates what it
+        holds in memory (default: `estimate_resident_bytes`), re-read each time the space is released."""
+        if memory_budget_bytes <= 0:
+            raise ValueError(f"memory_budget_bytes: expected a positive size, got {memory_budget_bytes}")
+        if max_open <= 0:
+            raise ValueError(f"max_open: expected a positive count, got {max_open}")
+        self._open_space = open_space
+        self._budget = memory_budget_bytes
+        self._max_open = max_open
+        self._resident_bytes: Callable[[S], int] = resident_bytes or estimate_resident_bytes
+        self._entries: OrderedDict[SpaceKey, _Entry[S]] = OrderedDict()  # least recently used first
+        self._changed = threading.Condition()
+        self._closed = False
+
+    @contextmanager
+    def use(self, key: SpaceKey) -> Iterator[S]:
+        """The open space for `key`, opened on first use; it stays open until the block exits."""
+        entry, must_open = self._acquire(key)
+        if must_open:
+            self._finish_opening(key, entry)
+        assert entry.space is not None
+        try:
+            yield entry.space
+        finally:
+            self._release(key, entry)
+
+    def open_keys(self) -> list[SpaceKey]:
+        """Keys of the open spaces, least recently used first."""
+        with self._changed:
+            return [key for key, entry in self._entries.items() if entry.state == "open"]
+
+    def resident_bytes(self) -> int:
+        """The estimated bytes of every space open or being opened."""
+        with self._changed:
+            return sum(entry.resident_bytes for entry in self._entries.values() if entry.state != "closing")
+
+    def __len__(self) -> int:
+        with self._changed:
+            return sum(1 for entry in self._entries.values() if entry.state != "closing")
+
+    def close(self) -> None:
+        """Refuse new uses, wait for current ones to finish, and close every open space."""
+        with self._changed:
+            self._closed = True
+            while any(entry.refs or entry.state != "open" for entry in self._entries.values()):
+                self._changed.wait()
+            victims = list(self._entries.items())
+            for _, entry in victims:
+                entry.state = "closing"
+        self._close_all(victims)
+
+    # --- internals ------------------------------------------------------------------------------------
+    def _acquire(self, key: SpaceKey) -> tuple[_Entry[S], bool]:
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise RuntimeError("space pool is closed")
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = _Entry()
+                    entry.refs = 1
+                    self._entries[key] = entry
+                    return entry, True
+                if entry.state == "open":
+                    entry.refs += 1
+                    self._entries.move_to_end(key)
+                    return entry, False
+                self._changed.wait()  # being opened or closed by another caller
+
+    def _finish_opening(self, key: SpaceKey, entry: _Entry[S]) -> None:
+        space: S | None = None
+        try:
+            space = self._open_space(key)
+            size = self._resident_bytes(space)
+        except BaseException:
+            if space is not None:
+                space.close()
+            with self._changed:
+                del self._entries[key]
+                self._changed.notify_all()
+            raise
+        with self._changed:
+            entry.space, entry.resident_bytes, entry.state = space, size, "open"
+            self._changed.notify_all()
+        log.debug("space opened", extra={"space": key, "resident_bytes": size})
+        self._evict_over_limits()
+
+    def _release(self, key: SpaceKey, entry: _Entry[S]) -> None:
+        assert entry.space is not None
+        closed_under_us = bool(getattr(entry.space, "closed", False)) or bool(
+            getattr(getattr(entry.space, "space", None), "closed", False)
+        )
+        size = entry.resident_bytes
+        try:
+            size = 0 if closed_under_us else self._resident_bytes(entry.space)
+        except Exception:
+            log.exception("estimating a space's resident bytes failed", extra={"space": key})
+        with self._changed:
+            entry.refs -= 1
+            entry.resident_bytes = size
+            if closed_under_us and entry.refs == 0 and self._entries.get(key) is entry:
+                del self._entries[key]
+            self._changed.notify_all()
+        self._evict_over_limits()
+
+    def _evict_over_limits(self) -> None:
+        """Close least recently used idle spaces until the open ones fit the budget and the count."""
+        with self._changed:
+            live = [(k, e) for k, e in self._entries.items() if e.state != "closing"]
+            total = sum(e.resident_bytes for _, e in live)
+            count = len(live)
+            victims: list[tuple[SpaceKey, _Entry[S]]] = []
+            for key, entry in live:
+                if total <= self._budget and count <= self._max_open:
+                    break
+                if entry.state == "open" and entry.refs == 0:
+                    entry.state = "closing"
+                    victims.append((key, entry))
+                    total -= entry.resident_bytes
+                    count -= 1
+            if total > self._budget or count > self._max_open:
+                log.info(
+                    "space pool over its limits with every remaining space in use",
+                    extra={"resident_bytes": total, "open": count, "budget_bytes": self._budget},
+                )
+        self._close_all(victims)
+
+    def _close_all(self, victims: list[tuple[SpaceKey, _Entry[S]]]) -> None:
+        for key, entry in victims:
+            try:
+                if entry.space is not None:
+                    entry.space.close()
+            except Exception:
+                log.exception("closing an evicted space failed", extra={"space": key})
+            finally:
+                with self._changed:
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
+                    self._changed.notify_all()
+
+
+def estimate_resident_bytes(space: Any) -> int:
+    """Bytes a `Memoryos` or `MemorySpace` holds in memory: its page index, its score sample, a fixed cost.
+
+    The index is costed at what its kind stores per vector (float32 rows plus ids and maps); an index
+    that reports `resident_bytes()` itself (Chroma) is trusted.
+    """
+    inner = getattr(space, "space", space)  # Memoryos wraps a MemorySpace
+    total = SPACE_OVERHEAD_BYTES
+    index = getattr(inner, "page_index", None)
+    if index is not None:
+        own = getattr(index, "resident_bytes", None)
+        if callable(own):
+            total += int(own())
+        else:
+            stats = index.stats() if callable(getattr(index, "stats", None)) else {}
+            ivf = stats.get("kind") == "ivf"
+            extra = IVF_BYTES_PER_VECTOR_EXTRA if ivf else FLAT_BYTES_PER_VECTOR_EXTRA
+            total += index.count() * (index.dim * 4 + extra)
+            if ivf and stats.get("nlist"):
+                total += int(stats["nlist"]) * index.dim * 4  # the coarse quantizer's centroids
+    score_sample = getattr(inner, "score_sample", None)
+    if callable(score_sample):
+        sample = score_sample()
+        # The sample may be a view of a larger preallocated buffer: that buffer is what is resident.
+        total += int(sample.base.nbytes if isinstance(sample.base, np.ndarray) else sample.nbytes)
+    return total
