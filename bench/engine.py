@@ -51,6 +51,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
     started = time.perf_counter()
     for start in tqdm(range(0, pages, FILL_BATCH), desc=f"fill {pages:,} pages", unit="batch", leave=False):
         memory.add_memories(fill[start : start + FILL_BATCH])
+    memory.flush()
     fill_s = time.perf_counter() - started
     calls_per_turn = sum(u.calls for u in memory.llm.usage.values()) / pages
     memory.close()
@@ -65,6 +66,10 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
         for i, t in enumerate(exchanges(TIMED_CALLS, conversations))
     ]
     add = _timed([lambda u=u, a=a: memory.add_memory(u, a) for u, a in new_turns])
+    memory.flush()
+    searchable = _timed(
+        [lambda u=u, a=a: (memory.add_memory(f"again {u}", a), memory.flush()) for u, a in new_turns]
+    )
     encode = _timed([lambda u=u: model.encode([u + " encode-only"]) for u, _ in new_turns])
     stored = memory.stats()
     total_pages = stored.short_term_pages + stored.mid_term_pages + stored.archived_pages
@@ -75,6 +80,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
         "open_and_close_s": round(open_s, 3),
         "retrieve": _percentiles(retrieve),
         "add_memory": _percentiles(add),
+        "add_until_searchable": _percentiles(searchable),
         "encode_one": _percentiles(encode),
         "bytes_per_page": round(_directory_bytes(workdir / "default" / f"bench{pages}") / total_pages),
         "llm_calls_per_turn": round(calls_per_turn, 2),

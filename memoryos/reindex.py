@@ -11,6 +11,7 @@ from tqdm import tqdm
 from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.embedding import create_embedder
+from memoryos.errors import InvalidInputError
 from memoryos.space import PAGE_INDEX_FILE, STORE_FILE
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.types import exchange_text
@@ -25,7 +26,7 @@ def reindex_space(
     """Re-embed pages, segments and facts of one space with `config.embedding_model_name`."""
     directory = config.space_dir(validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
     if not (directory / STORE_FILE).exists():
-        raise FileNotFoundError(f"no memory space at {directory}")
+        raise InvalidInputError("user_id", f"no memory space at {directory}")
     embedder = create_embedder(config)
     store = SqliteStore(directory / STORE_FILE)
     try:
