@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     reindex = command("reindex", cmd_reindex, "re-embed a space from its stored text with another model")
     reindex.add_argument("--model", required=True, help="embedding model name, e.g. BAAI/bge-m3")
     command("demo", cmd_demo, "store a short conversation and query it, offline", needs_user=False)
+    from memoryos.eval.cli import register as register_eval
+
+    register_eval(commands)
     return parser
 
 

@@ -8,15 +8,17 @@ the caller's thread, like the reference; the service runs the same planners on i
 import functools
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from memoryos.config import MemoryConfig
 from memoryos.consolidation import Consolidator
 from memoryos.embedding import Embedder, create_embedder
-from memoryos.errors import InvalidInputError
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.ingest import BackgroundIngestor
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.llm.base import AnswerRequest
@@ -141,9 +143,7 @@ class Memoryos:
         if self._ingestor is not None:
             page_ids = self.space.apply(AddTurns(turns=validated))  # durable now; embedded by the thread
         else:
-            page_ids = self.space.apply(
-                AddTurns(turns=validated, vectors=self.embedder.encode([turn.text() for turn in validated]))
-            )
+            page_ids = self.space.apply(AddTurns(turns=validated, vectors=self._encode_pages(validated)))
         self._process_writes()
         return page_ids
 
@@ -158,11 +158,21 @@ class Memoryos:
         """Embed one batch of pending pages (True: call again), or consolidate once nothing is pending."""
         pending = self.space.pages(self.space.pending_page_ids(self.config.embedding_batch_size))
         if pending:
-            vectors = self.embedder.encode([page.text() for page in pending])
+            vectors = self._encode_pages(pending)
             self.space.apply(EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors))
             return True
         self.consolidator.run(self.space)
         return False
+
+    def _encode_pages(self, pages: Sequence[Turn | Page]) -> np.ndarray:
+        """Page vectors; a model that names itself like the space's but yields another dimension is the
+        same mismatch as another model name, and gets the same error."""
+        vectors = self.embedder.encode([page.text() for page in pages])
+        if vectors.shape[1] != self.space.dim:
+            raise EmbeddingModelMismatchError(
+                self.space.embedding_model, self.space.dim, self.embedder.name, vectors.shape[1]
+            )
+        return vectors
 
     def flush(self) -> None:
         """Wait until every write so far is embedded and consolidated (reads do this themselves)."""

@@ -77,7 +77,11 @@ class MemorySpace:
         directory.mkdir(parents=True, exist_ok=True)
         self.store = SqliteStore(directory / STORE_FILE)
         self.embedding_model = embedding_model
-        self.dim = self._check_fingerprint(embedding_model, model_dim)
+        try:
+            self.dim = self._check_fingerprint(embedding_model, model_dim)
+        except BaseException:
+            self.store.close()
+            raise
         set_faiss_threads(config.faiss_omp_threads)
         self.page_index, snapshot_stale = self._open_page_index()
         self._sample = _ScoreSample(self.store, self.dim)
@@ -245,13 +249,17 @@ class MemorySpace:
             )
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
         self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
-        self._evict_cold_segments(op.at)
+        self._evict_cold_segments(op.at, keep=target)
         return target
 
-    def _evict_cold_segments(self, now: float) -> None:
-        """Archive the coldest segments over capacity; their pages stay stored and searchable."""
+    def _evict_cold_segments(self, now: float, keep: int) -> None:
+        """Archive the coldest segments over capacity; their pages stay stored and searchable.
+
+        The segment just filed into is never the one archived: its pages would leave before analysis.
+        """
         heats = self.segment_heats(now)
-        for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity):
+        heats.pop(keep, None)
+        for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity - 1):
             self.store.update_segment(segment_id, archived=1)
             self.store.set_page_fields(self.store.segment_page_ids(segment_id), tier="archived")
 

@@ -1,31 +1,187 @@
-"""The LoCoMo harness: ingest a conversation into a fresh space, ask every question, score retrieval.
+"""The LoCoMo harness: ingest a conversation into a fresh space, ask every question, score it.
 
 Each conversation goes into its own space (user id = sample id) under a scratch directory, session by
-session as one `add_memories` batch each, as an agent would store a day's conversation.
+session as one `add_memories` batch each, as an agent would store a day's conversation; each session is
+flushed (embedded and consolidated, also in the background ingest mode) before the next, so a run does
+not depend on how the ingest thread happened to batch, and ingest time includes that work. Each question is
+retrieved once (top `max(ks)` pages); that one retrieval is scored for evidence recall and, when
+`answer_questions` is set, handed to the LLM as `Memoryos.get_response` would, except that the question
+and answer are not stored: questions asked later must not find earlier questions instead of the
+conversation. Answers are scored with token F1, BLEU-1 and, given a judge, the mem0 LLM-judge label.
+
+LLM cost is read from the LLM's usage counters: the growth during ingestion is the cost of memory
+(per turn), the growth while asking is the cost of answering (per question). Judge calls are counted apart.
 """
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from memoryos import prompts
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
-from memoryos.eval.locomo import LocomoConversation
-from memoryos.eval.metrics import RECALL_KS, RecallReport, page_dia_ids, ranked_dia_ids
-from memoryos.llm.base import MemoryLLM
+from memoryos.errors import LLMError
+from memoryos.eval.judge import AnswerJudge
+from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
+from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, page_dia_ids, ranked_dia_ids, token_f1
+from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
+from memoryos.llm.usage import estimate_tokens
 from memoryos.memoryos import Memoryos
+from memoryos.types import Page, RetrievedContext, RetrievedPage
+
+ANSWER_STYLE_HINT = (
+    "answer the question in a short phrase, a few words taken from the memories, with no explanation; "
+    "for a time or date, give the one the memories' timestamps imply"
+)
+"""LoCoMo gold answers are short phrases; token F1 and BLEU-1 punish every extra word."""
+
+SCORED_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
+"""Categories in the overall answer scores, as in the MemoryOS and mem0 papers: category 5 (adversarial)
+is reported on its own row only, its gold answer being mostly absent."""
+
+
+class LatencySummary(BaseModel):
+    """Milliseconds of one kind of call: mean, median and 95th percentile (nearest rank)."""
+
+    count: int
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+
+    @classmethod
+    def of(cls, samples_ms: Sequence[float]) -> "LatencySummary":
+        if not samples_ms:
+            return cls(count=0, mean_ms=0.0, p50_ms=0.0, p95_ms=0.0)
+        ordered = sorted(samples_ms)
+        return cls(
+            count=len(ordered),
+            mean_ms=round(statistics.fmean(ordered), 3),
+            p50_ms=round(statistics.median(ordered), 3),
+            p95_ms=round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
+        )
+
+
+class UsageTotals(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def between(cls, before: dict[str, OperationUsage], after: dict[str, OperationUsage]) -> "UsageTotals":
+        """What the LLM spent between two `usage` snapshots, all operations together."""
+        zero = OperationUsage()
+        return cls(
+            calls=sum(after[op].calls - before.get(op, zero).calls for op in after),
+            prompt_tokens=sum(after[op].prompt_tokens - before.get(op, zero).prompt_tokens for op in after),
+            completion_tokens=sum(
+                after[op].completion_tokens - before.get(op, zero).completion_tokens for op in after
+            ),
+        )
+
+
+class LLMCost(BaseModel):
+    """The system's LLM calls and tokens while ingesting and while answering; the judge's on their own."""
+
+    ingest: UsageTotals
+    questions: UsageTotals
+    judge: UsageTotals
+    calls_per_turn: float
+    tokens_per_turn: float
+    calls_per_question: float
+    tokens_per_question: float
+
+
+class CategoryAnswers(BaseModel):
+    """Mean answer scores over questions with a gold answer; `judge` is None without a judge."""
+
+    questions: int
+    f1: float
+    bleu1: float
+    judge: float | None = None
+    judged: int = 0
+
+
+class AnswerReport(BaseModel):
+    overall: CategoryAnswers
+    """Over `SCORED_CATEGORIES`."""
+    by_category: dict[int, CategoryAnswers]
+    answer_failures: int = 0
+    """Answers the LLM failed to give (after its retries); they score 0."""
+    judge_failures: int = 0
+    """Judge calls that failed; those answers are left out of the judge mean only."""
+
+
+class ContextTokens(BaseModel):
+    """Estimated tokens of the rendered answer prompt (`estimate_tokens`), mean per question."""
+
+    mean: float
+    by_category: dict[int, float]
+
+
+class QuestionRecord(BaseModel):
+    """One question's outcome, kept when `keep_details` is set."""
+
+    question: str
+    category: int
+    answer: str | None
+    evidence: list[str]
+    retrieved_dia_ids: list[list[str]]
+    context_tokens: int
+    retrieve_ms: float
+    prediction: str | None = None
+    f1: float | None = None
+    bleu1: float | None = None
+    judge: bool | None = None
+    answer_ms: float | None = None
+    llm: UsageTotals | None = None
 
 
 class ConversationResult(BaseModel):
     sample_id: str
     pairs: int
     questions: int
+    """Questions with evidence: the ones recall is computed over."""
     ingest_s: float
     retrieve_ms_mean: float
     recall: RecallReport
     llm_calls: int
+    """All LLM calls of the system (ingestion and answering), judge excluded."""
+    system: str = "memoryos"
+    answered: int = 0
+    """Questions answered by the LLM (those with a gold answer, when answering)."""
+    ingest_ms_per_turn: float = 0.0
+    retrieve_ms: LatencySummary | None = None
+    answer_ms: LatencySummary | None = None
+    context_tokens: ContextTokens | None = None
+    llm: LLMCost | None = None
+    answers: AnswerReport | None = None
+    details: list[QuestionRecord] | None = None
+
+
+def slice_conversation(
+    conversation: LocomoConversation, sessions: int | None = None, questions: int | None = None
+) -> LocomoConversation:
+    """The first `sessions` sessions and the first `questions` questions answerable from them.
+
+    A question is kept when some of its evidence lies in the kept pairs; its `evidence_norm` is cut to
+    those, so recall on the slice is recall on what the slice holds. For quick runs and tests.
+    """
+    kept_sessions = sorted({pair.session for pair in conversation.pairs})[:sessions]
+    pairs = [pair for pair in conversation.pairs if pair.session in kept_sessions]
+    known = {dia_id for pair in pairs for dia_id in pair.dia_ids}
+    kept: list[LocomoQuestion] = []
+    for question in conversation.qa:
+        evidence = [dia_id for dia_id in question.evidence_norm if dia_id in known]
+        if evidence:
+            kept.append(question.model_copy(update={"evidence_norm": evidence}))
+    return conversation.model_copy(update={"pairs": pairs, "qa": kept[:questions]})
 
 
 def evaluate_conversation(
@@ -35,8 +191,13 @@ def evaluate_conversation(
     embedder: Embedder | None = None,
     llm_factory: Callable[[], MemoryLLM] | None = None,
     ks: Sequence[int] = RECALL_KS,
+    *,
+    answer_questions: bool = False,
+    judge: AnswerJudge | None = None,
+    keep_details: bool = False,
 ) -> ConversationResult:
-    """Evidence recall@k of our retrieval on one conversation (questions without evidence are skipped)."""
+    """Evidence recall@k of our retrieval on one conversation (questions without evidence are skipped
+    for recall) and, with `answer_questions`, answers scored per category. The space is erased after."""
     memory = Memoryos(
         user_id=conversation.sample_id,
         openai_api_key=config.openai_api_key.get_secret_value() if config.openai_api_key else None,
@@ -47,10 +208,15 @@ def evaluate_conversation(
         llm=llm_factory() if llm_factory else None,
         short_term_capacity=config.short_term_capacity,
         mid_term_capacity=config.mid_term_capacity,
+        long_term_knowledge_capacity=config.long_term_knowledge_capacity,
         retrieval_queue_capacity=config.retrieval_queue_capacity,
+        mid_term_heat_threshold=config.mid_term_heat_threshold,
+        mid_term_similarity_threshold=config.mid_term_similarity_threshold,
+        llm_model=config.llm_model,
         embedding_model_name=config.embedding_model_name,
     )
     with memory:
+        usage_start = memory.llm.usage
         started = time.perf_counter()
         sessions: dict[int, list[dict[str, str]]] = {}
         for pair in conversation.pairs:
@@ -63,23 +229,208 @@ def evaluate_conversation(
             )
         for turns in sessions.values():
             memory.add_memories(turns)
+            memory.flush()  # each session embedded and consolidated before the next: reproducible
         ingest_s = time.perf_counter() - started
-        index = page_dia_ids(conversation.pairs)
-        questions = [q for q in conversation.qa if q.evidence_norm]
-        rankings: list[list[list[str]]] = []
-        started = time.perf_counter()
-        for question in questions:
-            context = memory.retrieve(question.question, top_k=max(ks))
-            rankings.append(ranked_dia_ids(context.retrieved_pages, index))
-        retrieve_ms = (time.perf_counter() - started) * 1000 / max(1, len(questions))
-        calls = sum(usage.calls for usage in memory.llm.usage.values())
+        usage_ingested = memory.llm.usage
+        judge_before = judge.usage if judge else OperationUsage()
+        asker = _Asker(memory, conversation, max(ks), judge)
+        records = [
+            asker.ask(question, answer_questions and question.answer is not None)
+            for question in conversation.qa
+            if question.evidence_norm or (answer_questions and question.answer is not None)
+        ]
+        usage_end = memory.llm.usage
+        judge_after = judge.usage if judge else OperationUsage()
         memory.forget_user()
+
+    with_evidence = [record for record in records if record.evidence]
+    answered = [record for record in records if record.prediction is not None]
+    ingest = UsageTotals.between(usage_start, usage_ingested)
+    asking = UsageTotals.between(usage_ingested, usage_end)
+    judging = UsageTotals(
+        calls=judge_after.calls - judge_before.calls,
+        prompt_tokens=judge_after.prompt_tokens - judge_before.prompt_tokens,
+        completion_tokens=judge_after.completion_tokens - judge_before.completion_tokens,
+    )
+    pairs = max(1, len(conversation.pairs))
+    asked = max(1, len(answered))
+    retrieve = LatencySummary.of([record.retrieve_ms for record in with_evidence])
     return ConversationResult(
         sample_id=conversation.sample_id,
         pairs=len(conversation.pairs),
-        questions=len(questions),
+        questions=len(with_evidence),
         ingest_s=ingest_s,
-        retrieve_ms_mean=retrieve_ms,
-        recall=RecallReport.build(questions, rankings, ks=ks),
-        llm_calls=calls,
+        retrieve_ms_mean=retrieve.mean_ms,
+        recall=RecallReport.build(
+            [_as_question(record) for record in with_evidence],
+            [record.retrieved_dia_ids for record in with_evidence],
+            ks=ks,
+        ),
+        llm_calls=ingest.calls + asking.calls,
+        answered=len(answered),
+        ingest_ms_per_turn=round(ingest_s * 1000 / pairs, 3),
+        retrieve_ms=retrieve,
+        answer_ms=LatencySummary.of([r.answer_ms for r in answered if r.answer_ms is not None])
+        if answered
+        else None,
+        context_tokens=_context_tokens(records),
+        llm=LLMCost(
+            ingest=ingest,
+            questions=asking,
+            judge=judging,
+            calls_per_turn=round(ingest.calls / pairs, 4),
+            tokens_per_turn=round(ingest.tokens / pairs, 2),
+            calls_per_question=round(asking.calls / asked, 4) if answered else 0.0,
+            tokens_per_question=round(asking.tokens / asked, 2) if answered else 0.0,
+        ),
+        answers=_answer_report(answered, asker) if answered else None,
+        details=records if keep_details else None,
+    )
+
+
+class _Asker:
+    """Retrieves, and optionally answers and judges, one question at a time against one memory."""
+
+    def __init__(
+        self, memory: Memoryos, conversation: LocomoConversation, top_k: int, judge: AnswerJudge | None
+    ) -> None:
+        self.memory = memory
+        self.top_k = top_k
+        self.judge = judge
+        self.index = page_dia_ids(conversation.pairs)
+        self.speakers = {"user_name": conversation.speaker_a, "assistant_name": conversation.speaker_b}
+        self.answer_failures = 0
+        self.judge_failures = 0
+
+    def ask(self, question: LocomoQuestion, answer: bool) -> QuestionRecord:
+        started = time.perf_counter()
+        context = self.memory.retrieve(question.question, top_k=self.top_k)
+        retrieve_ms = (time.perf_counter() - started) * 1000
+        request = self._request(context)
+        context_tokens = sum(estimate_tokens(m["content"]) for m in prompts.answer_messages(request))
+        record = QuestionRecord(
+            question=question.question,
+            category=question.category,
+            answer=question.answer,
+            evidence=question.evidence_norm,
+            retrieved_dia_ids=ranked_dia_ids(context.retrieved_pages, self.index),
+            context_tokens=context_tokens,
+            retrieve_ms=round(retrieve_ms, 3),
+        )
+        if answer and question.answer is not None:
+            self._answer(record, request, question.answer)
+        return record
+
+    def _request(self, context: RetrievedContext) -> AnswerRequest:
+        """The request `Memoryos.get_response` builds, with the speakers' names as conversation metadata:
+        LoCoMo questions name them, while stored pages say only "User" and "Assistant"."""
+        short_term_ids = {page.page_id for page in context.short_term_memory}
+        return AnswerRequest(
+            query=context.query,
+            short_term=[_page(page) for page in context.short_term_memory],
+            retrieved=[_page(p) for p in context.retrieved_pages if p.page_id not in short_term_ids],
+            user_profile=context.user_profile,
+            user_knowledge=[k.knowledge for k in context.retrieved_user_knowledge],
+            assistant_knowledge=[k.knowledge for k in context.retrieved_assistant_knowledge],
+            style_hint=ANSWER_STYLE_HINT,
+            user_meta_data=dict(self.speakers),
+        )
+
+    def _answer(self, record: QuestionRecord, request: AnswerRequest, gold: str) -> None:
+        before = self.memory.llm.usage
+        started = time.perf_counter()
+        try:
+            prediction = self.memory.llm.answer(request)
+        except LLMError:
+            self.answer_failures += 1
+            prediction = ""
+        record.answer_ms = round((time.perf_counter() - started) * 1000, 3)
+        record.llm = UsageTotals.between(before, self.memory.llm.usage)
+        record.prediction = prediction
+        record.f1 = token_f1(prediction, gold)
+        record.bleu1 = bleu1(prediction, gold)
+        if self.judge is not None:
+            try:
+                record.judge = self.judge.is_correct(record.question, gold, prediction)
+            except LLMError:
+                self.judge_failures += 1
+
+
+def _page(page: RetrievedPage) -> Page:
+    return Page.model_validate(page.model_dump(exclude={"score"}))
+
+
+def _as_question(record: QuestionRecord) -> LocomoQuestion:
+    return LocomoQuestion(
+        question=record.question,
+        answer=record.answer,
+        evidence=record.evidence,
+        evidence_norm=record.evidence,
+        category=record.category,
+    )
+
+
+def _context_tokens(records: Sequence[QuestionRecord]) -> ContextTokens:
+    by_category: dict[int, list[int]] = {}
+    for record in records:
+        by_category.setdefault(record.category, []).append(record.context_tokens)
+    every = [tokens for values in by_category.values() for tokens in values]
+    return ContextTokens(
+        mean=round(statistics.fmean(every), 1) if every else 0.0,
+        by_category={c: round(statistics.fmean(v), 1) for c, v in sorted(by_category.items())},
+    )
+
+
+def _category_answers(records: Sequence[QuestionRecord]) -> CategoryAnswers:
+    judged = [record.judge for record in records if record.judge is not None]
+    return CategoryAnswers(
+        questions=len(records),
+        f1=round(statistics.fmean(r.f1 or 0.0 for r in records), 4) if records else 0.0,
+        bleu1=round(statistics.fmean(r.bleu1 or 0.0 for r in records), 4) if records else 0.0,
+        judge=round(sum(judged) / len(judged), 4) if judged else None,
+        judged=len(judged),
+    )
+
+
+def _answer_report(answered: Sequence[QuestionRecord], asker: _Asker) -> AnswerReport:
+    by_category: dict[int, list[QuestionRecord]] = {}
+    for record in answered:
+        by_category.setdefault(record.category, []).append(record)
+    return AnswerReport(
+        overall=_category_answers([r for r in answered if r.category in SCORED_CATEGORIES]),
+        by_category={c: _category_answers(rs) for c, rs in sorted(by_category.items())},
+        answer_failures=asker.answer_failures,
+        judge_failures=asker.judge_failures,
+    )
+
+
+def pool_recall(reports: Sequence[RecallReport]) -> RecallReport:
+    """Recall over the questions of several conversations together: each conversation's means weighted
+    by its question counts, overall and per category (the same as building one report from all)."""
+    ks = reports[0].ks if reports else tuple(RECALL_KS)
+    total = sum(report.question_count for report in reports)
+    counts: dict[int, int] = {}
+    for report in reports:
+        for category, count in report.category_counts.items():
+            counts[category] = counts.get(category, 0) + count
+    return RecallReport(
+        ks=ks,
+        overall={
+            k: sum(r.overall[k] * r.question_count for r in reports) / total if total else 0.0 for k in ks
+        },
+        by_category={
+            category: {
+                k: sum(
+                    r.by_category[category][k] * r.category_counts[category]
+                    for r in reports
+                    if category in r.by_category
+                )
+                / counts[category]
+                for k in ks
+            }
+            for category in sorted(counts)
+        },
+        question_count=total,
+        category_counts=dict(sorted(counts.items())),
+        without_evidence=sum(report.without_evidence for report in reports),
     )

@@ -4,7 +4,7 @@ Usage: `<reference python> -I reference_runner.py JOB.json RESULT.json`. The job
 questions, an OpenAI-compatible endpoint for the reference's LLM calls, and a local sentence-transformers
 model directory for its embeddings; the result holds, per question, the pages the reference retrieved
 (mid-term pages ranked by its score, and its short-term pages, which it always puts in the prompt),
-plus add_memory and retrieval latencies.
+plus add_memory and retrieval latencies and its LLM calls while ingesting and while retrieving.
 
 This file is not part of our package's import graph: it runs where only `memoryos-pro` is installed (whose
 top-level package is also called `memoryos`), so it imports nothing of ours and only the standard
@@ -15,6 +15,7 @@ every call; its output goes to this process's stdout, which the caller discards.
 import json
 import os
 import sys
+import threading
 import time
 
 # Run as a script, this file's folder (our memoryos/eval) would shadow top-level modules such as the
@@ -30,20 +31,50 @@ def _page(page):
     return {"user_input": page.get("user_input", ""), "agent_response": page.get("agent_response", "")}
 
 
+PHASES = ("ingest", "questions")
+
+
+class _CallCounter:
+    """Counts the reference's LLM calls and the characters sent and received, per phase; its client
+    drops the usage the server reports, so tokens are estimated from characters by the caller."""
+
+    def __init__(self):
+        self.phase = "ingest"
+        self.usage = {phase: {"calls": 0, "prompt_chars": 0, "completion_chars": 0} for phase in PHASES}
+        self._lock = threading.Lock()
+
+    def wrap(self, chat_completion):
+        def counted(client, model, messages, *args, **kwargs):
+            reply = chat_completion(client, model, messages, *args, **kwargs)
+            with self._lock:
+                entry = self.usage[self.phase]
+                entry["calls"] += 1
+                entry["prompt_chars"] += sum(len(str(m.get("content", ""))) for m in messages)
+                entry["completion_chars"] += len(reply or "")
+            return reply
+
+        return counted
+
+
 def main(job_path, result_path):
     with open(job_path, encoding="utf-8") as handle:
         job = json.load(handle)
 
+    from importlib import import_module
     from importlib.metadata import version
 
     from sentence_transformers import SentenceTransformer
 
-    from memoryos import utils
-    from memoryos.memoryos import Memoryos
+    # Imported by name: in this interpreter `memoryos` is the reference, which type checkers of our
+    # repository would otherwise take for ours.
+    utils = import_module("memoryos.utils")
+    Memoryos = import_module("memoryos.memoryos").Memoryos
 
     # The reference loads `SentenceTransformer("all-MiniLM-L6-v2")` from the Hub on first use; the cache
     # entry makes it use the local weights instead.
     utils._model_cache[REFERENCE_EMBEDDING_NAME] = SentenceTransformer(job["embedding_model_path"])
+    counter = _CallCounter()
+    utils.OpenAIClient.chat_completion = counter.wrap(utils.OpenAIClient.chat_completion)
     memory = Memoryos(
         user_id=job["user_id"],
         openai_api_key="stub-key",
@@ -58,6 +89,7 @@ def main(job_path, result_path):
         started = time.perf_counter()
         memory.add_memory(pair["user_input"], pair["agent_response"], timestamp=pair["timestamp"])
         add_ms.append((time.perf_counter() - started) * 1000)
+    counter.phase = "questions"
     answers = []
     retrieve_ms = []
     for question in job["questions"]:
@@ -76,6 +108,7 @@ def main(job_path, result_path):
         "answers": answers,
         "add_ms": add_ms,
         "retrieve_ms": retrieve_ms,
+        "llm_usage": counter.usage,
     }
     with open(result_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle)

@@ -516,3 +516,12 @@ def test_bad_constructor_arguments_are_rejected_before_anything_is_opened(
     before["stats"]["llm_usage"] = after["stats"]["llm_usage"] = None
     assert after == before
     reopened.close()
+
+
+def test_a_model_with_the_recorded_name_but_another_dimension_is_a_mismatch(tmp_path: Path) -> None:
+    make(tmp_path).close()
+    memory = make(tmp_path, embedder=HashEmbedder(dim=32))
+    with pytest.raises(EmbeddingModelMismatchError, match="memoryos reindex"):
+        memory.add_memory("I like tea.", "Noted.")
+    assert memory.space.store.count_pages() == {}
+    memory.close()

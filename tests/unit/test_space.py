@@ -553,3 +553,17 @@ def test_pages_added_after_the_last_snapshot_are_replayed_on_open(space_dir: Pat
     assert [top_hit(recovered, axis(DIM, i))[0] for i in (0, 1, 2, 3)] == early + late
     recovered.close()
     space.close()
+
+
+def test_a_segment_just_filed_into_is_not_archived_even_when_coldest(space_dir: Path, clock: FakeClock) -> None:
+    """Heat of a new one-page segment filed long ago (its `at`) is the lowest, yet it must survive."""
+    space = open_space(space_dir, clock, mid_term_capacity=1)
+    pa, pb = add_pages(space, axis(DIM, 0), axis(DIM, 1))
+    sa = file_topic(space, [pa], axis(DIM, 0), ["tea"], "Tea.", T0)
+    for _ in range(3):
+        space.apply(RecordVisits(segment_ids=[sa], at=T0))
+    sb = file_topic(space, [pb], axis(DIM, 1), ["boats"], "Boats.", T0 - 100 * HOUR)
+
+    assert [s.segment_id for s in space.segments()] == [sb]
+    assert page(space, pa).tier == "archived" and page(space, pb).tier == "mtm"
+    space.close()

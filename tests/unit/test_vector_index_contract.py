@@ -225,7 +225,7 @@ def test_invalid_input_is_rejected(backend: Opened) -> None:
 def test_save_and_reload_serves_the_same_results(
     backend: Opened, filled: tuple[VectorIndex, np.ndarray, np.ndarray]
 ) -> None:
-    index, ids, _ = filled
+    index, _, _ = filled
     queries = clustered(20, seed=9)
     before = index.search(queries, 10)
     backend.save(index, covered_seq=4242)
