@@ -30,6 +30,7 @@ from memoryos.ops import (
     RecordVisits,
     UpdateProfile,
 )
+from memoryos.score_sample import ScoreSample
 from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError, set_faiss_threads
 from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from_blobs
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
@@ -54,7 +55,6 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
 STORE_FILE = "memory.sqlite"
 PAGE_INDEX_FILE = "pages.faiss"
 _REPLAY_BATCH = 10000
-SCORE_SAMPLE_SIZE = 1024
 
 
 class MemorySpace:
@@ -84,7 +84,7 @@ class MemorySpace:
             raise
         set_faiss_threads(config.faiss_omp_threads)
         self.page_index, snapshot_stale = self._open_page_index()
-        self._sample = _ScoreSample(self.store, self.dim)
+        self._sample = ScoreSample(self.store, self.dim)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
         # close, so the next open does not rebuild (or replay) again.
         self._ops_since_snapshot = 1 if snapshot_stale else 0
@@ -420,34 +420,3 @@ class MemorySpace:
             )
             for i in order
         ]
-
-
-class _ScoreSample:
-    """A uniform sample (reservoir) of at most `SCORE_SAMPLE_SIZE` page vectors, exact for small spaces.
-
-    Retrieval z-scores dense similarities against the whole space; scoring this sample gives that
-    distribution at a fixed cost whatever the space's size.
-    """
-
-    def __init__(self, store: SqliteStore, dim: int) -> None:
-        self._rng = np.random.default_rng(0)
-        self._seen = sum(store.count_pages().values())
-        initial = store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)
-        self._buffer = np.zeros((SCORE_SAMPLE_SIZE, dim), dtype=np.float32)
-        self._buffer[: len(initial)] = initial
-        self._filled = len(initial)
-
-    @property
-    def vectors(self) -> np.ndarray:
-        return self._buffer[: self._filled]
-
-    def offer(self, vectors: np.ndarray) -> None:
-        for vector in vectors:
-            self._seen += 1
-            if self._filled < SCORE_SAMPLE_SIZE:
-                self._buffer[self._filled] = vector
-                self._filled += 1
-            else:
-                slot = int(self._rng.integers(0, self._seen))
-                if slot < SCORE_SAMPLE_SIZE:
-                    self._buffer[slot] = vector
