@@ -6,6 +6,7 @@ retrieve, batch ingest) encodes with the real model.
 """
 
 import re
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 from memoryos.embedding.base import Embedder
 from memoryos.eval.locomo import LocomoConversation, load_conversations
 
-_COPY_SUFFIX = re.compile(r" \(#\d+\)")
+_COPY_SUFFIX = re.compile(r" \(#(\d+)\)")
 LOCOMO_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo"
 
 
@@ -39,8 +40,14 @@ def exchanges(count: int, conversations: Sequence[LocomoConversation]) -> list[d
     return turns
 
 
+COPY_NOISE = 0.015
+"""Per-dimension noise added to a copy's vector (cosine to its original ≈ 0.95): copies must be distinct
+points, or an ANN index calibrated on them sees ties instead of neighbours."""
+
+
 class ReusingEmbedder:
-    """Encodes each distinct base text once with the real model and reuses its vector for suffixed copies."""
+    """Encodes each distinct base text once with the real model; a suffixed copy gets that vector plus a
+    little noise seeded by the copy and its text. Queries always go to the real model."""
 
     def __init__(self, model: Embedder) -> None:
         self.model = model
@@ -55,8 +62,20 @@ class ReusingEmbedder:
         return self.model.dim
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        if is_query:
+            return self.model.encode(texts, is_query=True)
         keys = [_COPY_SUFFIX.sub("", text) for text in texts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._vectors))
         if missing:
-            self._vectors.update(zip(missing, self.model.encode(missing, is_query=is_query), strict=True))
-        return np.stack([self._vectors[k] for k in keys]) if keys else np.zeros((0, self.dim), np.float32)
+            self._vectors.update(zip(missing, self.model.encode(missing), strict=True))
+        rows = []
+        for text, key in zip(texts, keys, strict=True):
+            vector = self._vectors[key]
+            copy = _COPY_SUFFIX.search(text)
+            if copy:
+                seed = [int(copy.group(1)), zlib.crc32(key.encode())]
+                noise = np.random.default_rng(seed).normal(0, COPY_NOISE, vector.shape)
+                vector = vector + noise.astype(np.float32)
+                vector = vector / np.linalg.norm(vector)
+            rows.append(vector)
+        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, self.dim), np.float32)
