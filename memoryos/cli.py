@@ -16,27 +16,8 @@ def _open(args: argparse.Namespace) -> "Memoryos":
     from memoryos.config import MemoryConfig
     from memoryos.memoryos import Memoryos
 
-    overrides: dict[str, Any] = {}
-    if args.data_dir is not None:
-        overrides["data_dir"] = args.data_dir
-    config = MemoryConfig(**overrides)
-    api_key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
-    return Memoryos(
-        user_id=args.user,
-        openai_api_key=api_key,
-        data_storage_path=config.data_dir,
-        openai_base_url=config.openai_base_url,
-        assistant_id=args.assistant,
-        llm_model=config.llm_model,
-        embedding_model_name=config.embedding_model_name,
-        short_term_capacity=config.short_term_capacity,
-        mid_term_capacity=config.mid_term_capacity,
-        long_term_knowledge_capacity=config.long_term_knowledge_capacity,
-        retrieval_queue_capacity=config.retrieval_queue_capacity,
-        mid_term_heat_threshold=config.mid_term_heat_threshold,
-        mid_term_similarity_threshold=config.mid_term_similarity_threshold,
-        config=config,
-    )
+    config = MemoryConfig(**({"data_dir": args.data_dir} if args.data_dir is not None else {}))
+    return Memoryos.from_config(args.user, config, assistant_id=args.assistant)
 
 
 def _print_json(value: Any) -> None:

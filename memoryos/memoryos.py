@@ -111,6 +111,35 @@ class Memoryos:
         if self.space.pending_page_ids(1):
             self._process_writes()  # acknowledged before a crash, not yet embedded
 
+    @classmethod
+    def from_config(
+        cls,
+        user_id: str,
+        config: MemoryConfig,
+        assistant_id: str = "default_assistant_profile",
+        **parts: Any,
+    ) -> "Memoryos":
+        """Open a space with every setting taken from `config` (front ends, services, the harness).
+        `parts` passes `embedder`, `llm` or `clock` through."""
+        api_key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
+        return cls(
+            user_id=user_id,
+            openai_api_key=api_key,
+            data_storage_path=config.data_dir,
+            openai_base_url=config.openai_base_url,
+            assistant_id=assistant_id,
+            short_term_capacity=config.short_term_capacity,
+            mid_term_capacity=config.mid_term_capacity,
+            long_term_knowledge_capacity=config.long_term_knowledge_capacity,
+            retrieval_queue_capacity=config.retrieval_queue_capacity,
+            mid_term_heat_threshold=config.mid_term_heat_threshold,
+            mid_term_similarity_threshold=config.mid_term_similarity_threshold,
+            llm_model=config.llm_model,
+            embedding_model_name=config.embedding_model_name,
+            config=config,
+            **parts,
+        )
+
     # --- writing --------------------------------------------------------------------------------------
     def add_memory(
         self,
