@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from bench.engine import run_engine
+from bench.plots import write_plots
 from bench.recall import run_recall
 from bench.report import markdown
 from memoryos.config import MemoryConfig
@@ -36,6 +37,8 @@ def main() -> None:
     suffix = "" if args.only is None else f"-{args.only}"
     (args.out / f"results{suffix}.json").write_text(json.dumps(results, indent=2))
     (args.out / f"results{suffix}.md").write_text(markdown(results))
+    if args.only is None:
+        write_plots(results, args.out)
     print(markdown(results))
 
 

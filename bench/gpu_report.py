@@ -15,6 +15,7 @@ and the CPU, finishing in seconds: that is how it is tested where there is no GP
 """
 
 import argparse
+import functools
 import json
 import platform
 import time
@@ -37,19 +38,23 @@ class Sizes:
     def __init__(self, tiny: bool) -> None:
         self.matmul_n = 1024 if tiny else 8192
         self.copy_bytes = (64 if tiny else 2048) * 2**20
-        self.batch_sizes: tuple[int, ...] = (1, 8, 32) if tiny else (1, 8, 32, 128, 512)
-        self.text_words = 48 if tiny else 120
-        self.min_texts = 32 if tiny else 2048
-        self.faiss_n = 50_000 if tiny else 2_000_000
+        self.batch_sizes: tuple[int, ...] = (1, 8) if tiny else (1, 8, 32, 128, 512)
+        self.text_words = 16 if tiny else 120
+        self.min_texts = 4 if tiny else 2048
+        self.faiss_n = 20_000 if tiny else 2_000_000
         self.faiss_dim = 384 if tiny else 1024
         self.faiss_queries: tuple[int, ...] = (1, 16) if tiny else (1, 16, 256, 4096)
         self.repeats = 3 if tiny else 5
 
 
-def best_seconds(run: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
-    """Fastest of `repeats` timed runs after one warm-up run: the ceiling, not the average."""
-    run()
-    sync()
+def best_seconds(
+    run: Callable[[], object], repeats: int, sync: Callable[[], None], *, warm_up: bool = True
+) -> float:
+    """Fastest of `repeats` timed runs, after one untimed run unless the caller warmed up already: the
+    ceiling, not the average."""
+    if warm_up:
+        run()
+        sync()
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
@@ -86,13 +91,39 @@ def bandwidth_ceiling(device: str, nbytes: int, repeats: int) -> dict[str, Any]:
 
 def sample_texts(count: int, words: int) -> list[str]:
     """Deterministic English-like texts of about `words` words (LoCoMo turns when the dev data is there)."""
-    corpus = (
-        _locomo_words()
-        or (
-            "the user said they went hiking with their family last weekend and the assistant asked about "
-            "the trail the weather and whether they would go back again next month with friends"
-        ).split()
-    )
+    corpus = _locomo_words() or [
+        "the",
+        "user",
+        "said",
+        "they",
+        "went",
+        "hiking",
+        "with",
+        "their",
+        "family",
+        "last",
+        "weekend",
+        "and",
+        "the",
+        "assistant",
+        "asked",
+        "about",
+        "the",
+        "trail",
+        "the",
+        "weather",
+        "and",
+        "whether",
+        "they",
+        "would",
+        "go",
+        "back",
+        "again",
+        "next",
+        "month",
+        "with",
+        "friends",
+    ]
     rng = np.random.default_rng(0)
     return [" ".join(rng.choice(corpus, size=words)) for _ in range(count)]
 
@@ -119,31 +150,46 @@ def _non_embedding_params(model: Any) -> int:
 def embedding_rows(
     models: Sequence[str], device: str, sizes: Sizes, matmul_flops: float
 ) -> list[dict[str, Any]]:
+    """Rows per model and batch size; a model that cannot be loaded gets one row saying why."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     from memoryos.embedding.sentence_transformers_backend import resolve_model_location
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in models:
         try:
             model = SentenceTransformer(resolve_model_location(name), device=device)
         except Exception as error:  # a missing model is reported, not fatal: the others still run
             rows.append({"model": name, "skipped": f"{type(error).__name__}: {str(error)[:200]}"})
             continue
+        rows += _model_rows(name, model.half() if device == "cuda" else model, device, sizes, matmul_flops)
+        del model
         if device == "cuda":
-            model = model.half()
-        params = _non_embedding_params(model)
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _model_rows(
+    name: str, model: Any, device: str, sizes: Sizes, matmul_flops: float
+) -> list[dict[str, Any]]:
+    import torch
+
+    params = _non_embedding_params(model)
+    largest = max(sizes.batch_sizes)
+    rows = []
+    with torch.inference_mode():
+        model.encode(sample_texts(largest, sizes.text_words), batch_size=largest)  # warm-up
         for batch_size in sizes.batch_sizes:
-            texts = sample_texts(max(sizes.min_texts, 4 * batch_size), sizes.text_words)
+            texts = sample_texts(max(sizes.min_texts, 2 * batch_size), sizes.text_words)
             encoded = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)
             tokens = sum(len(ids) for ids in encoded["input_ids"])
-            with torch.inference_mode():
-                seconds = best_seconds(
-                    lambda texts=texts, batch_size=batch_size: model.encode(texts, batch_size=batch_size),
-                    max(1, sizes.repeats - 2),
-                    _sync(device),
-                )
+            seconds = best_seconds(
+                functools.partial(model.encode, texts, batch_size=batch_size),
+                max(1, sizes.repeats - 2),
+                _sync(device),
+                warm_up=False,
+            )
             flops = 2 * params * tokens / seconds
             rows.append(
                 {
@@ -160,9 +206,6 @@ def embedding_rows(
                     "fraction_of_matmul": flops / matmul_flops,
                 }
             )
-        del model
-        if device == "cuda":
-            torch.cuda.empty_cache()
     return rows
 
 
@@ -189,9 +232,7 @@ def faiss_rows(sizes: Sizes, ceilings: dict[str, dict[str, Any]]) -> list[dict[s
         ceiling = ceilings[backend]
         for queries in sizes.faiss_queries:
             batch = rng.standard_normal((queries, sizes.faiss_dim), dtype=np.float32)
-            seconds = best_seconds(
-                lambda index=index, batch=batch: index.search(batch, 10), sizes.repeats, lambda: None
-            )
+            seconds = best_seconds(functools.partial(index.search, batch, 10), sizes.repeats, lambda: None)
             flops = 2 * sizes.faiss_n * sizes.faiss_dim * queries
             rows.append(
                 {

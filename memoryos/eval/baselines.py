@@ -88,7 +88,10 @@ def plain_cosine(
         questions=len(questions),
         recall=RecallReport.build(questions, rankings, ks=ks),
         retrieve_ms=LatencySummary.of(latencies),
-        notes=f"cosine over all pairs with {embedder.name}",
+        notes=(
+            f"cosine over all pairs with {embedder.name}; latency is the query encode (often a cache hit: "
+            "the engine encoded the same question first) and the scan"
+        ),
     )
 
 

@@ -225,7 +225,7 @@ def _category_table(rows: list[dict[str, Any]]) -> list[str]:
     for category, group in sorted(by_category.items()):
         answered = [r for r in group if r.get("prediction") is not None]
         judged = [r["judge"] for r in answered if r.get("judge") is not None]
-        usage = [r["llm"] for r in answered if r.get("llm")]
+        usage = [r["llm"] for r in group if r.get("llm")]
 
         def mean(values: list[float]) -> float | None:
             return sum(values) / len(values) if values else None

@@ -10,7 +10,8 @@ and answer are not stored: questions asked later must not find earlier questions
 conversation. Answers are scored with token F1, BLEU-1 and, given a judge, the mem0 LLM-judge label.
 
 LLM cost is read from the LLM's usage counters: the growth during ingestion is the cost of memory
-(per turn), the growth while asking is the cost of answering (per question). Judge calls are counted apart.
+(per turn), the growth while asking is the cost of a question: the answer, and the consolidation that
+retrieval's segment visits make due. Judge calls are counted apart.
 """
 
 import statistics
@@ -29,7 +30,7 @@ from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
 from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, page_dia_ids, ranked_dia_ids, token_f1
 from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
 from memoryos.llm.usage import estimate_tokens
-from memoryos.memoryos import Memoryos
+from memoryos.memoryos import Memoryos, answer_request
 from memoryos.types import Page, RetrievedContext, RetrievedPage
 
 ANSWER_STYLE_HINT = (
@@ -152,7 +153,7 @@ class ConversationResult(BaseModel):
     retrieve_ms_mean: float
     recall: RecallReport
     llm_calls: int
-    """All LLM calls of the system (ingestion and answering), judge excluded."""
+    """All LLM calls of the system while ingesting and while asking, judge excluded."""
     system: str = "memoryos"
     answered: int = 0
     """Questions answered by the LLM (those with a gold answer, when answering)."""
@@ -198,22 +199,11 @@ def evaluate_conversation(
 ) -> ConversationResult:
     """Evidence recall@k of our retrieval on one conversation (questions without evidence are skipped
     for recall) and, with `answer_questions`, answers scored per category. The space is erased after."""
-    memory = Memoryos(
-        user_id=conversation.sample_id,
-        openai_api_key=config.openai_api_key.get_secret_value() if config.openai_api_key else None,
-        data_storage_path=data_dir,
-        openai_base_url=config.openai_base_url,
-        config=config,
+    memory = Memoryos.from_config(
+        conversation.sample_id,
+        config.model_copy(update={"data_dir": data_dir}),
         embedder=embedder,
         llm=llm_factory() if llm_factory else None,
-        short_term_capacity=config.short_term_capacity,
-        mid_term_capacity=config.mid_term_capacity,
-        long_term_knowledge_capacity=config.long_term_knowledge_capacity,
-        retrieval_queue_capacity=config.retrieval_queue_capacity,
-        mid_term_heat_threshold=config.mid_term_heat_threshold,
-        mid_term_similarity_threshold=config.mid_term_similarity_threshold,
-        llm_model=config.llm_model,
-        embedding_model_name=config.embedding_model_name,
     )
     with memory:
         usage_start = memory.llm.usage
@@ -253,7 +243,7 @@ def evaluate_conversation(
         completion_tokens=judge_after.completion_tokens - judge_before.completion_tokens,
     )
     pairs = max(1, len(conversation.pairs))
-    asked = max(1, len(answered))
+    asked = max(1, len(records))
     retrieve = LatencySummary.of([record.retrieve_ms for record in with_evidence])
     return ConversationResult(
         sample_id=conversation.sample_id,
@@ -280,8 +270,8 @@ def evaluate_conversation(
             judge=judging,
             calls_per_turn=round(ingest.calls / pairs, 4),
             tokens_per_turn=round(ingest.tokens / pairs, 2),
-            calls_per_question=round(asking.calls / asked, 4) if answered else 0.0,
-            tokens_per_question=round(asking.tokens / asked, 2) if answered else 0.0,
+            calls_per_question=round(asking.calls / asked, 4),
+            tokens_per_question=round(asking.tokens / asked, 2),
         ),
         answers=_answer_report(answered, asker) if answered else None,
         details=records if keep_details else None,
@@ -303,6 +293,9 @@ class _Asker:
         self.judge_failures = 0
 
     def ask(self, question: LocomoQuestion, answer: bool) -> QuestionRecord:
+        """Retrieve (and answer); `llm` is what the system spent meanwhile: the answer, and any
+        consolidation the retrieval's segment visits made due (the engine runs it on its next read)."""
+        usage_before = self.memory.llm.usage
         started = time.perf_counter()
         context = self.memory.retrieve(question.question, top_k=self.top_k)
         retrieve_ms = (time.perf_counter() - started) * 1000
@@ -319,25 +312,15 @@ class _Asker:
         )
         if answer and question.answer is not None:
             self._answer(record, request, question.answer)
+        record.llm = UsageTotals.between(usage_before, self.memory.llm.usage)
         return record
 
     def _request(self, context: RetrievedContext) -> AnswerRequest:
         """The request `Memoryos.get_response` builds, with the speakers' names as conversation metadata:
         LoCoMo questions name them, while stored pages say only "User" and "Assistant"."""
-        short_term_ids = {page.page_id for page in context.short_term_memory}
-        return AnswerRequest(
-            query=context.query,
-            short_term=[_page(page) for page in context.short_term_memory],
-            retrieved=[_page(p) for p in context.retrieved_pages if p.page_id not in short_term_ids],
-            user_profile=context.user_profile,
-            user_knowledge=[k.knowledge for k in context.retrieved_user_knowledge],
-            assistant_knowledge=[k.knowledge for k in context.retrieved_assistant_knowledge],
-            style_hint=ANSWER_STYLE_HINT,
-            user_meta_data=dict(self.speakers),
-        )
+        return answer_request(context, style_hint=ANSWER_STYLE_HINT, meta_data=self.speakers)
 
     def _answer(self, record: QuestionRecord, request: AnswerRequest, gold: str) -> None:
-        before = self.memory.llm.usage
         started = time.perf_counter()
         try:
             prediction = self.memory.llm.answer(request)
@@ -345,7 +328,6 @@ class _Asker:
             self.answer_failures += 1
             prediction = ""
         record.answer_ms = round((time.perf_counter() - started) * 1000, 3)
-        record.llm = UsageTotals.between(before, self.memory.llm.usage)
         record.prediction = prediction
         record.f1 = token_f1(prediction, gold)
         record.bleu1 = bleu1(prediction, gold)
@@ -385,9 +367,9 @@ def _category_answers(records: Sequence[QuestionRecord]) -> CategoryAnswers:
     judged = [record.judge for record in records if record.judge is not None]
     return CategoryAnswers(
         questions=len(records),
-        f1=round(statistics.fmean(r.f1 or 0.0 for r in records), 4) if records else 0.0,
-        bleu1=round(statistics.fmean(r.bleu1 or 0.0 for r in records), 4) if records else 0.0,
-        judge=round(sum(judged) / len(judged), 4) if judged else None,
+        f1=statistics.fmean(r.f1 or 0.0 for r in records) if records else 0.0,
+        bleu1=statistics.fmean(r.bleu1 or 0.0 for r in records) if records else 0.0,
+        judge=sum(judged) / len(judged) if judged else None,
         judged=len(judged),
     )
 

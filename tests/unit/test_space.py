@@ -555,7 +555,9 @@ def test_pages_added_after_the_last_snapshot_are_replayed_on_open(space_dir: Pat
     space.close()
 
 
-def test_a_segment_just_filed_into_is_not_archived_even_when_coldest(space_dir: Path, clock: FakeClock) -> None:
+def test_a_segment_just_filed_into_is_not_archived_even_when_coldest(
+    space_dir: Path, clock: FakeClock
+) -> None:
     """Heat of a new one-page segment filed long ago (its `at`) is the lowest, yet it must survive."""
     space = open_space(space_dir, clock, mid_term_capacity=1)
     pa, pb = add_pages(space, axis(DIM, 0), axis(DIM, 1))
