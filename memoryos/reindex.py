@@ -12,7 +12,8 @@ from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.embedding import create_embedder
 from memoryos.errors import InvalidInputError
-from memoryos.space import PAGE_INDEX_FILE, STORE_FILE
+from memoryos.space import STORE_FILE
+from memoryos.storage.index_factory import remove_page_index_files
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.types import exchange_text
 from memoryos.validation import validate_id
@@ -53,7 +54,7 @@ def reindex_space(
                 store.set_knowledge_vector(entry_id, vector)
             store.set_meta("embedding_model", embedder.name)
             store.set_meta("embedding_dim", str(embedder.dim))
-        (directory / PAGE_INDEX_FILE).unlink(missing_ok=True)
+        remove_page_index_files(directory)
     finally:
         store.close()
     return {

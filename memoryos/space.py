@@ -31,8 +31,10 @@ from memoryos.ops import (
     UpdateProfile,
 )
 from memoryos.score_sample import ScoreSample
-from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError, set_faiss_threads
+from memoryos.storage.faiss_index import set_faiss_threads
+from memoryos.storage.index_factory import close_page_index, open_page_index, page_snapshot_path
 from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from_blobs
+from memoryos.storage.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,6 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
 
 
 STORE_FILE = "memory.sqlite"
-PAGE_INDEX_FILE = "pages.faiss"
 _REPLAY_BATCH = 10000
 
 
@@ -108,32 +109,12 @@ class MemorySpace:
             raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
         return int(stored_dim)
 
-    def _open_page_index(self) -> tuple[FaissIndex, bool]:
+    def _open_page_index(self) -> tuple[VectorIndex, bool]:
         """Load the snapshot and replay pages stored after it; rebuild from the store when it is unusable.
 
         Returns the index and whether the snapshot on disk is stale (missing, unusable or replayed onto).
         """
-        path = self.directory / PAGE_INDEX_FILE
-        covered = 0
-        index: FaissIndex | None = None
-        if path.exists():
-            try:
-                index, covered = FaissIndex.load(
-                    path,
-                    self.dim,
-                    ann_threshold=self.config.index_ann_threshold,
-                    gpu_policy=self.config.faiss_use_gpu,
-                )
-            except IndexSnapshotError as error:
-                log.warning(
-                    "page index snapshot unusable, rebuilding from the store", extra={"reason": str(error)}
-                )
-        stale = index is None
-        if index is None:
-            index = FaissIndex(
-                self.dim, ann_threshold=self.config.index_ann_threshold, gpu_policy=self.config.faiss_use_gpu
-            )
-            covered = 0
+        index, covered, stale = open_page_index(self.config, self.directory, self.dim)
         while True:
             ids, vectors = self.store.page_vectors_after(covered, self.dim, _REPLAY_BATCH)
             if len(ids) == 0:
@@ -302,7 +283,9 @@ class MemorySpace:
     def snapshot(self) -> None:
         """Write the page index snapshot; pages stored after it are replayed on the next open."""
         with self.lock:
-            self.page_index.save(self.directory / PAGE_INDEX_FILE, self.store.indexed_through())
+            self.page_index.save(
+                page_snapshot_path(self.config, self.directory), self.store.indexed_through()
+            )
             self._ops_since_snapshot = 0
             self._last_snapshot_at = self.clock()
 
@@ -313,6 +296,7 @@ class MemorySpace:
                 return
             if self._ops_since_snapshot:
                 self.snapshot()
+            close_page_index(self.page_index)
             self.store.close()
             self.closed = True
 
@@ -320,6 +304,7 @@ class MemorySpace:
         """Delete the whole space, files included. The space is unusable afterwards."""
         with self.lock:
             if not self.closed:
+                close_page_index(self.page_index)
                 self.store.close()
                 self.closed = True
             shutil.rmtree(self.directory, ignore_errors=False)

@@ -17,19 +17,24 @@ What callers may rely on:
 - A space found closed when released (`forget_user` erased it) is dropped, and the next use reopens.
 """
 
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-import numpy as np
+from memoryos.space import STORE_FILE
 
 log = logging.getLogger(__name__)
 
-SPACE_OVERHEAD_BYTES = 1 << 20
-"""Resident bytes of an open space besides its vectors: SQLite connection and page cache, Python objects."""
+SPACE_OVERHEAD_BYTES = 256 * 1024
+"""Resident bytes of any open space besides its vectors and page cache: SQLite connection, Python objects
+(an open 10-page space measured ~330 KB in all)."""
+SQLITE_CACHE_MAX_BYTES = 2000 * 1024
+"""SQLite's default page cache (`cache_size = -2000` KiB), which fills up to the size of the database."""
 FLAT_BYTES_PER_VECTOR_EXTRA = 8
 """Beyond `dim * 4` bytes of float32 per vector: its int64 id."""
 IVF_BYTES_PER_VECTOR_EXTRA = 8 + 32
@@ -212,10 +217,11 @@ class SpacePool(Generic[S]):
 
 
 def estimate_resident_bytes(space: Any) -> int:
-    """Bytes a `Memoryos` or `MemorySpace` holds in memory: its page index, its score sample, a fixed cost.
+    """Bytes a `Memoryos` or `MemorySpace` holds in memory: page index, score sample, SQLite cache, a fixed cost.
 
     The index is costed at what its kind stores per vector (float32 rows plus ids and maps); an index
-    that reports `resident_bytes()` itself (Chroma) is trusted.
+    that reports `resident_bytes()` itself (Chroma) is trusted. Measured against RSS on 384-d spaces:
+    ~330 KB for 10 pages (estimate 370 KB), ~6.7 MB for 2,000 pages (estimate 6.8 MB).
     """
     inner = getattr(space, "space", space)  # Memoryos wraps a MemorySpace
     total = SPACE_OVERHEAD_BYTES
@@ -233,7 +239,9 @@ def estimate_resident_bytes(space: Any) -> int:
                 total += int(stats["nlist"]) * index.dim * 4  # the coarse quantizer's centroids
     score_sample = getattr(inner, "score_sample", None)
     if callable(score_sample):
-        sample = score_sample()
-        # The sample may be a view of a larger preallocated buffer: that buffer is what is resident.
-        total += int(sample.base.nbytes if isinstance(sample.base, np.ndarray) else sample.nbytes)
+        total += int(score_sample().nbytes)  # the filled rows: untouched zeroed pages are not resident
+    directory = getattr(inner, "directory", None)
+    if isinstance(directory, Path):
+        with contextlib.suppress(OSError):
+            total += min(SQLITE_CACHE_MAX_BYTES, (directory / STORE_FILE).stat().st_size)
     return total

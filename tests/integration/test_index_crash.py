@@ -119,16 +119,7 @@ def run_child_until_killed(root: Path, backend: str) -> dict[int, int]:
 
 @pytest.mark.parametrize(
     "backend",
-    [
-        "faiss-flat",
-        "faiss-ivf",
-        pytest.param(
-            "chroma",
-            marks=pytest.mark.xfail(
-                strict=False, reason="vector_backend is wired into space.py by the author"
-            ),
-        ),
-    ],
+    ["faiss-flat", "faiss-ivf", "chroma"],
 )
 def test_acknowledged_pages_survive_a_crash_after_a_snapshot(tmp_path: Path, backend: str) -> None:
     acks = run_child_until_killed(tmp_path, backend)

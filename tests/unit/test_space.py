@@ -20,8 +20,9 @@ from memoryos.ops import (
     RecordVisits,
     UpdateProfile,
 )
-from memoryos.space import PAGE_INDEX_FILE, STORE_FILE, MemorySpace
+from memoryos.space import STORE_FILE, MemorySpace
 from memoryos.storage.faiss_index import FaissIndex
+from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from memoryos.types import KnowledgeKind, Page, Turn
 from tests.support.fakes import T0, FakeClock, axis, unit
 
