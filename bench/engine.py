@@ -70,7 +70,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
     searchable = _timed(
         [lambda u=u, a=a: (memory.add_memory(f"again {u}", a), memory.flush()) for u, a in new_turns]
     )
-    encode = _timed([lambda u=u: model.encode([u + " encode-only"]) for u, _ in new_turns])
+    encode = _timed([lambda u=u: model.encode([f"{u} encode-only at {pages}"]) for u, _ in new_turns])
     stored = memory.stats()
     total_pages = stored.short_term_pages + stored.mid_term_pages + stored.archived_pages
     memory.close()

@@ -38,11 +38,14 @@ class BackgroundIngestor:
             self._condition.notify_all()
 
     def flush(self, timeout_s: float | None = None) -> None:
+        """Request a pass and wait for it (and every earlier one); raise the error of a failed pass."""
+        self.notify()
+        self.wait(timeout_s)
+
+    def wait(self, timeout_s: float | None = None) -> None:
         """Wait until every pass requested so far has run; raise the error of a failed pass."""
         with self._condition:
-            self._requested += 1
             target = self._requested
-            self._condition.notify_all()
             if not self._condition.wait_for(lambda: self._completed >= target or self._stopping, timeout_s):
                 raise TimeoutError(f"background ingest did not finish within {timeout_s} s")
             error, self._error = self._error, None

@@ -148,12 +148,11 @@ def query_terms(text: str) -> list[str]:
     return list(seen)
 
 
-def fts_match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression OR-ing the quoted content words of `text`; None when it has none.
+def quoted(term: str) -> str:
+    """A term as an FTS5 string: user text is never read as query syntax (NEAR, AND, column filters)."""
+    return '"' + term.replace('"', '""') + '"'
 
-    Quoting each term keeps user text from being read as FTS5 query syntax (NEAR, AND, column filters).
-    """
-    terms = query_terms(text)
-    if not terms:
-        return None
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+def fts_match_expression(terms: list[str]) -> str | None:
+    """An FTS5 MATCH expression OR-ing the quoted terms; None when there are none."""
+    return " OR ".join(quoted(term) for term in terms) if terms else None

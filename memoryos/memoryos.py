@@ -205,8 +205,16 @@ class Memoryos:
 
     def flush(self) -> None:
         """Wait until every write so far is embedded and consolidated (reads do this themselves)."""
-        if self._ingestor is not None:
-            self._ingestor.flush()
+        if self._ingestor is None:
+            return
+        if self.space.pending_page_ids(1):
+            try:
+                self._ingestor.flush()
+            except Exception:
+                if self.space.pending_page_ids(1):
+                    raise  # pages the reader expects are missing; a failure already healed is not news
+        else:
+            self._ingestor.wait()  # no new pass: a read after a read costs nothing here
 
     def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
         if not isinstance(raw, Mapping):
@@ -248,6 +256,8 @@ class Memoryos:
         )
         if visited:
             self.space.apply(RecordVisits(segment_ids=visited, at=now))
+            if self._ingestor is not None:
+                self._ingestor.notify()  # visits heat segments: promotion may be due, checked off this path
         return context
 
     @staticmethod
@@ -313,7 +323,7 @@ class Memoryos:
                     page_count=s.page_count,
                     heat=heats[s.segment_id],
                 )
-                for s in self.space.segments()
+                for s in self.space.segments(count_pages=True)
             ],
             user_knowledge=len(self.space.knowledge("user")),
             assistant_knowledge=len(self.space.knowledge("assistant")),

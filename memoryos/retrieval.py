@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.lexical import fts_match_expression
+from memoryos.lexical import fts_match_expression, query_terms, quoted
 from memoryos.space import MemorySpace
 from memoryos.types import KnowledgeKind, Page, RetrievedContext, RetrievedKnowledge, RetrievedPage
 from memoryos.validation import format_unix_timestamp
@@ -31,6 +31,17 @@ def _zscore(values: np.ndarray, mean: float, std: float) -> np.ndarray:
     return (values - mean) / (std if std > 1e-9 else 1.0)
 
 
+def _lexical_terms(space: MemorySpace, query: str, total: int) -> list[str]:
+    """The query's content words; in a large space, without those found in most pages (see
+    `MemoryConfig.lexical_max_df_fraction`)."""
+    terms = query_terms(query)
+    config = space.config
+    if total < config.lexical_df_cap_min_pages:
+        return terms
+    limit = config.lexical_max_df_fraction * total
+    return [term for term in terms if space.store.document_frequency(quoted(term)) <= limit]
+
+
 def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> list[ScoredPage]:
     """The `k` best pages of the space for the query, best first."""
     config = space.config
@@ -42,7 +53,7 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     sample_scores = space.score_sample() @ query_vector
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
-    expression = fts_match_expression(query)
+    expression = fts_match_expression(_lexical_terms(space, query, total))
     lexical = space.store.lexical_search(expression, pool * LEXICAL_FETCH_FACTOR) if expression else []
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)

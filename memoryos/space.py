@@ -343,8 +343,8 @@ class MemorySpace:
         return found[0] if found else None
 
     @_locked
-    def segments(self) -> list[Segment]:
-        return self.store.active_segments()
+    def segments(self, count_pages: bool = False) -> list[Segment]:
+        return self.store.active_segments(count_pages)
 
     @_locked
     def segment_heats(self, now: float) -> dict[int, float]:

@@ -39,6 +39,7 @@ CREATE INDEX IF NOT EXISTS pages_by_tier ON pages(tier, page_id);
 CREATE INDEX IF NOT EXISTS pages_by_segment ON pages(segment_id);
 CREATE INDEX IF NOT EXISTS pages_by_chain ON pages(chain_id);
 CREATE INDEX IF NOT EXISTS pages_pending ON pages(page_id) WHERE vector IS NULL;
+CREATE INDEX IF NOT EXISTS pages_unanalyzed ON pages(segment_id) WHERE analyzed = 0 AND tier = 'mtm';
 CREATE VIRTUAL TABLE IF NOT EXISTS pages_fts USING fts5(
     user_input, agent_response, content='pages', content_rowid='page_id', tokenize='porter unicode61'
 );

@@ -266,6 +266,9 @@ class SqliteStore:
             f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
         )
 
+    def document_frequency(self, match_expression: str) -> int:
+        return int(self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (match_expression,)))
+
     def lexical_search(self, match_expression: str, limit: int) -> list[tuple[int, float]]:
         """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated."""
         rows = self._db.execute(
@@ -286,10 +289,12 @@ class SqliteStore:
         return [row[0] for row in rows]
 
     # --- segments -------------------------------------------------------------------------------------
-    def active_segments(self) -> list[Segment]:
+    def active_segments(self, count_pages: bool = False) -> list[Segment]:
+        """Segments in mid-term memory. Counting their pages reads every page's index entry, so only
+        `stats` asks for it; heat and placement do not need it."""
+        count = "(SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id)" if count_pages else "0"
         rows = self._db.execute(
-            "SELECT s.*, (SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id) AS page_count "
-            "FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
+            f"SELECT s.*, {count} AS page_count FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
         )
         return [_segment(row) for row in rows]
 

@@ -20,18 +20,17 @@ from tests.support.fakes import HashEmbedder
 class SlowCountingEmbedder(HashEmbedder):
     """Counts encode calls and takes a while per call, so writes pile up behind it."""
 
-    def __init__(self, delay_s: float = 0.05, failures: int = 0) -> None:
+    def __init__(self, delay_s: float = 0.05, broken: bool = False) -> None:
         super().__init__()
         self.calls: list[int] = []
         self.delay_s = delay_s
-        self.failures = failures
+        self.broken = broken
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         if not is_query:
             self.calls.append(len(texts))
             time.sleep(self.delay_s)
-            if self.failures > 0:
-                self.failures -= 1
+            if self.broken:
                 raise RuntimeError("embedding backend unavailable")
         return super().encode(texts, is_query=is_query)
 
@@ -65,7 +64,7 @@ def test_writes_are_acknowledged_before_embedding_and_batched(tmp_path: Path) ->
 
 
 def test_an_embedding_failure_surfaces_on_read_and_loses_nothing(tmp_path: Path) -> None:
-    embedder = SlowCountingEmbedder(delay_s=0.0, failures=1)
+    embedder = SlowCountingEmbedder(delay_s=0.0, broken=True)
     memory = make(tmp_path, embedder)
     page_id = memory.add_memory("My locker code is 4411.", "I'll remember it.")
 
@@ -74,6 +73,7 @@ def test_an_embedding_failure_surfaces_on_read_and_loses_nothing(tmp_path: Path)
     (page,) = memory.space.pages([page_id])
     assert not page.embedded
 
+    embedder.broken = False
     found = memory.retrieve("locker code").retrieved_pages  # the next read retries, and succeeds
     assert [p.page_id for p in found] == [page_id]
     memory.close()

@@ -191,7 +191,7 @@ def test_file_topic_merges_a_matching_topic_and_refreshes_the_segment(space: Mem
     near = unit(DIM, (0, 3), (1, 1))  # cos 0.95 with the segment
     s2 = file_topic(space, [p2], near, ["Scones", "tea"], "Scones with tea.", T0 + HOUR)
     assert s2 == s1
-    (merged,) = space.segments()
+    (merged,) = space.segments(count_pages=True)
     assert merged.summary == "Scones with tea. | Tea and cake."
     assert merged.keywords == ["scones", "tea", "cake"]
     assert merged.interaction_count == 2 and merged.page_count == 2
@@ -228,7 +228,7 @@ def test_a_page_belongs_to_exactly_one_segment_even_when_refiled(space: MemorySp
     assert s2 != s1
     assert space.store.segment_page_ids(s1) == [p2]
     assert space.store.segment_page_ids(s2) == [p1]
-    assert sum(s.page_count for s in space.segments()) == 2
+    assert sum(s.page_count for s in space.segments(count_pages=True)) == 2
 
 
 def test_file_topic_with_a_wrong_shape_vector_changes_nothing(space: MemorySpace, space_dir: Path) -> None:
