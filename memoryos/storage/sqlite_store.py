@@ -340,8 +340,10 @@ class SqliteStore:
         )
 
     def unanalyzed_segment_ids(self) -> set[int]:
+        # One probe of the partial index `pages_unanalyzed` per segment, not a pass over every page.
         rows = self._db.execute(
-            "SELECT DISTINCT segment_id FROM pages WHERE tier = 'mtm' AND analyzed = 0 AND segment_id IS NOT NULL"
+            "SELECT s.segment_id FROM segments s WHERE s.archived = 0 AND EXISTS (SELECT 1 FROM pages p "
+            "WHERE p.segment_id = s.segment_id AND p.analyzed = 0 AND p.tier = 'mtm')"
         )
         return {row[0] for row in rows}
 
