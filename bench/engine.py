@@ -89,7 +89,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
 
 
 def ingest_throughput(model: Embedder, batch_sizes: tuple[int, ...], turns: int) -> list[dict[str, Any]]:
-    """Turns per second through `add_memories` (real encodes) at several batch sizes."""
+    """Turns per second through `add_memories` until searchable (real encodes), at several batch sizes."""
     rows = []
     sample = exchanges(turns, dev_conversations())
     for batch in batch_sizes:
@@ -105,6 +105,7 @@ def ingest_throughput(model: Embedder, batch_sizes: tuple[int, ...], turns: int)
                         for t in sample[start : start + batch]
                     ]
                 )
+            memory.flush()  # embedded and consolidated, not just accepted
             elapsed = time.perf_counter() - started
             memory.close()
         rows.append({"batch_size": batch, "turns": turns, "turns_per_s": round(turns / elapsed, 1)})
