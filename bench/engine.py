@@ -42,7 +42,8 @@ def _directory_bytes(path: Path) -> int:
 def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any]:
     """Fill a space to `pages`, then time single add_memory and retrieve calls with real encodes."""
     conversations = dev_conversations()
-    questions = [q.question for c in conversations for q in c.qa][:TIMED_CALLS]
+    # Texts carry the size so no size reuses an earlier size's cached embedding: every timed call encodes.
+    questions = [f"{q.question} ({pages:,} pages)" for c in conversations for q in c.qa][:TIMED_CALLS]
     fill = exchanges(pages, conversations)
     reusing = ReusingEmbedder(model)
     memory = Memoryos(
@@ -55,14 +56,14 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
     fill_s = time.perf_counter() - started
     calls_per_turn = sum(u.calls for u in memory.llm.usage.values()) / pages
     memory.close()
-    memory = Memoryos(user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=model)
     started = time.perf_counter()
+    memory = Memoryos(user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=model)
     memory.close()
     open_s = time.perf_counter() - started
     memory = Memoryos(user_id=f"bench{pages}", openai_api_key=None, data_storage_path=workdir, embedder=model)
     retrieve = _timed([lambda q=q: memory.retrieve(q) for q in questions])
     new_turns = [
-        (f"new note {i}: {t['user_input']}", t["agent_response"])
+        (f"new note {i} at {pages}: {t['user_input']}", t["agent_response"])
         for i, t in enumerate(exchanges(TIMED_CALLS, conversations))
     ]
     add = _timed([lambda u=u, a=a: memory.add_memory(u, a) for u, a in new_turns])
