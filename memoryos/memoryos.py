@@ -255,9 +255,9 @@ class Memoryos:
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )
         if visited:
+            # Visits heat segments; promotion they make due runs with the next write's consolidation, so a
+            # read-only stretch leaves the model to queries.
             self.space.apply(RecordVisits(segment_ids=visited, at=now))
-            if self._ingestor is not None:
-                self._ingestor.notify()  # visits heat segments: promotion may be due, checked off this path
         return context
 
     @staticmethod
