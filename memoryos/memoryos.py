@@ -7,6 +7,7 @@ the caller's thread, like the reference; the service runs the same planners on i
 
 import functools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -103,6 +104,9 @@ class Memoryos:
             clock,
         )
         self.consolidator = Consolidator(self.llm, self.embedder, clock)
+        self._visits: list[int] = []
+        self._visits_at = 0.0
+        self._visits_lock = threading.Lock()
         self._ingestor = (
             BackgroundIngestor(self._ingest_step, name=f"memoryos-ingest-{self.user_id}")
             if self.config.ingest_mode == "background"
@@ -190,6 +194,7 @@ class Memoryos:
             vectors = self._encode_pages(pending)
             self.space.apply(EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors))
             return True
+        self._record_visits()
         self.consolidator.run(self.space)
         return False
 
@@ -254,11 +259,18 @@ class Memoryos:
         visited = sorted(
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )
-        if visited:
-            # Visits heat segments; promotion they make due runs with the next write's consolidation, so a
-            # read-only stretch leaves the model to queries.
-            self.space.apply(RecordVisits(segment_ids=visited, at=now))
+        with self._visits_lock:
+            self._visits.extend(visited)
+            self._visits_at = now
         return context
+
+    def _record_visits(self) -> None:
+        """Apply the visits buffered by reads as one op. Reads never write (no fsync on their path); the
+        heat they add counts from the next write's consolidation, or at close."""
+        with self._visits_lock:
+            visited, self._visits = self._visits, []
+        if visited:
+            self.space.apply(RecordVisits(segment_ids=visited, at=self._visits_at))
 
     @staticmethod
     def _positive(field: str, value: int | None, default: int) -> int:
@@ -342,6 +354,8 @@ class Memoryos:
     def close(self) -> None:
         """Finish pending writes, snapshot the index and close the store; a second call does nothing."""
         self._stop_ingest()
+        if not self.space.closed:
+            self._record_visits()
         self.space.close()
 
     def _stop_ingest(self) -> None:
