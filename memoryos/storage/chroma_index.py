@@ -42,7 +42,7 @@ from chromadb.errors import NotFoundError
 
 from memoryos.storage.atomic import atomic_write_bytes
 from memoryos.storage.faiss_index import IndexSnapshotError
-from memoryos.storage.vector_index import SearchResult
+from memoryos.storage.vector_index import SearchResult, checked_ids
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class ChromaIndex:
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add or replace vectors (an upsert); within one batch the last row of a repeated id wins."""
-        ids = _checked_ids(ids, "ids")
+        ids = checked_ids(ids, "ids")
         vectors = self._checked_vectors(vectors, "vectors")
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")
@@ -170,7 +170,7 @@ class ChromaIndex:
 
     def remove(self, ids: np.ndarray) -> int:
         # Chroma's delete reports the ids it was given, present or not, so count the present ones.
-        present = self._present(np.unique(_checked_ids(ids, "ids")))
+        present = self._present(np.unique(checked_ids(ids, "ids")))
         for start in range(0, len(present), self._max_batch):
             self._collection.delete(ids=present[start : start + self._max_batch])
         return len(present)
@@ -180,7 +180,7 @@ class ChromaIndex:
         queries = self._checked_vectors(queries, "queries")
         if k <= 0:
             raise ValueError(f"k: expected a positive number of hits, got {k}")
-        allowed = None if allowed_ids is None else np.unique(_checked_ids(allowed_ids, "allowed_ids"))
+        allowed = None if allowed_ids is None else np.unique(checked_ids(allowed_ids, "allowed_ids"))
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         count = self.count()
@@ -308,16 +308,6 @@ def _read_marker(path: Path) -> dict[str, Any]:
         if not isinstance(marker.get(field), kind) or isinstance(marker.get(field), bool):
             raise IndexSnapshotError(f"{path}: chroma marker field {field!r} missing or invalid")
     return marker
-
-
-def _checked_ids(array: np.ndarray, name: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.dtype.kind not in "iu" or array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-d integer array, got {array.dtype} of shape {array.shape}")
-    ids = np.ascontiguousarray(array, dtype=np.int64)
-    if len(ids) and ids.min() < 0:
-        raise ValueError(f"{name}: ids must be in [0, 2**63); -1 marks padding in results")
-    return ids
 
 
 def _as_strings(ids: np.ndarray) -> list[str]:

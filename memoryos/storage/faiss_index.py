@@ -31,7 +31,7 @@ import numpy as np
 from memoryos.errors import StorageError
 from memoryos.storage.atomic import atomic_write_bytes
 from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
-from memoryos.storage.vector_index import SearchResult
+from memoryos.storage.vector_index import SearchResult, checked_ids
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class FaissIndex:
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add or replace vectors; within one batch the last row of a repeated id wins."""
-        ids = _as_ids(ids, "ids")
+        ids = checked_ids(ids, "ids")
         vectors = self._as_vectors(vectors, "vectors")
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")
@@ -137,7 +137,7 @@ class FaissIndex:
         self._rebuild_if_due()
 
     def remove(self, ids: np.ndarray) -> int:
-        ids = np.unique(_as_ids(ids, "ids"))
+        ids = np.unique(checked_ids(ids, "ids"))
         removed = self._remove_present(ids) if len(ids) and self.count() else 0
         if removed:
             self._gpu_copy = None
@@ -154,7 +154,7 @@ class FaissIndex:
         queries = self._as_vectors(queries, "queries")
         if k <= 0:
             raise ValueError(f"k: expected a positive number of hits, got {k}")
-        allowed = None if allowed_ids is None else np.unique(_as_ids(allowed_ids, "allowed_ids"))
+        allowed = None if allowed_ids is None else np.unique(checked_ids(allowed_ids, "allowed_ids"))
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         searchable = self.count() if allowed is None else min(self.count(), len(allowed))
@@ -295,16 +295,6 @@ class FaissIndex:
         if not np.isfinite(array).all():
             raise ValueError(f"{name}: contains NaN or infinite values")
         return array
-
-
-def _as_ids(array: np.ndarray, name: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.dtype.kind not in "iu" or array.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-d integer array, got {array.dtype} of shape {array.shape}")
-    ids = np.ascontiguousarray(array, dtype=np.int64)
-    if len(ids) and ids.min() < 0:
-        raise ValueError(f"{name}: ids must be in [0, 2**63); -1 marks padding in results")
-    return ids
 
 
 def _new_flat(dim: int) -> Any:

@@ -50,3 +50,14 @@ class VectorIndex(Protocol):
     def save(self, path: Path, covered_seq: int) -> None:
         """Write a snapshot atomically (temp file, fsync, rename) recording the store sequence it covers."""
         ...
+
+
+def checked_ids(array: np.ndarray, name: str) -> np.ndarray:
+    """Ids as contiguous int64, refusing what no backend can store: -1 is the padding of search results."""
+    array = np.asarray(array)
+    if array.dtype.kind not in "iu" or array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-d integer array, got {array.dtype} of shape {array.shape}")
+    ids = np.ascontiguousarray(array, dtype=np.int64)
+    if len(ids) and ids.min() < 0:
+        raise ValueError(f"{name}: ids must be in [0, 2**63); -1 marks padding in results")
+    return ids
