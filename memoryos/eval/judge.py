@@ -10,12 +10,13 @@ import json
 import re
 from typing import Protocol, cast
 
-from openai import OpenAI, OpenAIError
+from openai import OpenAIError
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import LLMError
 from memoryos.llm.base import OperationUsage
+from memoryos.llm.openai_backend import openai_client
 from memoryos.llm.parsing import strip_think
 from memoryos.llm.usage import estimate_tokens
 
@@ -91,16 +92,9 @@ class OpenAIJudge:
     configured `llm_model`."""
 
     def __init__(self, config: MemoryConfig, model: str | None = None) -> None:
-        if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
-            raise LLMError("the LLM judge needs openai_api_key")
+        self._client = openai_client(config, "the LLM judge")
         self.model = model or config.llm_model
         self._usage = OperationUsage()
-        self._client = OpenAI(
-            api_key=config.openai_api_key.get_secret_value(),
-            base_url=config.openai_base_url,
-            timeout=config.llm_timeout_s,
-            max_retries=config.llm_max_retries,
-        )
 
     @property
     def usage(self) -> OperationUsage:

@@ -29,20 +29,25 @@ T = TypeVar("T")
 _MAX_ERROR_CHARS = 300
 
 
+def openai_client(config: MemoryConfig, purpose: str) -> OpenAI:
+    """The client for the configured endpoint: key, base URL, timeout and retries, in one place."""
+    if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
+        raise LLMError(f"{purpose} needs openai_api_key")
+    return OpenAI(
+        api_key=config.openai_api_key.get_secret_value(),
+        base_url=config.openai_base_url,
+        timeout=config.llm_timeout_s,
+        max_retries=config.llm_max_retries,
+    )
+
+
 class OpenAILLM:
     """`MemoryLLM` over the chat completions API; safe to call from several threads at once."""
 
     def __init__(self, config: MemoryConfig) -> None:
-        if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
-            raise LLMError("OpenAILLM needs openai_api_key; without one the offline backend is used")
+        self._client = openai_client(config, "OpenAILLM (without a key the offline backend is used)")
         self._model = config.llm_model
         self._usage = UsageCounter()
-        self._client = OpenAI(
-            api_key=config.openai_api_key.get_secret_value(),
-            base_url=config.openai_base_url,
-            timeout=config.llm_timeout_s,
-            max_retries=config.llm_max_retries,
-        )
 
     @property
     def usage(self) -> dict[str, OperationUsage]:
