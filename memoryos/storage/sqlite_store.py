@@ -176,15 +176,16 @@ class SqliteStore:
 
     def page_vectors(self, page_ids: Sequence[int], dim: int) -> np.ndarray:
         """Vectors of `page_ids`, in that order; every id must exist."""
-        if not page_ids:
+        return self._vectors_by_id("pages", "page_id", page_ids, dim)
+
+    def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
+        if not ids:
             return np.zeros((0, dim), dtype=np.float32)
-        marks = ",".join("?" * len(page_ids))
+        marks = ",".join("?" * len(ids))
         rows = dict(
-            self._db.execute(
-                f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks})", page_ids
-            ).fetchall()
+            self._db.execute(f"SELECT {key}, vector FROM {table} WHERE {key} IN ({marks})", ids).fetchall()
         )
-        return from_blobs([rows[pid] for pid in page_ids], dim)
+        return from_blobs([rows[i] for i in ids], dim)
 
     def page_vectors_after(self, after_page_id: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of pages with id > `after_page_id`, ascending, at most `limit`: index replay."""
@@ -302,15 +303,7 @@ class SqliteStore:
         return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]
 
     def segment_vectors(self, segment_ids: Sequence[int], dim: int) -> np.ndarray:
-        if not segment_ids:
-            return np.zeros((0, dim), dtype=np.float32)
-        marks = ",".join("?" * len(segment_ids))
-        rows = dict(
-            self._db.execute(
-                f"SELECT segment_id, vector FROM segments WHERE segment_id IN ({marks})", segment_ids
-            )
-        )
-        return from_blobs([rows[sid] for sid in segment_ids], dim)
+        return self._vectors_by_id("segments", "segment_id", segment_ids, dim)
 
     def segment_topic_count(self, segment_id: int) -> int:
         return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))
