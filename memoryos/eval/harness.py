@@ -31,7 +31,7 @@ from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, page_dia_ids, 
 from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
 from memoryos.llm.usage import estimate_tokens
 from memoryos.memoryos import Memoryos, answer_request
-from memoryos.types import Page, RetrievedContext, RetrievedPage
+from memoryos.types import RetrievedContext
 
 ANSWER_STYLE_HINT = (
     "answer the question in a short phrase, a few words taken from the memories, with no explanation; "
@@ -336,10 +336,6 @@ class _Asker:
                 record.judge = self.judge.is_correct(record.question, gold, prediction)
             except LLMError:
                 self.judge_failures += 1
-
-
-def _page(page: RetrievedPage) -> Page:
-    return Page.model_validate(page.model_dump(exclude={"score"}))
 
 
 def _as_question(record: QuestionRecord) -> LocomoQuestion:
