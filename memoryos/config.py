@@ -87,6 +87,15 @@ class MemoryConfig(BaseSettings):
     )
     embedding_batch_size: int = Field(64, gt=0)
     embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
+    embedding_runtime: Literal["auto", "torch", "onnx"] = Field(
+        "auto",
+        description="Query encodes on CPU. auto: ONNX Runtime when installed and its export matches PyTorch "
+        "(3x faster per query), else PyTorch. Page batches always run on PyTorch.",
+    )
+    model_cache_dir: Path | None = Field(
+        None,
+        description="Where exported ONNX models are kept. None: $XDG_CACHE_HOME/memoryos or ~/.cache/memoryos.",
+    )
     torch_threads: int | None = Field(
         None, gt=0, description="None: one per core, at most 4 (oversubscription made encodes 15x slower)."
     )

@@ -5,17 +5,20 @@ encoded (or `dim` is asked): `memoryos --help` and processes that never embed st
 downloaded at runtime; a model missing locally is a configuration error with the fix in its message.
 """
 
+import importlib.util
 import logging
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memoryos.config import MemoryConfig
 from memoryos.embedding.cache import EmbeddingCache
-from memoryos.embedding.device import choose_torch_threads, select_device, use_fp16
+from memoryos.embedding.device import choose_torch_threads, select_device, use_fp16, use_onnx_queries
+from memoryos.embedding.onnx_queries import OnnxQueryEncoder, OnnxUnavailableError
 from memoryos.errors import MemoryOSError
 
 if TYPE_CHECKING:
@@ -36,6 +39,18 @@ def resolve_model_location(model_name: str) -> str:
     return model_name
 
 
+def model_cache_dir(configured: Path | None) -> Path:
+    """Where exported models live: the configured directory, else the user's cache directory."""
+    if configured is not None:
+        return configured
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memoryos"
+
+
+def _onnx_importable() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
 def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
     """L2-normalize rows in float32; an all-zero row stays zero rather than becoming NaN."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -46,8 +61,10 @@ def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
 class SentenceTransformerEmbedder:
     """`Embedder` over a local sentence-transformers model, with an LRU cache in front of it.
 
-    Thread-safe: one lock serializes loading and model calls (torch already uses every configured thread
-    for one batch); the cache has its own lock, so cache hits never wait for a running batch.
+    Thread-safe: one lock serializes loading and PyTorch calls (torch already uses every configured thread
+    for one batch); the cache has its own lock, so cache hits never wait for a running batch. Query encodes
+    on CPU run on ONNX Runtime when `embedding_runtime` allows (`onnx_queries`), outside that lock, so a
+    query does not queue behind a page batch.
     """
 
     def __init__(self, config: MemoryConfig) -> None:
@@ -55,6 +72,10 @@ class SentenceTransformerEmbedder:
         self._requested_device = config.embedding_device
         self._batch_size = config.embedding_batch_size
         self._torch_threads = config.torch_threads
+        self._runtime = config.embedding_runtime
+        self._model_cache_dir = config.model_cache_dir
+        self._query_encoder: OnnxQueryEncoder | None = None
+        self._query_encoder_decided = False
         self._cache = EmbeddingCache(config.embedding_cache_size)
         self._lock = threading.Lock()
         self._model: SentenceTransformer | None = None
@@ -71,6 +92,11 @@ class SentenceTransformerEmbedder:
         self._loaded_model()
         assert self._dim is not None  # set before the model is published
         return self._dim
+
+    @property
+    def query_runtime(self) -> str:
+        """ "onnx" or "torch": what encodes queries, once the first query has decided it."""
+        return "onnx" if self._query_encoder is not None else "torch"
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """Return float32 unit rows of shape (len(texts), dim); cached texts do not reach the model.
@@ -96,6 +122,10 @@ class SentenceTransformerEmbedder:
         # Every model has a "query" entry in `prompts` (empty unless its config defines one), so only a
         # non-empty prompt means the model encodes queries differently.
         prompt = (model.prompts.get("query") or "") if is_query else ""
+        query_encoder = self._onnx_query_encoder(model, prompt) if is_query else None
+        if query_encoder is not None:
+            self._warn_if_truncated(model, [prompt + text for text in texts])
+            return _normalize_rows(query_encoder.encode(texts))
         with self._lock:
             self._warn_if_truncated(model, [prompt + text for text in texts])
             vectors = model.encode(
@@ -106,6 +136,36 @@ class SentenceTransformerEmbedder:
                 convert_to_numpy=True,
             )
         return _normalize_rows(vectors)
+
+    def _onnx_query_encoder(self, model: "SentenceTransformer", prompt: str) -> OnnxQueryEncoder | None:
+        """The ONNX Runtime query encoder, built on first use; None when PyTorch serves queries."""
+        if self._query_encoder_decided:
+            return self._query_encoder
+        with self._lock:
+            if not self._query_encoder_decided:
+                self._query_encoder = self._build_query_encoder(model, prompt)
+                self._query_encoder_decided = True
+        return self._query_encoder
+
+    def _build_query_encoder(self, model: "SentenceTransformer", prompt: str) -> OnnxQueryEncoder | None:
+        device = str(model.device)
+        fp16 = use_fp16(device)
+        if not use_onnx_queries(self._runtime, device, _onnx_importable(), fp16):
+            return None
+        threads = choose_torch_threads(self._torch_threads, os.cpu_count())
+        try:
+            encoder = OnnxQueryEncoder.build(
+                model, model_cache_dir(self._model_cache_dir) / "onnx", threads, prompt
+            )
+        except (OnnxUnavailableError, OSError) as error:
+            if self._runtime == "onnx":
+                raise MemoryOSError(
+                    f"embedding_runtime: ONNX Runtime cannot serve {self._name!r}: {error}"
+                ) from error
+            logger.warning("embedding: queries stay on PyTorch for %s: %s", self._name, error)
+            return None
+        logger.info("embedding: queries of %s run on ONNX Runtime", self._name)
+        return encoder
 
     def _warn_if_truncated(self, model: "SentenceTransformer", texts: list[str]) -> None:
         """Log how many texts exceed the model's token limit (the model keeps only their beginning)."""

@@ -5,7 +5,13 @@ import sys
 
 import pytest
 
-from memoryos.embedding.device import MAX_AUTO_TORCH_THREADS, choose_torch_threads, select_device, use_fp16
+from memoryos.embedding.device import (
+    MAX_AUTO_TORCH_THREADS,
+    choose_torch_threads,
+    select_device,
+    use_fp16,
+    use_onnx_queries,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,3 +57,24 @@ def test_importing_the_embedding_package_does_not_import_torch():
     """torch costs seconds to import; it must wait for the first encode, not slow `memoryos --help`."""
     code = "import sys, memoryos.embedding; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "importable", "fp16", "expected"),
+    [
+        ("auto", "cpu", True, False, True),
+        ("auto", "cpu", False, False, False),
+        ("auto", "cuda", True, True, False),
+        ("onnx", "cpu", True, False, True),
+        ("torch", "cpu", True, False, False),
+        ("torch", "cuda", False, True, False),
+    ],
+)
+def test_use_onnx_queries(requested, device, importable, fp16, expected):
+    assert use_onnx_queries(requested, device, importable, fp16) is expected
+
+
+@pytest.mark.parametrize(("device", "importable"), [("cuda", True), ("cpu", False)])
+def test_onnx_requested_where_it_cannot_run_names_the_setting(device, importable):
+    with pytest.raises(ValueError, match="embedding_runtime"):
+        use_onnx_queries("onnx", device, importable, fp16=device == "cuda")
