@@ -31,8 +31,14 @@ from memoryos.ops import (
     UpdateProfile,
 )
 from memoryos.score_sample import ScoreSample
-from memoryos.storage.faiss_index import set_faiss_threads
-from memoryos.storage.index_factory import close_page_index, open_page_index, page_snapshot_path
+from memoryos.storage.faiss_ivf import set_faiss_threads
+from memoryos.storage.index_factory import (
+    SnapshotWriter,
+    close_page_index,
+    finish_page_index_rebuild,
+    open_page_index,
+    page_snapshot_path,
+)
 from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from_blobs
 from memoryos.storage.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
@@ -85,6 +91,7 @@ class MemorySpace:
             raise
         set_faiss_threads(config.faiss_omp_threads)
         self.page_index, snapshot_stale = self._open_page_index()
+        self._snapshots = SnapshotWriter(page_snapshot_path(config, directory))
         self._sample = ScoreSample(self.store, self.dim)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
         # close, so the next open does not rebuild (or replay) again.
@@ -275,14 +282,25 @@ class MemorySpace:
 
     # --- snapshots and lifecycle ----------------------------------------------------------------------
     def _maybe_snapshot(self) -> None:
+        """Take a snapshot when due and leave the file write to the background writer.
+
+        Only the in-memory copy is made here, under the lock; writing (and fsyncing) a 1.5 GB file at 1M
+        vectors would otherwise hold every write of the space for seconds.
+        """
         due_by_ops = self._ops_since_snapshot >= self.config.index_snapshot_every_ops
         due_by_time = self.clock() - self._last_snapshot_at >= self.config.index_snapshot_every_s
         if due_by_ops or due_by_time:
-            self.snapshot()
+            self._snapshots.submit(self.page_index.snapshot(self.store.indexed_through()))
+            self._ops_since_snapshot = 0
+            self._last_snapshot_at = self.clock()
 
     def snapshot(self) -> None:
-        """Write the page index snapshot; pages stored after it are replayed on the next open."""
+        """Write the page index snapshot and return once it is on disk; later pages are replayed on open.
+
+        A background write still in flight finishes first, so an older snapshot never replaces this one.
+        """
         with self.lock:
+            self._snapshots.wait()
             self.page_index.save(
                 page_snapshot_path(self.config, self.directory), self.store.indexed_through()
             )
@@ -290,11 +308,17 @@ class MemorySpace:
             self._last_snapshot_at = self.clock()
 
     def close(self) -> None:
-        """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op."""
+        """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op.
+
+        Waits for a background index build (so the next open need not build again: minutes at 1M
+        vectors) and for a background snapshot write, then writes the final snapshot itself.
+        """
         with self.lock:
             if self.closed:
                 return
-            if self._ops_since_snapshot:
+            rebuilt = finish_page_index_rebuild(self.page_index)
+            written = self._snapshots.wait()
+            if self._ops_since_snapshot or rebuilt or not written:
                 self.snapshot()
             close_page_index(self.page_index)
             self.store.close()
@@ -304,6 +328,7 @@ class MemorySpace:
         """Delete the whole space, files included. The space is unusable afterwards."""
         with self.lock:
             if not self.closed:
+                self._snapshots.wait()  # no write into the directory while it is deleted
                 close_page_index(self.page_index)
                 self.store.close()
                 self.closed = True

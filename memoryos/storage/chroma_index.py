@@ -7,8 +7,8 @@ What a caller may rely on, and why it is built this way:
 - Every `add` and `remove` is durable when it returns: `PersistentClient` commits each write to its own
   SQLite log before returning (the reference's Chroma variant persisted only at process exit). A SIGKILL
   right after a write loses nothing (tests/unit/test_vector_index_contract.py kills a child to prove it).
-- Because Chroma persists itself, a "snapshot" is only a marker: `save(path, covered_seq)` atomically
-  writes a small JSON file recording the store sequence the collection covers. The collection is always
+- Because Chroma persists itself, a "snapshot" is only a marker: `snapshot(covered_seq).write(path)`
+  (or `save`) atomically writes a small JSON file recording the store sequence the collection covers. The collection is always
   at least as new as its marker, and re-adding a covered row is an idempotent upsert, so replaying
   `rows > covered_seq` on open is always correct.
 - `load` raises `IndexSnapshotError` whenever the marker or the collection cannot be trusted (missing,
@@ -40,9 +40,8 @@ from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memoryos.storage.atomic import atomic_write_bytes
 from memoryos.storage.faiss_index import IndexSnapshotError
-from memoryos.storage.vector_index import SearchResult, checked_ids
+from memoryos.storage.vector_index import IndexSnapshot, SearchResult, checked_ids
 
 logger = logging.getLogger(__name__)
 
@@ -207,10 +206,12 @@ class ChromaIndex:
             present.extend(self._collection.get(ids=chunk, include=[])["ids"])
         return present
 
-    def save(self, path: Path, covered_seq: int) -> None:
-        """Record durably that the collection covers store rows up to `covered_seq`.
+    def snapshot(self, covered_seq: int) -> IndexSnapshot:
+        """The marker recording that the collection covers store rows up to `covered_seq`.
 
-        The vectors themselves were persisted by each write; only the marker is written here, atomically.
+        The vectors themselves were persisted by each write; only the marker is written, atomically. It
+        may be written after later writes: the collection then covers more than it records, which the
+        replay on open tolerates (re-adding a covered row is an idempotent upsert).
         """
         marker = {
             "format": MARKER_FORMAT,
@@ -220,7 +221,12 @@ class ChromaIndex:
             "count": self.count(),
             "collection": self._collection.name,
         }
-        atomic_write_bytes(path, json.dumps(marker).encode())
+        data = json.dumps(marker).encode()
+        return IndexSnapshot(int(covered_seq), lambda: data)
+
+    def save(self, path: Path, covered_seq: int) -> None:
+        """Record durably, before returning, that the collection covers store rows up to `covered_seq`."""
+        self.snapshot(covered_seq).write(path)
 
     def close(self) -> None:
         """Release the Chroma client (its SQLite connection and threads); closing twice is a no-op."""

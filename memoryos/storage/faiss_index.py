@@ -1,9 +1,20 @@
 """`FaissIndex`: exact inner-product search while small, a self-calibrated IVF index past a size threshold.
 
-Below `ann_threshold` vectors the index is `IndexIDMap(IndexFlatIP)`: exact, and cheap to mutate. When an
-add reaches the threshold it is rebuilt as `IndexIVFFlat` trained on its own vectors, with `nprobe` set to
-the smallest value whose measured recall@10 against exact search reaches `TARGET_RECALL` (plus a small
-margin), so the approximation is measured on the data it serves rather than assumed.
+Below `ann_threshold` vectors the index is `IndexIDMap(IndexFlatIP)`: exact, and cheap to mutate. From the
+threshold on it is an `IndexIVFFlat` whose `nprobe` is calibrated to a measured recall (`faiss_ivf.py`).
+
+Builds run off the write path, because they take minutes at 1M vectors:
+- When a build is due (the threshold is reached, or an IVF index doubled since it was trained), the held
+  (ids, vectors) are copied and a daemon thread trains, adds and calibrates on the copy. The current index
+  keeps serving searches and taking writes; every add and remove meanwhile is also kept in a journal.
+- The next `add`, `remove` or `snapshot`/`save` installs a finished build (callers give those write
+  exclusivity), as does `wait_for_rebuild`: the journal is replayed onto the new index in order, so a
+  removal made during the build stays removed and a replacement wins, and the new index replaces the
+  current one. `search` never swaps: searches may run concurrently with each other.
+- One background job at a time (a build or an nprobe recalibration, see `recalibrate`). A failed job is
+  logged and the current index keeps serving; a failed build is retried once the index has grown
+  `RETRAIN_GROWTH` times the size it started from, not on every write.
+- Falling back to flat (below half the threshold) stays synchronous: it copies vectors, trains nothing.
 
 Two faiss facts shape this module:
 - `IndexIDMap2` over an IVF index returns wrong ids after `remove_ids` (IVF does not renumber the
@@ -13,10 +24,12 @@ Two faiss facts shape this module:
   `remove_ids`, which replace-on-add calls each time (1.3 ms vs 0.2 ms at 50k vectors), and nothing
   here needs lookup by id.
 
-Searches may run concurrently with each other, but not with `add`/`remove`/`save`: callers serialize
-writes against everything else (the space's lock does).
+Searches may run concurrently with each other, but not with `add`/`remove`/`snapshot`/`save`/
+`install_ready_rebuild`/`wait_for_rebuild`/`recalibrate`: callers serialize those against everything
+else (the space's lock does).
 """
 
+import functools
 import logging
 import math
 import struct
@@ -29,38 +42,34 @@ import faiss
 import numpy as np
 
 from memoryos.errors import StorageError
-from memoryos.storage.atomic import atomic_write_bytes
+from memoryos.storage.faiss_ivf import (
+    MIN_RECENT_QUERIES,
+    BackgroundJob,
+    Calibration,
+    CalibrationSource,
+    Journal,
+    RecentQueries,
+    apply_faiss_threads,
+    build_ivf,
+    held_vectors,
+    is_expected_index,
+    new_flat,
+    recalibrate_ivf,
+    replay_journal,
+)
 from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
-from memoryos.storage.vector_index import SearchResult, checked_ids
+from memoryos.storage.vector_index import IndexSnapshot, SearchResult, checked_ids
 
 logger = logging.getLogger(__name__)
 
-TARGET_RECALL = 0.95
-"""Recall@10 against exact search that an IVF index promises."""
-CALIBRATION_MARGIN = 0.01
-"""Calibrated above the promise: 500 sample queries estimate recall only to about ±0.005."""
-RECALL_K = 10
-CALIBRATION_QUERIES = 500
-"""Own vectors used as calibration queries: 5,000 neighbour checks, about 0.7 s of exact search at 100k."""
-LISTS_PER_SQRT_N = 4
-TRAIN_POINTS_PER_LIST = 40
-"""k-means sample per IVF list: faiss warns below 39, and training time grows with the sample (k-means on
-all 100k vectors took 32 s on 2 cores, on 40 per list 7 s)."""
-MAX_NLIST = 65536
 RETRAIN_GROWTH = 2
-"""An IVF index is retrained once it holds this many times the vectors it was trained on."""
+"""An IVF index is retrained once it holds this many times the vectors its last build started from."""
 
 MAGIC = b"MOSFAISS"
 FORMAT_VERSION = 1
 # magic, format version, dim, covered_seq, trained_count, measured_recall, payload length, crc32.
 _HEADER = struct.Struct("<8sHIqqdQI")
 _CHECKED_HEADER_BYTES = _HEADER.size - 4  # every header field but the checksum itself
-_HASHTABLE_DIRECT_MAP = faiss.DirectMap.Hashtable  # type: ignore[attr-defined]  # the 1.15 stubs omit it
-
-
-def set_faiss_threads(threads: int) -> None:
-    """faiss's OpenMP pool is process-wide; set it once from the config."""
-    faiss.omp_set_num_threads(threads)
 
 
 class IndexSnapshotError(StorageError):
@@ -68,13 +77,20 @@ class IndexSnapshotError(StorageError):
 
 
 class IndexStats(TypedDict):
-    """What the index is now; `measured_recall` is the calibration sample's recall@10 (IVF only)."""
+    """What the index is now; `measured_recall` is the calibration's recall@10 (IVF only).
+
+    `calibrated_on` is "queries" (recent query vectors) or "stored" (stored vectors, nprobe floored); an
+    index loaded from a snapshot counts as "stored", since snapshots do not record it. `background` is
+    the job in flight or finished but not yet installed.
+    """
 
     kind: Literal["flat", "ivf"]
     count: int
     nlist: int | None
     nprobe: int | None
     measured_recall: float | None
+    calibrated_on: CalibrationSource | None
+    background: Literal["build", "recalibration"] | None
     gpu: bool
 
 
@@ -89,13 +105,20 @@ class FaissIndex:
         self._dim = dim
         self._ann_threshold = ann_threshold
         self._use_gpu = should_use_gpu(gpu_policy, faiss)
-        self._index: Any = _new_flat(dim)
+        self._index: Any = new_flat(dim)
         self._trained_count = 0  # vectors the IVF index was trained on; 0 while flat
         self._measured_recall: float | None = None
+        self._calibrated_on: CalibrationSource | None = None
         # Searched instead of `_index` when on GPU. GPU indexes cannot remove and ignore IDSelectors, so
         # the CPU index stays the one that is mutated, filtered and saved; adds are mirrored, and any
         # removal drops the copy until the next unfiltered search uploads a fresh one.
         self._gpu_copy: Any = None
+        self._recent = RecentQueries(dim)
+        self._queries_at_calibration = 0  # `_recent.seen` when the last calibration started
+        self._build: BackgroundJob[tuple[Any, Calibration]] | None = None
+        self._build_count = 0  # vectors the last build started from; 0 while flat and never built
+        self._journal: Journal = []
+        self._recalibration: BackgroundJob[Calibration] | None = None
 
     @property
     def dim(self) -> int:
@@ -106,17 +129,25 @@ class FaissIndex:
 
     def stats(self) -> IndexStats:
         ivf = self._is_ivf()
+        background: Literal["build", "recalibration"] | None = None
+        if self._build is not None:
+            background = "build"
+        elif self._recalibration is not None:
+            background = "recalibration"
         return IndexStats(
             kind="ivf" if ivf else "flat",
             count=self.count(),
             nlist=int(self._index.nlist) if ivf else None,
             nprobe=int(self._index.nprobe) if ivf else None,
             measured_recall=self._measured_recall,
+            calibrated_on=self._calibrated_on,
+            background=background,
             gpu=self._use_gpu,
         )
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add or replace vectors; within one batch the last row of a repeated id wins."""
+        apply_faiss_threads()
         ids = checked_ids(ids, "ids")
         vectors = self._as_vectors(vectors, "vectors")
         if len(ids) != len(vectors):
@@ -127,6 +158,7 @@ class FaissIndex:
         if len(last_from_end) < len(ids):
             keep = np.sort(len(ids) - 1 - last_from_end)
             ids, vectors = ids[keep], vectors[keep]
+        self.install_ready_rebuild()
         replaced = self._remove_present(ids) if self.count() else 0
         self._index.add_with_ids(vectors, ids)
         if self._gpu_copy is not None:
@@ -134,14 +166,20 @@ class FaissIndex:
                 self._gpu_copy = None
             else:
                 self._gpu_copy.add_with_ids(vectors, ids)
-        self._rebuild_if_due()
+        if self._build is not None:
+            self._journal.append((ids.copy(), vectors.copy()))  # the caller may reuse its arrays
+        self._start_due_work()
 
     def remove(self, ids: np.ndarray) -> int:
+        apply_faiss_threads()
         ids = np.unique(checked_ids(ids, "ids"))
+        self.install_ready_rebuild()
         removed = self._remove_present(ids) if len(ids) and self.count() else 0
         if removed:
             self._gpu_copy = None
-            self._rebuild_if_due()
+            if self._build is not None:
+                self._journal.append((ids, None))
+            self._start_due_work()
         return removed
 
     def search(self, queries: np.ndarray, k: int, allowed_ids: np.ndarray | None = None) -> SearchResult:
@@ -149,12 +187,16 @@ class FaissIndex:
 
         Probing `nprobe * count / len(allowed_ids)` lists keeps the number of allowed candidates scanned
         what an unfiltered search scans, so a selective filter degrades to an exact scan of its ids
-        instead of returning too few hits.
+        instead of returning too few hits. Unfiltered queries are kept for calibration once the index
+        holds half the ANN threshold (smaller spaces never calibrate, so they keep none).
         """
+        apply_faiss_threads()
         queries = self._as_vectors(queries, "queries")
         if k <= 0:
             raise ValueError(f"k: expected a positive number of hits, got {k}")
         allowed = None if allowed_ids is None else np.unique(checked_ids(allowed_ids, "allowed_ids"))
+        if allowed is None and 2 * self.count() >= self._ann_threshold:
+            self._recent.record(queries)
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         searchable = self.count() if allowed is None else min(self.count(), len(allowed))
@@ -174,13 +216,20 @@ class FaissIndex:
         scores[:, :k_searched] = np.where(found_ids >= 0, found_scores, -np.inf)
         return SearchResult(ids, scores)
 
-    def save(self, path: Path, covered_seq: int) -> None:
+    def snapshot(self, covered_seq: int) -> IndexSnapshot:
+        """The index serialized in memory now (a finished build installed first), to be written anywhere.
+
+        While a build is in flight this is the current index: correct, only flat or less well trained.
+        The checksum and file contents are computed by `write`, off the caller's lock.
+        """
+        self.install_ready_rebuild()
         payload = faiss.serialize_index(self._index)
         recall = math.nan if self._measured_recall is None else self._measured_recall
         fields = (MAGIC, FORMAT_VERSION, self._dim, covered_seq, self._trained_count, recall, len(payload))
-        header = _HEADER.pack(*fields, 0)[:_CHECKED_HEADER_BYTES]
-        checksum = zlib.crc32(payload.data, zlib.crc32(header))
-        atomic_write_bytes(path, b"".join((header, struct.pack("<I", checksum), payload.data)))
+        return IndexSnapshot(covered_seq, functools.partial(_snapshot_file, fields, payload))
+
+    def save(self, path: Path, covered_seq: int) -> None:
+        self.snapshot(covered_seq).write(path)
 
     @classmethod
     def load(
@@ -188,7 +237,8 @@ class FaissIndex:
     ) -> tuple["FaissIndex", int]:
         """The index saved at `path` and the store sequence it covers; rows after it must be replayed.
 
-        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors.
+        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors. A
+        build due at once (a snapshot saved while one was in flight) starts in the background.
         """
         try:
             data = path.read_bytes()
@@ -212,17 +262,135 @@ class FaissIndex:
             index = faiss.deserialize_index(payload)  # already the concrete class
         except RuntimeError as exc:
             raise IndexSnapshotError(f"{path}: unreadable index snapshot: {exc}") from exc
-        if not _is_expected_index(index, dim, ivf=trained_count > 0):
+        if not is_expected_index(index, dim, ivf=trained_count > 0):
             raise IndexSnapshotError(f"{path}: snapshot holds an unexpected index type")
         loaded = cls(dim, ann_threshold, gpu_policy)
         loaded._index = index
-        loaded._trained_count = trained_count
+        loaded._trained_count = loaded._build_count = trained_count
         loaded._measured_recall = None if math.isnan(recall) else recall
-        loaded._rebuild_if_due()
+        loaded._calibrated_on = "stored" if trained_count else None
+        loaded._start_due_work()
         return loaded, covered_seq
+
+    def install_ready_rebuild(self) -> bool:
+        """Install a finished build (its journal replayed first) or a finished recalibration's nprobe.
+
+        Needs write exclusivity, like `add`. Returns whether anything was installed; a failed job (its
+        thread logged why) installs nothing and the current index keeps serving. May start the next job.
+        """
+        if self._build is not None and self._build.done():
+            build, journal = self._build, self._journal
+            self._build, self._journal = None, []
+            installed = self._install_build(build, journal)
+        elif self._recalibration is not None and self._recalibration.done():
+            recalibration, self._recalibration = self._recalibration, None
+            installed = self._install_calibration(recalibration)
+        else:
+            return False
+        self._start_due_work()
+        return installed
+
+    def wait_for_rebuild(self, timeout_s: float | None = None) -> bool:
+        """Wait for the background job in flight and install it, and any job its installation starts.
+
+        For `close`, tests and benchmarks; needs write exclusivity, like `add`. Returns False when
+        `timeout_s` passed first (the job goes on and is installed by a later write).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while (job := self._job_in_flight()) is not None:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not job.wait(remaining):
+                return False
+            self.install_ready_rebuild()
+        return True
+
+    def recalibrate(self) -> bool:
+        """Start re-picking nprobe on the recent queries in the background, without retraining.
+
+        Works on a clone of the index (one more copy of it in memory while it runs): exact neighbours of
+        the kept queries by probing every list (an exhaustive scan per query; by the flat search latency
+        about a second per 100 queries at 100k vectors on one core), then the smallest nprobe reaching
+        the target recall. Done automatically once an index calibrated on stored vectors has seen
+        `MIN_RECENT_QUERIES` more queries; call it when queries may have drifted. Needs write
+        exclusivity (cloning reads the index). Returns whether it started: it needs an IVF index,
+        `MIN_RECENT_QUERIES` kept queries and no job in flight.
+        """
+        queries = self._recent.copy()
+        if not self._is_ivf() or self._job_in_flight() is not None or len(queries) < MIN_RECENT_QUERIES:
+            return False
+        self._queries_at_calibration = self._recent.seen
+        clone = faiss.clone_index(self._index)
+        self._recalibration = BackgroundJob("nprobe recalibration", lambda: recalibrate_ivf(clone, queries))
+        return True
+
+    def _job_in_flight(self) -> BackgroundJob[Any] | None:
+        return self._build if self._build is not None else self._recalibration
 
     def _is_ivf(self) -> bool:
         return self._trained_count > 0
+
+    def _start_due_work(self) -> None:
+        """Start a build or a recalibration when one is due and none is in flight; fall back to flat at once.
+
+        IVF is wanted from the threshold on and kept down to half of it (hysteresis, so an index hovering
+        at the threshold is not rebuilt on every write). A build is due when IVF is wanted and the index
+        holds `RETRAIN_GROWTH` times the vectors the last build started from (any count if none did).
+        """
+        if self._job_in_flight() is not None:
+            return
+        count, ivf = self.count(), self._is_ivf()
+        if ivf and count < self._ann_threshold // 2:
+            self._become_flat()
+        elif (ivf or count >= self._ann_threshold) and count >= RETRAIN_GROWTH * self._build_count:
+            self._start_build()
+        elif self._calibrated_on == "stored" and (
+            self._recent.seen - self._queries_at_calibration >= MIN_RECENT_QUERIES
+        ):
+            self.recalibrate()
+
+    def _start_build(self) -> None:
+        ids, vectors = held_vectors(self._index, self._dim)
+        queries = self._recent.copy()
+        self._build_count, self._queries_at_calibration = len(ids), self._recent.seen
+        self._journal = []
+        self._build = BackgroundJob("ivf build", lambda: build_ivf(ids, vectors, queries))
+        logger.info("vector index build started over %d vectors", len(ids), extra={"count": len(ids)})
+
+    def _install_build(self, build: BackgroundJob[tuple[Any, Calibration]], journal: Journal) -> bool:
+        try:
+            index, calibration = build.result()
+        except Exception:
+            return False
+        replay_journal(index, journal)
+        self._index, self._gpu_copy = index, None
+        self._trained_count = self._build_count
+        self._measured_recall, self._calibrated_on = calibration.recall, calibration.source
+        logger.info(
+            "vector index rebuilt as ivf over %d vectors in %.2f s, %d journaled writes replayed",
+            self._trained_count,
+            build.elapsed_s,
+            len(journal),
+            extra={**self.stats(), "seconds": round(build.elapsed_s, 3), "journaled": len(journal)},
+        )
+        return True
+
+    def _install_calibration(self, recalibration: BackgroundJob[Calibration]) -> bool:
+        try:
+            calibration = recalibration.result()
+        except Exception:
+            return False
+        self._index.nprobe, self._gpu_copy = calibration.nprobe, None
+        self._measured_recall, self._calibrated_on = calibration.recall, calibration.source
+        logger.info("vector index nprobe recalibrated on recent queries", extra={**self.stats()})
+        return True
+
+    def _become_flat(self) -> None:
+        ids, vectors = held_vectors(self._index, self._dim)
+        self._index, self._gpu_copy = new_flat(self._dim), None
+        self._index.add_with_ids(vectors, ids)
+        self._trained_count = self._build_count = 0
+        self._measured_recall = self._calibrated_on = None
+        logger.info("vector index back to flat over %d vectors", len(ids), extra={**self.stats()})
 
     def _unfiltered_index(self, k: int) -> Any:
         """The GPU copy when one may serve this search (uploading it if stale), else the CPU index."""
@@ -238,53 +406,6 @@ class FaissIndex:
         selector = faiss.IDSelectorArray(ids) if self._is_ivf() else faiss.IDSelectorBatch(ids)
         return int(self._index.remove_ids(selector))
 
-    def _rebuild_if_due(self) -> None:
-        """Switch to IVF at the threshold, retrain IVF as it grows, and fall back to flat well below it.
-
-        The fallback waits for half the threshold so an index hovering at the threshold is not rebuilt
-        on every add and remove.
-        """
-        count = self.count()
-        wants_ivf = count >= self._ann_threshold or (self._is_ivf() and count >= self._ann_threshold // 2)
-        outgrown = self._is_ivf() and count >= RETRAIN_GROWTH * self._trained_count
-        if wants_ivf == self._is_ivf() and not outgrown:
-            return
-        started = time.perf_counter()
-        ids, vectors = self._held_vectors()
-        self._gpu_copy = None
-        if wants_ivf:
-            self._index, self._measured_recall = _build_ivf(ids, vectors)
-            self._trained_count = count
-        else:
-            self._index = _new_flat(self._dim)
-            self._index.add_with_ids(vectors, ids)
-            self._trained_count, self._measured_recall = 0, None
-        seconds = time.perf_counter() - started
-        logger.info(
-            "vector index rebuilt as %s over %d vectors in %.2f s",
-            "ivf" if wants_ivf else "flat",
-            count,
-            seconds,
-            extra={**self.stats(), "seconds": round(seconds, 3)},
-        )
-
-    def _held_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every (id, vector) held, read back from the index itself, for a rebuild."""
-        if not self._is_ivf():
-            ids = faiss.vector_to_array(self._index.id_map)
-            return ids, faiss.downcast_index(self._index.index).reconstruct_n(0, len(ids))
-        invlists = self._index.invlists
-        id_chunks, vector_chunks = [], []
-        for list_no in range(invlists.nlist):
-            size = invlists.list_size(list_no)
-            if size:
-                id_chunks.append(faiss.rev_swig_ptr(invlists.get_ids(list_no), size).copy())
-                codes = faiss.rev_swig_ptr(invlists.get_codes(list_no), size * invlists.code_size)
-                vector_chunks.append(codes.view(np.float32).reshape(size, self._dim).copy())
-        if not id_chunks:
-            return np.empty(0, dtype=np.int64), np.empty((0, self._dim), dtype=np.float32)
-        return np.concatenate(id_chunks), np.concatenate(vector_chunks)
-
     def _as_vectors(self, array: np.ndarray, name: str) -> np.ndarray:
         array = np.asarray(array)
         if array.dtype.kind != "f":
@@ -297,94 +418,8 @@ class FaissIndex:
         return array
 
 
-def _new_flat(dim: int) -> Any:
-    return faiss.IndexIDMap(faiss.IndexFlatIP(dim))
-
-
-def _nlist_for(count: int) -> int:
-    """About 4·sqrt(n) lists, but never fewer than `TRAIN_POINTS_PER_LIST` training vectors per list."""
-    return max(1, min(round(LISTS_PER_SQRT_N * math.sqrt(count)), count // TRAIN_POINTS_PER_LIST, MAX_NLIST))
-
-
-def _build_ivf(ids: np.ndarray, vectors: np.ndarray) -> tuple[Any, float]:
-    """An IVF index over `vectors` trained on a sample of them, with its nprobe calibrated on others.
-
-    Calibration queries are drawn from vectors k-means did not see when there are enough of them (from
-    about 26k vectors up): queries that shaped the centroids sit better inside their lists than new
-    queries do, and overstated recall by up to 0.01 in measurements.
-    """
-    count, dim = vectors.shape
-    nlist = _nlist_for(count)
-    order = np.random.default_rng(0).permutation(count)
-    train_count = min(count, TRAIN_POINTS_PER_LIST * nlist)
-    unseen = order[train_count:]
-    calibration = unseen if len(unseen) >= CALIBRATION_QUERIES else order
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-    index.train(vectors[order[:train_count]])
-    index.set_direct_map_type(_HASHTABLE_DIRECT_MAP)
-    index.add_with_ids(vectors, ids)
-    target = TARGET_RECALL + CALIBRATION_MARGIN
-    index.nprobe, recall = _calibrate_nprobe(index, ids, vectors, calibration[:CALIBRATION_QUERIES], target)
-    return index, recall
-
-
-MIN_NPROBE = 32
-"""Lists always searched. Stored vectors as calibration queries understate what real queries need (their
-neighbours sit in the same list): on LoCoMo questions the calibrated nprobe gave recall@10 0.75 at 100k and
-0.59 at 1M, while 32 lists gave 0.99 at both (docs/indexes.md)."""
-
-
-def _calibrate_nprobe(
-    index: Any, ids: np.ndarray, vectors: np.ndarray, sample: np.ndarray, target: float
-) -> tuple[int, float]:
-    """Smallest nprobe reaching recall@10 `target` with the stored vectors at `sample` as queries.
-
-    Recall grows with nprobe (more lists scanned, a superset of candidates), so the search doubles nprobe
-    until the target is met and then bisects. Each query's own vector is left out of both result lists:
-    it is always found, and counting it would overstate recall for queries that are not stored vectors.
-    """
-    queries, self_ids = vectors[sample], ids[sample]
-    k = min(RECALL_K + 1, len(ids))
-    exact = ids[faiss.knn(queries, vectors, k, metric=faiss.METRIC_INNER_PRODUCT)[1]]
-    recalls: dict[int, float] = {}
-
-    def recall_at(nprobe: int) -> float:
-        if nprobe not in recalls:
-            params = faiss.SearchParametersIVF()
-            params.nprobe = nprobe
-            found = index.search(queries, k, params=params)[1]
-            recalls[nprobe] = _recall_without_self(found, exact, self_ids)
-        return recalls[nprobe]
-
-    nlist = int(index.nlist)
-    floor = min(MIN_NPROBE, nlist)
-    failing, passing = floor - 1, floor
-    while passing < nlist and recall_at(passing) < target:
-        failing, passing = passing, min(2 * passing, nlist)
-    while passing - failing > 1:
-        middle = (failing + passing) // 2
-        if recall_at(middle) >= target:
-            passing = middle
-        else:
-            failing = middle
-    return passing, recall_at(passing)
-
-
-def _recall_without_self(found: np.ndarray, exact: np.ndarray, self_ids: np.ndarray) -> float:
-    hits = total = 0
-    for found_row, exact_row, self_id in zip(found, exact, self_ids, strict=True):
-        expected = [i for i in exact_row if i != self_id][:RECALL_K]
-        hits += len(set(expected) & set([i for i in found_row if i != self_id][:RECALL_K]))
-        total += len(expected)
-    return hits / total if total else 1.0
-
-
-def _is_expected_index(index: Any, dim: int, ivf: bool) -> bool:
-    """Whether a deserialized index is the kind this module writes, so a foreign file is not trusted."""
-    if index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        return False
-    if ivf:
-        return isinstance(index, faiss.IndexIVFFlat) and index.direct_map.type == _HASHTABLE_DIRECT_MAP
-    return type(index) is faiss.IndexIDMap and isinstance(
-        faiss.downcast_index(index.index), faiss.IndexFlatIP
-    )
+def _snapshot_file(fields: tuple[Any, ...], payload: np.ndarray) -> bytes:
+    """Header (with the CRC-32 of header and payload) and payload: what a snapshot file holds."""
+    header = _HEADER.pack(*fields, 0)[:_CHECKED_HEADER_BYTES]
+    checksum = zlib.crc32(payload.data, zlib.crc32(header))
+    return b"".join((header, struct.pack("<I", checksum), payload.data))

@@ -1,9 +1,9 @@
 """The page index of a space, for the backend `MemoryConfig.vector_backend` selects.
 
 One place knows each backend's files and how to open them, so the space code is the same for all: open
-(snapshot + the sequence it covers, or a fresh index when the snapshot is missing or unusable), save to
-`page_snapshot_path`, close. Backends are imported lazily, so `chromadb` (the `chroma` extra) is
-imported only by spaces configured to use it.
+(snapshot + the sequence it covers, or a fresh index when the snapshot is missing or unusable), write
+snapshots to `page_snapshot_path` (in the background with `SnapshotWriter`), close. Backends are imported
+lazily, so `chromadb` (the `chroma` extra) is imported only by spaces configured to use it.
 
 Files inside a space directory:
 - faiss: `pages.faiss` (the whole index, written atomically).
@@ -13,12 +13,13 @@ Files inside a space directory:
 
 import logging
 import shutil
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
 from memoryos.config import MemoryConfig
 from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
-from memoryos.storage.vector_index import VectorIndex
+from memoryos.storage.vector_index import IndexSnapshot, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,66 @@ def open_page_index(config: MemoryConfig, directory: Path, dim: int) -> OpenedIn
                 extra={"reason": str(error), "backend": config.vector_backend},
             )
     return OpenedIndex(new_page_index(config, directory, dim), 0, stale=True)
+
+
+def finish_page_index_rebuild(index: VectorIndex) -> bool:
+    """Wait for a FAISS background build (or recalibration) and install it; needs write exclusivity.
+
+    Returns whether one was in flight, so the caller knows its last snapshot predates the installed
+    index. Chroma never rebuilds.
+    """
+    if not isinstance(index, FaissIndex) or index.stats()["background"] is None:
+        return False
+    index.wait_for_rebuild()
+    return True
+
+
+class SnapshotWriter:
+    """Writes a space's page index snapshots on a background thread: one at a time, the newest wins.
+
+    `submit` takes a snapshot made under the space's lock and returns at once. A snapshot still waiting
+    when a newer one is submitted is dropped (the newer one covers more), so the file only moves forward.
+    The thread lives only while there is something to write, so an idle space holds none. A failed write
+    is logged and leaves the previous file in place (the write is atomic); `wait` reports it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._changed = threading.Condition()
+        self._waiting: IndexSnapshot | None = None
+        self._writing = False  # a thread is draining `_waiting`
+        self._last_failed = False
+
+    def submit(self, snapshot: IndexSnapshot) -> None:
+        with self._changed:
+            self._waiting = snapshot
+            if not self._writing:
+                self._writing = True
+                threading.Thread(target=self._drain, name=f"snapshot {self._path}", daemon=True).start()
+
+    def wait(self) -> bool:
+        """Block until every submitted snapshot is written or failed; True when the newest was written."""
+        with self._changed:
+            while self._writing:
+                self._changed.wait()
+            return not self._last_failed
+
+    def _drain(self) -> None:
+        while True:
+            with self._changed:
+                snapshot, self._waiting = self._waiting, None
+                if snapshot is None:
+                    self._writing = False
+                    self._changed.notify_all()
+                    return
+            try:
+                snapshot.write(self._path)
+                failed = False
+            except Exception:
+                log.exception("page index snapshot not written", extra={"covered_seq": snapshot.covered_seq})
+                failed = True
+            with self._changed:
+                self._last_failed = failed
 
 
 def close_page_index(index: VectorIndex) -> None:

@@ -5,10 +5,13 @@ Ids are the store's int64 row ids, stable across rebuilds. Scores are inner prod
 index snapshot records the last store sequence it covers so newer vectors are replayed on load.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+from memoryos.storage.atomic import atomic_write_bytes
 
 
 class SearchResult:
@@ -25,6 +28,24 @@ class SearchResult:
         return [
             (int(i), float(s)) for i, s in zip(self.ids[query], self.scores[query], strict=True) if i >= 0
         ]
+
+
+class IndexSnapshot:
+    """An index snapshot taken in memory, to be written to a file later, possibly on another thread.
+
+    Taking it needs the same write exclusivity as `add` (it reads the index); `write` touches only the
+    snapshot, so the index may change meanwhile. `covered_seq` is the store sequence it covers.
+    """
+
+    __slots__ = ("_render", "covered_seq")
+
+    def __init__(self, covered_seq: int, render: Callable[[], bytes]) -> None:
+        self.covered_seq = covered_seq
+        self._render = render
+
+    def write(self, path: Path) -> None:
+        """Replace `path` atomically (temp file, fsync, rename) with the snapshot's file contents."""
+        atomic_write_bytes(path, self._render())
 
 
 class VectorIndex(Protocol):
@@ -47,8 +68,12 @@ class VectorIndex(Protocol):
         """Top-k by inner product for each query row; `allowed_ids` restricts results to those ids."""
         ...
 
+    def snapshot(self, covered_seq: int) -> IndexSnapshot:
+        """The index as it is now, recording the store sequence it covers, for `IndexSnapshot.write`."""
+        ...
+
     def save(self, path: Path, covered_seq: int) -> None:
-        """Write a snapshot atomically (temp file, fsync, rename) recording the store sequence it covers."""
+        """`snapshot(covered_seq).write(path)`: the snapshot written atomically before returning."""
         ...
 
 

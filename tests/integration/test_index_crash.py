@@ -31,7 +31,8 @@ SNAPSHOT_AFTER_OPS = 10
 KILL_AFTER_OPS = 20
 MAX_OPS = 60
 IVF_THRESHOLD = 50
-"""The faiss-ivf case turns approximate at 50 pages, well before the snapshot (also IVF by then)."""
+"""The faiss-ivf case turns approximate at 50 pages; the child waits for that background build before its
+snapshot, so the snapshot is IVF too."""
 
 BACKENDS: dict[str, dict[str, Any]] = {
     "faiss-flat": {"vector_backend": "faiss", "index_ann_threshold": 10**9},
@@ -63,6 +64,7 @@ import sys
 from pathlib import Path
 from memoryos.ops import AddTurns
 from memoryos.space import MemorySpace
+from memoryos.storage.index_factory import finish_page_index_rebuild
 from memoryos.types import Turn
 from tests.integration.test_index_crash import (
     ASSISTANT, MAX_OPS, SNAPSHOT_AFTER_OPS, TURNS_PER_OP, USER, config_for, page_text,
@@ -81,6 +83,8 @@ for op in range(MAX_OPS):
     page_ids = space.apply(AddTurns(turns=turns, vectors=embedder.encode([t.text() for t in turns])))
     print(op, page_ids[0], page_ids[-1], flush=True)
     if op + 1 == SNAPSHOT_AFTER_OPS:
+        with space.lock:
+            finish_page_index_rebuild(space.page_index)
         space.snapshot()
         print("snapshot", flush=True)
 """
@@ -130,6 +134,8 @@ def test_acknowledged_pages_survive_a_crash_after_a_snapshot(tmp_path: Path, bac
         assert (space_dir / CHROMA_DIRECTORY).is_dir(), "the space did not use the chroma backend"
 
     snapshot, covered = load_page_index(config, space_dir, FAKE_DIM)
+    if backend == "faiss-ivf":
+        assert snapshot.stats()["kind"] == "ivf"  # type: ignore[attr-defined]
     close_page_index(snapshot)
     assert covered == acks[SNAPSHOT_AFTER_OPS * TURNS_PER_OP - 1]  # later pages must come from the replay
 

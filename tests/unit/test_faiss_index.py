@@ -134,6 +134,7 @@ def test_switch_to_ivf_keeps_ids_and_recall() -> None:
     index = FaissIndex(DIM, ann_threshold=2000, gpu_policy="never")
     index.add(ids[:1500], vectors[:1500])
     index.add(ids[1500:], vectors[1500:])
+    assert index.wait_for_rebuild()
 
     stats = index.stats()
     assert stats["kind"] == "ivf" and stats["count"] == 2500
@@ -159,8 +160,10 @@ def test_ivf_retrains_as_it_grows_and_returns_to_flat_when_emptied() -> None:
     ids = np.arange(1100, dtype=np.int64)
     index = FaissIndex(DIM, ann_threshold=500, gpu_policy="never")
     index.add(ids[:500], vectors[:500])
+    assert index.wait_for_rebuild()
     nlist_at_switch = index.stats()["nlist"]
     index.add(ids[500:], vectors[500:])
+    assert index.wait_for_rebuild()
     assert index.stats()["kind"] == "ivf"
     assert (index.stats()["nlist"] or 0) > (nlist_at_switch or 0)
     assert np.array_equal(index.search(vectors[::100], 1).ids[:, 0], ids[::100])
@@ -176,6 +179,7 @@ def test_snapshot_round_trip(tmp_path: Path, threshold: int) -> None:
     ids = np.arange(400, dtype=np.int64) + 5
     index = FaissIndex(DIM, ann_threshold=threshold, gpu_policy="never")
     index.add(ids, vectors)
+    assert index.wait_for_rebuild()
     index.save(tmp_path / "pages.faiss", covered_seq=1234)
 
     loaded, covered_seq = FaissIndex.load(tmp_path / "pages.faiss", DIM, ann_threshold=threshold)
@@ -291,3 +295,23 @@ def test_gpu_copy_serves_unfiltered_searches_and_follows_mutations(monkeypatch: 
     assert len(uploads) == 2
     index.search(vectors[:1], 5, allowed_ids=ids[50:60])  # filters run on the CPU index
     assert len(uploads) == 2
+
+
+def test_every_thread_searches_with_the_configured_faiss_threads():
+    """OpenMP thread counts are per thread: an ingest or request thread would otherwise use every core."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memoryos.storage import faiss_ivf
+
+    index = FaissIndex(DIM)
+    index.add(np.arange(10), clustered(10, centroids(2), seed=1))
+    previous = faiss_ivf._configured_threads
+    faiss_ivf.set_faiss_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            seen = pool.submit(
+                lambda: (index.search(unit(np.ones((1, DIM))), 3), faiss.omp_get_max_threads())
+            )
+            assert seen.result()[1] == 1
+    finally:
+        faiss_ivf._configured_threads = previous

@@ -18,6 +18,7 @@ from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
 from memoryos.storage.index_factory import (
     CHROMA_DIRECTORY,
     close_page_index,
+    finish_page_index_rebuild,
     load_page_index,
     new_page_index,
     open_page_index,
@@ -111,6 +112,7 @@ def filled(backend: Opened) -> tuple[VectorIndex, np.ndarray, np.ndarray]:
     ids, vectors = stored_ids(COUNT), clustered(COUNT, seed=1)
     index = backend.new()
     index.add(ids, vectors)
+    finish_page_index_rebuild(index)  # faiss-ivf: the IVF build runs in the background
     return index, ids, vectors
 
 
@@ -253,6 +255,23 @@ def test_a_reloaded_index_covers_at_least_what_its_snapshot_covered(
     loaded.add(later_ids, later)  # the replay: idempotent whatever the backend already held
     assert loaded.count() == COUNT + 2
     assert loaded.search(later, 1).ids[:, 0].tolist() == [1, 2]
+
+
+def test_a_snapshot_written_after_later_writes_holds_what_was_there_when_it_was_taken(
+    backend: Opened, filled: tuple[VectorIndex, np.ndarray, np.ndarray]
+) -> None:
+    """A space takes a snapshot under its lock and writes it on another thread while writes go on."""
+    index, ids, vectors = filled
+    taken = index.snapshot(covered_seq=COUNT)
+    later_ids, later = np.array([1, 2], dtype=np.int64), clustered(2, seed=13)
+    index.add(later_ids, later)
+    taken.write(backend.snapshot_path)
+    backend.close(index)
+    loaded, covered = backend.load()
+    assert (covered, taken.covered_seq) == (COUNT, COUNT)
+    expected_count = COUNT + 2 if backend.name == "chroma" else COUNT  # Chroma persisted the adds itself
+    assert loaded.count() == expected_count
+    assert loaded.search(vectors[:3], 1).ids[:, 0].tolist() == ids[:3].tolist()
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated", "empty"])

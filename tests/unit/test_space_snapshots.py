@@ -1,0 +1,120 @@
+"""Page index snapshots off the write path: `MemorySpace` takes them under its lock and `SnapshotWriter`
+writes them on a background thread; `close` waits for that write and writes the final snapshot itself.
+
+The first snapshot write is held by a gate around `IndexSnapshot.write`, and the gate opens only when
+someone calls `SnapshotWriter.wait`. So no assertion depends on timing: while nobody waits, a snapshot is
+provably in flight, and a `close` that did not wait for it would write its final snapshot first.
+"""
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memoryos.space import MemorySpace
+from memoryos.storage import vector_index
+from memoryos.storage.faiss_index import FaissIndex
+from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE, SnapshotWriter
+from memoryos.storage.vector_index import IndexSnapshot
+from tests.support.fakes import FakeClock, axis
+from tests.unit.test_space import DIM, add_pages, open_space
+
+GATE_TIMEOUT_S = 60.0
+"""Only a safety net so a failing test cannot hang: the gate is always opened by the test itself."""
+
+
+class GatedWrites:
+    """Wraps `IndexSnapshot.write`: the first write waits for `release` (set by the first
+    `SnapshotWriter.wait`); the covered sequence of each completed write is recorded."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail_first = False
+        self.written: list[int] = []
+        self._calls = 0
+        self._original = IndexSnapshot.write
+
+    def write(self, snapshot: IndexSnapshot, path: Path) -> None:
+        self._calls += 1
+        if self._calls == 1:
+            self.entered.set()
+            self.release.wait(GATE_TIMEOUT_S)
+            if self.fail_first:
+                raise OSError("disk full")
+        self._original(snapshot, path)
+        self.written.append(snapshot.covered_seq)
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> GatedWrites:
+    gated = GatedWrites()
+    original_wait = SnapshotWriter.wait
+
+    def releasing_wait(writer: SnapshotWriter) -> bool:
+        gated.release.set()
+        return original_wait(writer)
+
+    monkeypatch.setattr(
+        vector_index.IndexSnapshot, "write", lambda snapshot, path: gated.write(snapshot, path)
+    )
+    monkeypatch.setattr(SnapshotWriter, "wait", releasing_wait)
+    return gated
+
+
+def covered_on_disk(space_dir: Path) -> int:
+    return FaissIndex.load(space_dir / FAISS_SNAPSHOT_FILE, DIM)[1]
+
+
+def test_a_due_snapshot_is_written_in_the_background_and_close_writes_the_final_one(
+    tmp_path: Path, gate: GatedWrites
+) -> None:
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    # A new space counts as one op behind its (missing) snapshot, so ops 2 and 5 are due.
+    space = open_space(space_dir, FakeClock(), index_snapshot_every_ops=3, index_snapshot_every_s=1e9)
+    ids = [add_pages(space, axis(DIM, 0))[0], add_pages(space, axis(DIM, 1))[0]]
+    assert gate.entered.wait(GATE_TIMEOUT_S)  # apply returned while its snapshot is still being written
+    ids += [add_pages(space, axis(DIM, i))[0] for i in (2, 3, 4)]  # due again: queued behind the first
+    ids += add_pages(space, axis(DIM, 5))
+    assert not (space_dir / FAISS_SNAPSHOT_FILE).exists()
+
+    space.close()
+    assert gate.written == [ids[1], ids[4], ids[5]]  # in order: close waited, then wrote its own
+    assert covered_on_disk(space_dir) == ids[5]
+
+
+def test_close_rewrites_a_snapshot_whose_background_write_failed(
+    tmp_path: Path, gate: GatedWrites, caplog: pytest.LogCaptureFixture
+) -> None:
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    space = open_space(space_dir, FakeClock(), index_snapshot_every_ops=1, index_snapshot_every_s=1e9)
+    gate.fail_first = True
+    with caplog.at_level(logging.ERROR):
+        ids = add_pages(space, axis(DIM, 0), axis(DIM, 1))
+        assert gate.entered.wait(GATE_TIMEOUT_S)
+        space.close()  # no op since that snapshot, but it never reached the disk
+    assert "page index snapshot not written" in caplog.text
+    assert gate.written == [ids[-1]] and covered_on_disk(space_dir) == ids[-1]
+
+
+def test_the_writer_drops_a_waiting_snapshot_for_a_newer_one(tmp_path: Path, gate: GatedWrites) -> None:
+    writer = SnapshotWriter(tmp_path / "marker")
+    writer.submit(IndexSnapshot(1, lambda: b"one"))
+    assert gate.entered.wait(GATE_TIMEOUT_S)
+    writer.submit(IndexSnapshot(2, lambda: b"two"))
+    writer.submit(IndexSnapshot(3, lambda: b"three"))
+    assert writer.wait()
+    assert gate.written == [1, 3] and (tmp_path / "marker").read_bytes() == b"three"
+    assert writer.wait()  # nothing in flight: returns at once
+
+
+def test_an_explicit_snapshot_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    space: MemorySpace = open_space(space_dir, FakeClock())
+    ids = add_pages(space, axis(DIM, 0))
+    space.snapshot()
+    assert covered_on_disk(space_dir) == ids[-1]
+    add_pages(space, np.asarray(axis(DIM, 1)))
+    space.close()
