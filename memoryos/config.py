@@ -69,6 +69,25 @@ class MemoryConfig(BaseSettings):
         gt=0,
         description="Spaces smaller than this use every query word (the cap costs nothing there).",
     )
+    date_weight: float = Field(
+        1.5,
+        ge=0,
+        description="Added to the fused score (z units) of a page stored on a day or in a month the query "
+        "names, less a few days around it (memoryos/temporal.py). Recall@7 gains stop growing above 1.5.",
+    )
+    dense_name_max_df_fraction: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Capitalized query words (names) found in more than this share of pages are left out of "
+        "the text embedded for the query: the speakers' names, said in most turns, pull a MiniLM query "
+        "toward turns that address the person rather than turns about what the question asks.",
+    )
+    dense_name_min_pages: int = Field(
+        100,
+        gt=0,
+        description="Smaller spaces embed the query as written: there a name's share of pages says little.",
+    )
 
     # Ingest.
     ingest_mode: Literal["background", "inline"] = Field(

@@ -24,7 +24,7 @@ from memoryos.ingest import BackgroundIngestor
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.llm.base import AnswerRequest
 from memoryos.ops import AddTurns, EmbedPages, RecordVisits
-from memoryos.retrieval import retrieve_context
+from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.space import MemorySpace
 from memoryos.types import MemoryStats, Page, RetrievedContext, RetrievedPage, SegmentStats, Turn
 from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
@@ -253,7 +253,7 @@ class Memoryos:
         self.flush()
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
-        query_vector = self.embedder.encode([text], is_query=True)[0]
+        query_vector = self.embedder.encode([dense_query_text(self.space, text)], is_query=True)[0]
         now = self.clock()
         context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now)
         visited = sorted(

@@ -267,8 +267,32 @@ class SqliteStore:
             f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
         )
 
-    def document_frequency(self, match_expression: str) -> int:
-        return int(self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (match_expression,)))
+    def document_frequency(self, match_expression: str, at_most: int | None = None) -> int:
+        """Pages matching the expression; with `at_most`, counting stops there (a bounded cost for words
+        found in most pages of a large space)."""
+        if at_most is None:
+            return int(
+                self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (match_expression,))
+            )
+        return int(
+            self._one(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM pages_fts WHERE pages_fts MATCH ? LIMIT ?)",
+                (match_expression, at_most),
+            )
+        )
+
+    def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float]:
+        """Each page's timestamp as a Julian day number (SQLite parses the stored text)."""
+        days: dict[int, float] = {}
+        for start in range(0, len(page_ids), 900):
+            chunk = page_ids[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            days.update(
+                self._db.execute(
+                    f"SELECT page_id, julianday(timestamp) FROM pages WHERE page_id IN ({marks})", chunk
+                ).fetchall()
+            )
+        return days
 
     def lexical_search(self, match_expression: str, limit: int) -> list[tuple[int, float]]:
         """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated."""
