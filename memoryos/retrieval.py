@@ -40,15 +40,26 @@ def _zscore(values: np.ndarray, mean: float, std: float) -> np.ndarray:
     return (values - mean) / (std if std > 1e-9 else 1.0)
 
 
-def _lexical_terms(space: MemorySpace, query: str, total: int) -> list[str]:
-    """The query's content words; in a large space, without those found in most pages (see
-    `MemoryConfig.lexical_max_df_fraction`)."""
+def _lexical_terms(space: MemorySpace, query: str) -> list[str]:
+    """The query's content words that fit `MemoryConfig.lexical_postings_budget`, rarest first, in query order.
+
+    Counting stops past the budget, so each count is bounded too. A word alone over the budget is left
+    out: in so many pages it separates little, and dense similarity still ranks them.
+    """
     terms = query_terms(query)
-    config = space.config
-    if total < config.lexical_df_cap_min_pages:
-        return terms
-    limit = config.lexical_max_df_fraction * total
-    return [term for term in terms if space.store.document_frequency(quoted(term)) <= limit]
+    budget = space.config.lexical_postings_budget
+    counted = sorted(
+        (space.store.document_frequency(quoted(term), at_most=budget + 1), position, term)
+        for position, term in enumerate(terms)
+    )
+    kept: set[str] = set()
+    spent = 0
+    for pages, _, term in counted:
+        if spent + pages > budget:
+            break
+        kept.add(term)
+        spent += pages
+    return [term for term in terms if term in kept]
 
 
 def dense_query_text(space: MemorySpace, query: str) -> str:
@@ -89,7 +100,7 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     sample_scores = space.score_sample() @ query_vector
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
-    expression = fts_match_expression(_lexical_terms(space, query, total))
+    expression = fts_match_expression(_lexical_terms(space, query))
     lexical = space.store.lexical_search(expression, pool * LEXICAL_FETCH_FACTOR) if expression else []
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)

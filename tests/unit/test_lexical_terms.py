@@ -1,4 +1,4 @@
-"""Which query words reach BM25: content words only, and in large spaces not the near-ubiquitous ones."""
+"""Which query words reach BM25: content words only, and the rarest first within the postings budget."""
 
 from pathlib import Path
 
@@ -39,13 +39,24 @@ def test_query_terms_drop_stopwords_and_duplicates_and_quote_safely() -> None:
     assert fts_match_expression([]) is None
 
 
-def test_small_spaces_keep_every_word(tmp_path: Path) -> None:
+def test_words_within_the_budget_are_all_kept(tmp_path: Path) -> None:
     space = space_with_pages(tmp_path)
-    assert _lexical_terms(space, "tea with kiwi", 10) == ["tea", "kiwi"]
+    assert _lexical_terms(
+        space,
+        "tea with kiwi",
+    ) == ["tea", "kiwi"]
     space.close()
 
 
-def test_large_spaces_leave_out_words_found_in_most_pages(tmp_path: Path) -> None:
-    space = space_with_pages(tmp_path, lexical_df_cap_min_pages=5, lexical_max_df_fraction=0.5)
-    assert _lexical_terms(space, "tea with kiwi", 10) == ["kiwi"]
+def test_the_most_common_words_are_left_out_past_the_budget(tmp_path: Path) -> None:
+    """tea is in 10 pages, time in 10, kiwi in 1: a budget of 11 keeps kiwi and one of the others."""
+    space = space_with_pages(tmp_path, lexical_postings_budget=11)
+    assert _lexical_terms(space, "kiwi tea time") == ["kiwi", "tea"]
+    space.close()
+
+
+def test_a_word_alone_over_the_budget_is_left_out(tmp_path: Path) -> None:
+    space = space_with_pages(tmp_path, lexical_postings_budget=5)
+    assert _lexical_terms(space, "tea with kiwi") == ["kiwi"]
+    assert _lexical_terms(space, "tea time") == []
     space.close()
