@@ -1,4 +1,5 @@
-"""`python -m bench`: run the benchmark suite and write docs/benchmarks/results.{json,md}."""
+"""`python -m bench`: run the benchmark suite and write docs/benchmarks/: results.{json,md} (engine and
+recall), the PNG plots, and index.{json,md} (vector indexes, also `python -m bench.index`)."""
 
 import argparse
 import json
@@ -7,6 +8,7 @@ import platform
 from pathlib import Path
 
 from bench.engine import run_engine
+from bench.index import DEFAULT_SIZES, run_index_bench, write_index_results
 from bench.plots import write_plots
 from bench.recall import run_recall
 from bench.report import markdown
@@ -23,11 +25,20 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1000,10000,100000", help="stored pages for the latency runs")
-    parser.add_argument("--only", choices=["engine", "recall"], default=None)
+    parser.add_argument(
+        "--index-sizes",
+        default=",".join(str(s) for s in DEFAULT_SIZES),
+        help="vectors for the index runs",
+    )
+    parser.add_argument("--only", choices=["engine", "recall", "index"], default=None)
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
+    if args.only == "index":
+        write_index_results(run_index_bench([int(s) for s in args.index_sizes.split(",")]), args.out)
+        return
     config = MemoryConfig(torch_threads=1)
     model = shared_embedder(config)
+    model.encode(["warm up the query encoder"], is_query=True)  # its one-time export is not a timed call
     results: dict[str, object] = {"machine": machine(), "torch_threads": 1}
     if args.only in (None, "engine"):
         results["engine"] = run_engine([int(s) for s in args.sizes.split(",")], config, model)
@@ -40,6 +51,8 @@ def main() -> None:
     if args.only is None:
         write_plots(results, args.out)
     print(markdown(results))
+    if args.only is None:
+        write_index_results(run_index_bench([int(s) for s in args.index_sizes.split(",")]), args.out)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
         [lambda u=u, a=a: (memory.add_memory(f"again {u}", a), memory.flush()) for u, a in new_turns]
     )
     encode = _timed([lambda u=u: model.encode([f"{u} encode-only at {pages}"]) for u, _ in new_turns])
+    encode_query = _timed([lambda q=q: model.encode([f"{q} query-only"], is_query=True) for q in questions])
     stored = memory.stats()
     total_pages = stored.short_term_pages + stored.mid_term_pages + stored.archived_pages
     memory.close()
@@ -83,6 +84,7 @@ def latency_at_size(pages: int, model: Embedder, workdir: Path) -> dict[str, Any
         "add_memory": _percentiles(add),
         "add_until_searchable": _percentiles(searchable),
         "encode_one": _percentiles(encode),
+        "encode_query": _percentiles(encode_query),
         "bytes_per_page": round(_directory_bytes(workdir / "default" / f"bench{pages}") / total_pages),
         "llm_calls_per_turn": round(calls_per_turn, 2),
         "segments": len(stored.segments),

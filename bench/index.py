@@ -381,10 +381,16 @@ def main() -> None:
     parser.add_argument("--chroma-max-size", type=int, default=CHROMA_MAX_SIZE, help="0 skips Chroma")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
-    results = run_index_bench([int(s) for s in args.sizes.split(",")], args.chroma_max_size)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "index.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "index.md").write_text(markdown(results))
+    write_index_results(
+        run_index_bench([int(s) for s in args.sizes.split(",")], args.chroma_max_size), args.out
+    )
+
+
+def write_index_results(results: dict[str, Any], out: Path) -> None:
+    """index.json and index.md under `out`, and the table on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "index.md").write_text(markdown(results))
     print(markdown(results))
 
 
