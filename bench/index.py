@@ -33,6 +33,7 @@ from typing import Any
 
 import faiss
 import numpy as np
+from tqdm import tqdm
 
 from memoryos.config import MemoryConfig
 from memoryos.memoryos import shared_embedder
@@ -275,7 +276,11 @@ def run_index_bench(sizes: list[int], chroma_max_size: int = CHROMA_MAX_SIZE) ->
     runs: list[dict[str, Any]] = []
     load_before = os.getloadavg()[0]
     datasets = [("real", len(real)), *(("real+noise" if s > len(real) else "real", s) for s in sizes)]
-    with tempfile.TemporaryDirectory(prefix="bench-index-") as scratch:
+    steps = sum(3 if size <= chroma_max_size else 2 for _, size in datasets)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-index-") as scratch,
+        tqdm(total=steps, desc="index runs", unit="run") as progress,
+    ):
         workdir = Path(scratch)
         for data, size in datasets:
             vectors = scaled(real, size)
@@ -290,10 +295,10 @@ def run_index_bench(sizes: list[int], chroma_max_size: int = CHROMA_MAX_SIZE) ->
                     row = bench_faiss(backend, vectors, queries, exact, workdir)
                 row = {"size": size, "data": data, "real_vectors": min(size, len(real)), **row}
                 runs.append(row)
-                print(
+                progress.update()
+                progress.write(
                     f"{size:>9,} {data:<10} {row['backend']:<11} in {time.perf_counter() - started:.0f} s: "
-                    f"single p50 {row['single']['p50_ms']} ms, recall@10 {row['recall_at_10']}",
-                    flush=True,
+                    f"single p50 {row['single']['p50_ms']} ms, recall@10 {row['recall_at_10']}"
                 )
             del vectors
     copies = scaled(real[:2000], 4000)[2000:]
