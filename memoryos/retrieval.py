@@ -95,7 +95,7 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     total = space.page_index.count()
     if total == 0 or k <= 0:
         return []
-    pool = min(config.candidate_pool, total)
+    pool = min(max(config.candidate_pool, k), total)
     dense_hits = dict(space.page_index.search(query_vector.reshape(1, -1), pool).hits(0))
     sample_scores = space.score_sample() @ query_vector
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())

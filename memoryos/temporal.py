@@ -96,9 +96,14 @@ def julian_to_epoch_days(julian_days: np.ndarray) -> np.ndarray:
 def date_proximity(epoch_days: np.ndarray, windows: list[DateWindow]) -> np.ndarray:
     """Per page: 1 inside a window, decaying exponentially before its start (`BEFORE_DAYS`) and after its
     end (`AFTER_DAYS`); the best over the windows. A month without a year is placed in each page's year and
-    the year before (a December window reaches into January)."""
+    the year before (a December window reaches into January). A page whose timestamp SQLite could not
+    read (NaN) gets 0: no date bonus, and no NaN in the ranking."""
     best = np.zeros(len(epoch_days))
-    if not windows or len(epoch_days) == 0:
+    dated = np.isfinite(epoch_days)
+    if not windows or not dated.any():
+        return best
+    if not dated.all():
+        best[dated] = date_proximity(epoch_days[dated], windows)
         return best
     page_years: set[int] = set()
     if any(window.year is None for window in windows):

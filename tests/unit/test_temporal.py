@@ -50,3 +50,11 @@ def test_month_without_year_matches_that_month_of_any_year() -> None:
 
 def test_no_windows_means_no_bonus() -> None:
     assert not date_proximity(np.array([_day(2023, 1, 1)]), []).any()
+
+
+def test_a_page_without_a_readable_date_gets_no_bonus_and_no_nan() -> None:
+    days = np.array([np.nan, _day(2023, 6, 16)])
+    for windows in ([DateWindow(6, 2023, 16)], [DateWindow(6)]):
+        closeness = date_proximity(days, windows)
+        assert closeness.tolist() == pytest.approx([0.0, 1.0])
+    assert date_proximity(np.array([np.nan]), [DateWindow(6)]).tolist() == [0.0]
