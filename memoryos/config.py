@@ -6,10 +6,20 @@ memory is opened.
 """
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, JsonValue, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memoryos.errors import InvalidInputError
+from memoryos.validation import validate_id
+
+_NUMBER_ANNOTATIONS: tuple[object, ...] = (int, float, int | None, float | None)
+"""Field types whose values must not be bools (`_numbers_are_not_bools`)."""
+
+EMBEDDING_KWARGS_SET_BY_MEMORYOS = frozenset({"model_name_or_path", "local_files_only"})
+"""`SentenceTransformer` arguments the engine sets itself: the model comes from `embedding_model_name`, and
+weights are never downloaded at runtime."""
 
 
 class MemoryConfig(BaseSettings):
@@ -97,6 +107,12 @@ class MemoryConfig(BaseSettings):
 
     # Embeddings.
     embedding_model_name: str = "all-MiniLM-L6-v2"
+    embedding_model_kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="Keyword arguments for `SentenceTransformer(...)`, as the reference passes them (e.g. "
+        "truncate_dim, model_kwargs, prompts). JSON values only, so they can come from the environment and "
+        "key the shared model. A `device` here wins over embedding_device.",
+    )
     embedding_device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: CUDA when torch sees a GPU, else CPU."
     )
@@ -142,6 +158,34 @@ class MemoryConfig(BaseSettings):
         "and, spinning beside torch, one MiniLM encode 6x slower. Raise it for large batch searches.",
     )
 
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_one_path_component(cls, value: str) -> str:
+        """The tenant is a directory name under `data_dir`: "../x" would put spaces outside it."""
+        return validate_id("tenant", value)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_bools(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads True as 1; a capacity of True is a caller's mistake, not a request for one page."""
+        field = info.field_name
+        if isinstance(value, bool) and field and cls.model_fields[field].annotation in _NUMBER_ANNOTATIONS:
+            raise InvalidInputError(field, f"must be a number, not a bool ({value!r})")
+        return value
+
+    @field_validator("embedding_model_kwargs")
+    @classmethod
+    def _kwargs_leave_the_engine_its_own(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        """Checked here rather than at model load (the first encode), so a bad value fails at start-up."""
+        reserved = sorted(EMBEDDING_KWARGS_SET_BY_MEMORYOS & value.keys())
+        if reserved:
+            raise InvalidInputError("embedding_model_kwargs", f"{reserved} are set by MemoryOS itself")
+        if "device" in value and not isinstance(value["device"], str):
+            raise InvalidInputError("embedding_model_kwargs", "device must be a string such as 'cuda:1'")
+        return value
+
     def space_dir(self, user_id: str, assistant_id: str) -> Path:
-        """Directory of one memory space; ids must already be validated."""
-        return self.data_dir / self.tenant / user_id / assistant_id
+        """Directory of one memory space. Every component is checked here again, so no caller (nor a
+        config made with `model_construct`, which skips validation) can build a path outside `data_dir`."""
+        components = (("tenant", self.tenant), ("user_id", user_id), ("assistant_id", assistant_id))
+        return self.data_dir.joinpath(*(validate_id(field, value) for field, value in components))

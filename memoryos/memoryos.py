@@ -36,15 +36,24 @@ def _shared_embedder(config_json: str) -> Embedder:
     return create_embedder(MemoryConfig.model_validate_json(config_json))
 
 
-def shared_embedder(config: MemoryConfig) -> Embedder:
-    fields = {
+EMBEDDER_FIELDS = frozenset(
+    {
         "embedding_model_name",
+        "embedding_model_kwargs",
         "embedding_device",
         "embedding_batch_size",
         "embedding_cache_size",
+        "embedding_runtime",
+        "model_cache_dir",
         "torch_threads",
     }
-    return _shared_embedder(config.model_dump_json(include=fields))
+)
+"""Every setting the embedder reads: configs that differ in any of them never share a model."""
+
+
+def shared_embedder(config: MemoryConfig) -> Embedder:
+    """The process's embedder for `config`'s embedding settings, created on first request."""
+    return _shared_embedder(config.model_dump_json(include=set(EMBEDDER_FIELDS)))
 
 
 class Memoryos:
@@ -72,10 +81,11 @@ class Memoryos:
         llm: MemoryLLM | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Arguments up to `embedding_model_name` are the reference's, with its defaults. `config` supplies
-        every other setting (env `MEMORYOS_*`); `embedder`, `llm` and `clock` let tests and services inject
-        shared or deterministic parts. `embedding_model_kwargs` is accepted for compatibility; device and
-        precision come from the config (`embedding_device`)."""
+        """Arguments up to `embedding_model_kwargs` are the reference's, with its defaults. `config`
+        supplies every other setting (env `MEMORYOS_*`); `embedder`, `llm` and `clock` let tests and services
+        inject shared or deterministic parts. `embedding_model_kwargs` goes to `SentenceTransformer(...)` as
+        in the reference (JSON values only; None keeps `config.embedding_model_kwargs`); a `device` in it
+        wins over `config.embedding_device`."""
         self.user_id = validate_id("user_id", user_id)
         self.assistant_id = validate_id("assistant_id", assistant_id)
         overrides: dict[str, Any] = {
@@ -91,6 +101,8 @@ class Memoryos:
             "openai_api_key": openai_api_key,
             "openai_base_url": openai_base_url,
         }
+        if embedding_model_kwargs is not None:
+            overrides["embedding_model_kwargs"] = embedding_model_kwargs
         base = config or MemoryConfig()
         self.config = MemoryConfig.model_validate({**base.model_dump(), **overrides})
         self.clock = clock
@@ -347,9 +359,21 @@ class Memoryos:
 
     # --- lifecycle ------------------------------------------------------------------------------------
     def forget_user(self) -> None:
-        """Erase this space entirely, files included. The instance cannot be used afterwards."""
+        """Erase this space entirely, files included. The instance cannot be used afterwards.
+
+        The `<tenant>/<user_id>/` directories above it go too once nothing else is in them, so a forgotten
+        user's id does not stay on disk as a directory name. `rmdir` removes only empty directories, so
+        other users' and assistants' spaces are never touched; the data root itself is kept."""
         self._stop_ingest()
         self.space.erase()
+        tenant_dir = self.config.data_dir / self.config.tenant
+        for directory in (tenant_dir / self.user_id, tenant_dir):
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                continue  # already gone (another process forgot it too)
+            except OSError:
+                break  # not empty: another space lives here
 
     def close(self) -> None:
         """Finish pending writes, snapshot the index and close the store; a second call does nothing."""

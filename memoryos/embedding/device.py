@@ -7,32 +7,42 @@ answers in.
 
 from typing import Literal
 
+DEVICE_REQUESTS = ("auto", "cpu", "cuda")
+"""Device requests resolved here; any other name ("cuda:1", "mps") is torch's own and used as given."""
+
 MAX_AUTO_TORCH_THREADS = 4
 """Thread cap when `torch_threads` is unset: one thread per core oversubscribes large hosts that run several
 processes (MemoryConfig.torch_threads: oversubscription made encodes 15x slower)."""
 
 
-def select_device(requested: Literal["auto", "cpu", "cuda"], cuda_available: bool) -> str:
-    """Resolve `embedding_device` to a torch device name.
+def select_device(requested: str, cuda_available: bool, field: str = "embedding_device") -> str:
+    """Resolve a device request (`embedding_device`, or a `device` in `embedding_model_kwargs`, named by
+    `field`) to a torch device name.
 
     An explicit "cuda" on a host without CUDA fails instead of silently falling back to a CPU that may be
-    orders of magnitude slower for the deployment that asked for a GPU.
+    orders of magnitude slower for the deployment that asked for a GPU. Names outside `DEVICE_REQUESTS`
+    pass through, and torch judges them when the model loads.
     """
+    if requested not in DEVICE_REQUESTS:
+        return requested
     if requested == "cpu":
         return "cpu"
     if requested == "cuda":
         if not cuda_available:
             raise ValueError(
-                "embedding_device: 'cuda' was requested but torch sees no CUDA device; "
-                "set embedding_device to 'auto' or 'cpu', or install a CUDA build of torch"
+                f"{field}: 'cuda' was requested but torch sees no CUDA device; "
+                "ask for 'auto' or 'cpu', or install a CUDA build of torch"
             )
         return "cuda"
     return "cuda" if cuda_available else "cpu"
 
 
-def use_fp16(device: str) -> bool:
-    """Half precision on CUDA only: it halves GPU memory and time there, while on CPU it is slower."""
-    return device == "cuda"
+def use_fp16(device: str, dtype_requested: bool = False) -> bool:
+    """Half precision on CUDA only: it halves GPU memory and time there, while on CPU it is slower.
+
+    A dtype the caller asked for (`model_kwargs` in `embedding_model_kwargs`) is kept as asked.
+    """
+    return not dtype_requested and (device == "cuda" or device.startswith("cuda:"))
 
 
 def choose_torch_threads(configured: int | None, cpu_count: int | None) -> int:

@@ -87,7 +87,10 @@ class OnnxQueryEncoder:
         with torch.inference_mode():
             for module in list(self._model)[1:]:
                 pooled = module(pooled)
-        return pooled["sentence_embedding"].float().numpy()
+        vectors = pooled["sentence_embedding"].float().numpy()
+        # `truncate_dim` is applied by SentenceTransformer.encode, after its modules, so here as well.
+        truncate_dim = self._model.truncate_dim
+        return vectors[:, :truncate_dim] if truncate_dim is not None else vectors
 
     def _check_against(self, model: "SentenceTransformer") -> None:
         texts = list(PROBE_TEXTS)

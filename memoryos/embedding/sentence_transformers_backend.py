@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -69,6 +69,7 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, config: MemoryConfig) -> None:
         self._name = config.embedding_model_name
+        self._model_kwargs: dict[str, Any] = dict(config.embedding_model_kwargs)
         self._requested_device = config.embedding_device
         self._batch_size = config.embedding_batch_size
         self._torch_threads = config.torch_threads
@@ -205,17 +206,32 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(choose_torch_threads(self._torch_threads, os.cpu_count()))
-        device = select_device(self._requested_device, torch.cuda.is_available())
+        kwargs = dict(self._model_kwargs)
+        if "device" in kwargs:
+            device = select_device(
+                str(kwargs.pop("device")), torch.cuda.is_available(), "embedding_model_kwargs.device"
+            )
+        else:
+            device = select_device(self._requested_device, torch.cuda.is_available())
         location = resolve_model_location(self._name)
         try:
-            model = SentenceTransformer(location, device=device, local_files_only=True)
+            model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)
         except OSError as exc:
             raise MemoryOSError(
                 f"embedding_model_name: the weights of {self._name!r} must be in the local Hugging Face "
                 "cache (HF_HOME / HF_HUB_CACHE); MemoryOS never downloads models at runtime. Fetch them once "
                 f"with `hf download {self._name}` on a machine with network access"
             ) from exc
-        if use_fp16(device):
+        except TypeError as exc:  # an argument SentenceTransformer does not take
+            raise MemoryOSError(f"embedding_model_kwargs: {exc}") from exc
+        fp16 = use_fp16(device, _names_dtype(kwargs))
+        if fp16:
             model.half()
-        logger.info("embedding: loaded %s on %s (fp16=%s)", self._name, device, use_fp16(device))
+        logger.info("embedding: loaded %s on %s (fp16=%s)", self._name, device, fp16)
         return model
+
+
+def _names_dtype(kwargs: dict[str, Any]) -> bool:
+    """Whether the caller chose the weights' dtype (`model_kwargs` goes to transformers' from_pretrained)."""
+    model_kwargs = kwargs.get("model_kwargs")
+    return isinstance(model_kwargs, dict) and bool({"torch_dtype", "dtype"} & model_kwargs.keys())

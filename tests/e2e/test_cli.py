@@ -100,6 +100,15 @@ def test_bad_input_is_a_clear_error_with_exit_code_2(
     assert code == 2 and "user_input" in err
 
 
+def test_a_tenant_outside_the_data_dir_is_a_clear_error_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYOS_TENANT", "../escape")
+    code, _, err = run(capsys, "--data-dir", str(tmp_path / "data"), "stats", "--user", "maya")
+    assert code == 2 and "tenant" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_chat_remembers_across_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

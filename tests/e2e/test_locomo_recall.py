@@ -19,7 +19,15 @@ def test_conv26_evidence_recall_beats_flat_cosine(tmp_path: Path) -> None:
     recall@7 0.80: the fused flat search reaches 0.767, the engine with date bonus and name-free query
     embedding 0.826 (docs/retrieval.md), so a regression of either shows here."""
     (conversation,) = load_conversations(LOCOMO_DIR / "pairs" / "conv-26.json")
-    result = evaluate_conversation(conversation, tmp_path, MemoryConfig(data_dir=tmp_path))
+    # MemoryConfig also reads MEMORYOS_* variables: pin what this measures (the bundled MiniLM as shipped,
+    # the offline LLM) so a key or model name in the environment cannot change it.
+    config = MemoryConfig(
+        data_dir=tmp_path,
+        openai_api_key=None,
+        embedding_model_name="all-MiniLM-L6-v2",
+        embedding_model_kwargs={},
+    )
+    result = evaluate_conversation(conversation, tmp_path, config)
 
     assert result.pairs == 215
     assert result.questions == 197

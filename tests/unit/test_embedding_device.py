@@ -22,6 +22,8 @@ from memoryos.embedding.device import (
         ("cpu", True, "cpu"),
         ("cpu", False, "cpu"),
         ("cuda", True, "cuda"),
+        ("cuda:1", True, "cuda:1"),  # torch's own names, from embedding_model_kwargs, pass through
+        ("mps", False, "mps"),
     ],
 )
 def test_select_device(requested, cuda_available, expected):
@@ -29,13 +31,18 @@ def test_select_device(requested, cuda_available, expected):
 
 
 def test_cuda_requested_without_cuda_names_the_setting():
-    with pytest.raises(ValueError, match="embedding_device"):
+    with pytest.raises(ValueError, match=r"^embedding_device: "):
         select_device("cuda", cuda_available=False)
+    with pytest.raises(ValueError, match=r"^embedding_model_kwargs\.device: "):
+        select_device("cuda", cuda_available=False, field="embedding_model_kwargs.device")
 
 
-@pytest.mark.parametrize(("device", "expected"), [("cuda", True), ("cpu", False)])
-def test_fp16_only_on_cuda(device, expected):
-    assert use_fp16(device) is expected
+@pytest.mark.parametrize(
+    ("device", "dtype_requested", "expected"),
+    [("cuda", False, True), ("cuda:1", False, True), ("cpu", False, False), ("cuda", True, False)],
+)
+def test_fp16_only_on_cuda_and_only_when_no_dtype_was_asked_for(device, dtype_requested, expected):
+    assert use_fp16(device, dtype_requested) is expected
 
 
 @pytest.mark.parametrize(

@@ -2,16 +2,19 @@
 
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 
 from memoryos import EmbeddingModelMismatchError, LLMError, MemoryConfig, Memoryos
+from memoryos.errors import StorageError
 from memoryos.llm.base import MemoryLLM
 from memoryos.llm.offline import OfflineLLM
+from memoryos.memoryos import shared_embedder
 from memoryos.space import STORE_FILE
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, FakeClock, HashEmbedder, ScriptedLLM
 
@@ -362,18 +365,26 @@ def test_assistant_facts_are_scoped_to_the_users_space(tmp_path: Path) -> None:
 
 def test_forget_user_removes_the_space_files_and_nothing_else(tmp_path: Path) -> None:
     alice = make(tmp_path, "alice")
+    alice_coach = make(tmp_path, "alice", "coach")
     bob = make(tmp_path, "bob")
     add_all(alice, TOPICS[:2])
+    add_all(alice_coach, TOPICS[4:6])
     add_all(bob, TOPICS[2:4])
     directory = alice.space.directory
     assert (directory / STORE_FILE).exists()
     alice.forget_user()
     assert not directory.exists()
+    assert sorted(p.name for p in directory.parent.iterdir()) == ["coach"]  # the user's other assistant
+    assert all_texts(alice_coach) == TOPICS[4:6]
+    alice_coach.forget_user()
+    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == ["bob"]  # "alice" gone from disk
     alice.close()  # a no-op after forgetting
+    alice_coach.close()
     bob.close()
     reopened = make(tmp_path, "bob")
     assert all_texts(reopened) == TOPICS[2:4]
-    reopened.close()
+    reopened.forget_user()
+    assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []  # the tenant went too; the data root stays
     fresh = make(tmp_path, "alice")
     assert all_texts(fresh) == []
     fresh.close()
@@ -508,6 +519,9 @@ def test_a_pair_with_one_empty_side_is_refused_never_silently_dropped(memory: Me
         ({"long_term_knowledge_capacity": 0}, "long_term_knowledge_capacity"),
         ({"retrieval_queue_capacity": 0}, "retrieval_queue_capacity"),
         ({"mid_term_heat_threshold": 0}, "mid_term_heat_threshold"),
+        ({"short_term_capacity": True}, "short_term_capacity"),
+        ({"retrieval_queue_capacity": False}, "retrieval_queue_capacity"),
+        ({"embedding_model_kwargs": {"local_files_only": False}}, "embedding_model_kwargs"),
     ],
 )
 def test_bad_constructor_arguments_are_rejected_before_anything_is_opened(
@@ -530,6 +544,63 @@ def test_bad_constructor_arguments_are_rejected_before_anything_is_opened(
     before["stats"]["llm_usage"] = after["stats"]["llm_usage"] = None
     assert after == before
     reopened.close()
+
+
+@pytest.mark.parametrize("tenant", ["..", "../../escape", "a/b", "/abs", "t" * 129])
+def test_a_tenant_that_would_leave_the_data_dir_is_refused_and_nothing_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tenant: str
+) -> None:
+    data_dir = tmp_path / "a" / "data"
+    monkeypatch.setenv("MEMORYOS_TENANT", tenant)
+    with pytest.raises(ValueError, match="tenant"):
+        Memoryos("alice", None, data_dir, embedder=HashEmbedder(), llm=OfflineLLM())
+    monkeypatch.delenv("MEMORYOS_TENANT")
+    unchecked = MemoryConfig.model_construct(tenant=tenant, faiss_use_gpu="never")  # skips validation
+    with pytest.raises(ValueError, match="tenant"):
+        Memoryos("alice", None, data_dir, config=unchecked, embedder=HashEmbedder(), llm=OfflineLLM())
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_a_corrupt_store_is_a_storage_error_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """Reference weakness: a file that fails to parse was silently replaced by an empty tier."""
+    directory = MemoryConfig(data_dir=tmp_path).space_dir("alice", "helper")
+    directory.mkdir(parents=True)
+    garbage = bytes(range(256)) * 64
+    (directory / STORE_FILE).write_bytes(garbage)
+    with pytest.raises(StorageError):
+        make(tmp_path)
+    assert (directory / STORE_FILE).read_bytes() == garbage
+
+
+class BatchCountingEmbedder(HashEmbedder):
+    """A `HashEmbedder` that records the texts of each `encode` call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        self.calls.append(list(texts))
+        return super().encode(texts, is_query=is_query)
+
+
+def test_add_memories_embeds_all_its_turns_in_one_batch(tmp_path: Path) -> None:
+    embedder = BatchCountingEmbedder()
+    memory = make(tmp_path, embedder=embedder, short_term_capacity=len(TOPICS))
+    ids = memory.add_memories([{"user_input": u, "agent_response": a} for u, a in TOPICS])
+    assert len(embedder.calls) == 1
+    assert embedder.calls[0] == [page.text() for page in memory.space.pages(ids)]
+    memory.close()
+
+
+def test_embedding_settings_decide_which_shared_model_a_space_gets() -> None:
+    minilm = MemoryConfig(embedding_device="cpu")
+    truncated = MemoryConfig(embedding_device="cpu", embedding_model_kwargs={"truncate_dim": 128})
+    assert shared_embedder(minilm) is shared_embedder(MemoryConfig(embedding_device="cpu"))
+    assert shared_embedder(truncated) is not shared_embedder(minilm)
+    assert shared_embedder(truncated) is not shared_embedder(
+        truncated.model_copy(update={"embedding_runtime": "torch"})
+    )
 
 
 def test_a_model_with_the_recorded_name_but_another_dimension_is_a_mismatch(tmp_path: Path) -> None:

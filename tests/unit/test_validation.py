@@ -1,9 +1,11 @@
 """Input checks: every rejection is a `ValueError` whose message starts with the field's name."""
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
+from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError
 from memoryos.validation import (
     MAX_ID_CHARS,
@@ -163,3 +165,82 @@ def test_early_years_are_stored_zero_padded_so_they_read_back() -> None:
     moment = parse_timestamp("timestamp", "0999-05-01T10:00:00")
     assert format_timestamp(moment) == "0999-05-01 10:00:00"
     assert datetime.strptime(format_timestamp(moment), "%Y-%m-%d %H:%M:%S") == moment
+
+
+# --- configuration values that become paths or sizes ----------------------------------------------------
+UNSAFE_TENANTS = ["..", "../../escape", "a/b", "/abs", "a\x00b", "t" * (MAX_ID_CHARS + 1)]
+
+
+@pytest.mark.parametrize("tenant", UNSAFE_TENANTS)
+def test_a_tenant_that_is_not_one_path_component_is_rejected(tmp_path: Path, tenant: str) -> None:
+    with pytest.raises(ValueError, match=r"tenant: "):
+        MemoryConfig(data_dir=tmp_path, tenant=tenant)
+    config = MemoryConfig(data_dir=tmp_path, tenant="acme")
+    with pytest.raises(ValueError, match=r"tenant: "):
+        config.tenant = tenant
+    assert config.space_dir("alice", "helper") == tmp_path / "acme" / "alice" / "helper"
+
+
+@pytest.mark.parametrize("tenant", [t for t in UNSAFE_TENANTS if "\x00" not in t])  # env cannot hold NUL
+def test_a_tenant_from_the_environment_is_checked_too(monkeypatch: pytest.MonkeyPatch, tenant: str) -> None:
+    monkeypatch.setenv("MEMORYOS_TENANT", tenant)
+    with pytest.raises(ValueError, match=r"tenant: "):
+        MemoryConfig()
+
+
+@pytest.mark.parametrize(
+    ("tenant", "user_id", "assistant_id", "field"),
+    [
+        ("..", "alice", "helper", "tenant"),
+        ("t", "../x", "helper", "user_id"),
+        ("t", "a", "a/b", "assistant_id"),
+    ],
+)
+def test_space_dir_checks_every_component_even_of_an_unvalidated_config(
+    tmp_path: Path, tenant: str, user_id: str, assistant_id: str, field: str
+) -> None:
+    config = MemoryConfig.model_construct(data_dir=tmp_path, tenant=tenant)  # skips validation
+    with pytest.raises(ValueError, match=rf"^{field}: "):
+        config.space_dir(user_id, assistant_id)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "short_term_capacity",
+        "mid_term_capacity",
+        "long_term_knowledge_capacity",
+        "retrieval_queue_capacity",
+        "knowledge_top_k",
+        "max_text_chars",
+        "embedding_batch_size",
+        "torch_threads",
+        "mid_term_heat_threshold",
+    ],
+)
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_bool_is_not_taken_for_a_number(field: str, flag: bool) -> None:
+    with pytest.raises(ValueError, match=rf"{field}: must be a number, not a bool"):
+        MemoryConfig(**{field: flag})
+
+
+def test_numbers_from_the_environment_are_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYOS_SHORT_TERM_CAPACITY", "3")
+    monkeypatch.setenv("MEMORYOS_MID_TERM_HEAT_THRESHOLD", "2.5")
+    config = MemoryConfig()
+    assert (config.short_term_capacity, config.mid_term_heat_threshold) == (3, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"local_files_only": False}, "set by MemoryOS itself"),
+        ({"model_name_or_path": "other"}, "set by MemoryOS itself"),
+        ({"device": 0}, "device must be a string"),
+    ],
+)
+def test_embedding_model_kwargs_cannot_override_what_the_engine_sets(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"embedding_model_kwargs: .*{message}"):
+        MemoryConfig(embedding_model_kwargs=kwargs)
