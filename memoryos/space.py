@@ -2,11 +2,11 @@
 
 `apply` is deterministic and does no work beyond the store and the vector index: planners have already
 made every LLM call and embedding. Each op commits in one SQLite transaction, so it is applied whole or
-not at all. One lock serializes a space; different spaces never share state.
+not at all. One lock serializes a space; different spaces never share state. The page index, its
+replay at open and its snapshots are `space_index.py`.
 """
 
 import functools
-import logging
 import shutil
 import threading
 import time
@@ -31,19 +31,11 @@ from memoryos.ops import (
     UpdateProfile,
 )
 from memoryos.score_sample import ScoreSample
-from memoryos.storage.faiss_ivf import set_faiss_threads
-from memoryos.storage.index_factory import (
-    SnapshotWriter,
-    close_page_index,
-    finish_page_index_rebuild,
-    open_page_index,
-    page_snapshot_path,
-)
-from memoryos.storage.sqlite_store import SqliteStore, at_stored_precision, from_blobs
+from memoryos.space_index import SpacePageIndex
+from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.vector_blobs import at_stored_precision, from_blobs
 from memoryos.storage.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
-
-log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,7 +53,6 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
 
 
 STORE_FILE = "memory.sqlite"
-_REPLAY_BATCH = 10000
 
 
 class MemorySpace:
@@ -89,15 +80,14 @@ class MemorySpace:
         except BaseException:
             self.store.close()
             raise
-        set_faiss_threads(config.faiss_omp_threads)
-        self.page_index, snapshot_stale = self._open_page_index()
-        self._snapshots = SnapshotWriter(page_snapshot_path(config, directory))
+        self._pages = SpacePageIndex(self.store, config, directory, self.dim, clock)
         self._sample = ScoreSample(self.store, self.dim)
-        # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
-        # close, so the next open does not rebuild (or replay) again.
-        self._ops_since_snapshot = 1 if snapshot_stale else 0
-        self._last_snapshot_at = clock()
         self.closed = False
+
+    @property
+    def page_index(self) -> VectorIndex:
+        """The index of the space's embedded pages, for retrieval; mutated only through `apply`."""
+        return self._pages.index
 
     # --- opening --------------------------------------------------------------------------------------
     def _check_fingerprint(self, model: str, model_dim: Callable[[], int]) -> int:
@@ -116,21 +106,6 @@ class MemorySpace:
             raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
         return int(stored_dim)
 
-    def _open_page_index(self) -> tuple[VectorIndex, bool]:
-        """Load the snapshot and replay pages stored after it; rebuild from the store when it is unusable.
-
-        Returns the index and whether the snapshot on disk is stale (missing, unusable or replayed onto).
-        """
-        index, covered, stale = open_page_index(self.config, self.directory, self.dim)
-        while True:
-            ids, vectors = self.store.page_vectors_after(covered, self.dim, _REPLAY_BATCH)
-            if len(ids) == 0:
-                break
-            index.add(ids, vectors)
-            covered = int(ids[-1])
-            stale = True
-        return index, stale
-
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:
         """Apply one op atomically. Returns the ids it created (pages for AddTurns), else an empty list."""
@@ -141,10 +116,8 @@ class MemorySpace:
             if embedded is not None:
                 ids, vectors = embedded
                 stored = at_stored_precision(vectors)
-                self.page_index.add(np.array(ids, dtype=np.int64), stored)
+                self._pages.add(np.array(ids, dtype=np.int64), stored)
                 self._sample.offer(stored)
-                self._ops_since_snapshot += 1
-                self._maybe_snapshot()
             return created
 
     @staticmethod
@@ -281,31 +254,13 @@ class MemorySpace:
         return created
 
     # --- snapshots and lifecycle ----------------------------------------------------------------------
-    def _maybe_snapshot(self) -> None:
-        """Take a snapshot when due and leave the file write to the background writer.
-
-        Only the in-memory copy is made here, under the lock; writing (and fsyncing) a 1.5 GB file at 1M
-        vectors would otherwise hold every write of the space for seconds.
-        """
-        due_by_ops = self._ops_since_snapshot >= self.config.index_snapshot_every_ops
-        due_by_time = self.clock() - self._last_snapshot_at >= self.config.index_snapshot_every_s
-        if due_by_ops or due_by_time:
-            self._snapshots.submit(self.page_index.snapshot(self.store.indexed_through()))
-            self._ops_since_snapshot = 0
-            self._last_snapshot_at = self.clock()
-
     def snapshot(self) -> None:
         """Write the page index snapshot and return once it is on disk; later pages are replayed on open.
 
         A background write still in flight finishes first, so an older snapshot never replaces this one.
         """
         with self.lock:
-            self._snapshots.wait()
-            self.page_index.save(
-                page_snapshot_path(self.config, self.directory), self.store.indexed_through()
-            )
-            self._ops_since_snapshot = 0
-            self._last_snapshot_at = self.clock()
+            self._pages.snapshot()
 
     def close(self) -> None:
         """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op.
@@ -316,11 +271,7 @@ class MemorySpace:
         with self.lock:
             if self.closed:
                 return
-            rebuilt = finish_page_index_rebuild(self.page_index)
-            written = self._snapshots.wait()
-            if self._ops_since_snapshot or rebuilt or not written:
-                self.snapshot()
-            close_page_index(self.page_index)
+            self._pages.close()
             self.store.close()
             self.closed = True
 
@@ -328,8 +279,7 @@ class MemorySpace:
         """Delete the whole space, files included. The space is unusable afterwards."""
         with self.lock:
             if not self.closed:
-                self._snapshots.wait()  # no write into the directory while it is deleted
-                close_page_index(self.page_index)
+                self._pages.discard()  # no write into the directory while it is deleted
                 self.store.close()
                 self.closed = True
             shutil.rmtree(self.directory, ignore_errors=False)

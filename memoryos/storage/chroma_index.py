@@ -40,8 +40,13 @@ from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memoryos.storage.faiss_index import IndexSnapshotError
-from memoryos.storage.vector_index import IndexSnapshot, SearchResult, checked_ids
+from memoryos.storage.vector_index import (
+    IndexSnapshot,
+    IndexSnapshotError,
+    SearchResult,
+    checked_ids,
+    checked_vectors,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +161,7 @@ class ChromaIndex:
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Add or replace vectors (an upsert); within one batch the last row of a repeated id wins."""
         ids = checked_ids(ids, "ids")
-        vectors = self._checked_vectors(vectors, "vectors")
+        vectors = checked_vectors(vectors, self._dim, "vectors")
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")
         _, last_from_end = np.unique(ids[::-1], return_index=True)
@@ -176,7 +181,7 @@ class ChromaIndex:
 
     def search(self, queries: np.ndarray, k: int, allowed_ids: np.ndarray | None = None) -> SearchResult:
         """Top-k by cosine for each query row, best first; `allowed_ids` filters inside Chroma's search."""
-        queries = self._checked_vectors(queries, "queries")
+        queries = checked_vectors(queries, self._dim, "queries")
         if k <= 0:
             raise ValueError(f"k: expected a positive number of hits, got {k}")
         allowed = None if allowed_ids is None else np.unique(checked_ids(allowed_ids, "allowed_ids"))
@@ -257,17 +262,6 @@ class ChromaIndex:
             best = self.search(vectors / np.maximum(norms, 1e-12), 1).scores[:, 0]
             if not np.all(best >= PROBE_MIN_SCORE):
                 raise IndexSnapshotError(f"{self._directory}: collection cannot find its own vectors")
-
-    def _checked_vectors(self, array: np.ndarray, name: str) -> np.ndarray:
-        array = np.asarray(array)
-        if array.dtype.kind != "f":
-            raise ValueError(f"{name}: expected floating-point vectors, got dtype {array.dtype}")
-        if array.ndim != 2 or array.shape[1] != self._dim:
-            raise ValueError(f"{name}: expected shape (n, {self._dim}), got {array.shape}")
-        array = np.ascontiguousarray(array, dtype=np.float32)
-        if not np.isfinite(array).all():
-            raise ValueError(f"{name}: contains NaN or infinite values")
-        return array
 
 
 def _open_client(directory: Path) -> Any:

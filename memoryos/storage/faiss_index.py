@@ -11,18 +11,16 @@ Builds run off the write path, because they take minutes at 1M vectors:
   exclusivity), as does `wait_for_rebuild`: the journal is replayed onto the new index in order, so a
   removal made during the build stays removed and a replacement wins, and the new index replaces the
   current one. `search` never swaps: searches may run concurrently with each other.
+- nprobe is recalibrated on the recent queries, without retraining, once `MIN_RECENT_QUERIES` arrived
+  after a calibration on stored vectors and every `RECALIBRATE_EVERY_QUERIES` after one on queries.
+  Like a build it is started by a write (never by a search) and runs on a background thread.
 - One background job at a time (a build or an nprobe recalibration, see `recalibrate`). A failed job is
   logged and the current index keeps serving; a failed build is retried once the index has grown
   `RETRAIN_GROWTH` times the size it started from, not on every write.
 - Falling back to flat (below half the threshold) stays synchronous: it copies vectors, trains nothing.
 
-Two faiss facts shape this module:
-- `IndexIDMap2` over an IVF index returns wrong ids after `remove_ids` (IVF does not renumber the
-  positions the id map refers to), so the IVF index holds the int64 ids itself, with a hashtable direct map
-  that makes removal O(ids removed) and lets its vectors be read back for the next rebuild.
-- The flat index is `IndexIDMap`, not `IndexIDMap2`: the latter rebuilds its reverse map on every
-  `remove_ids`, which replace-on-add calls each time (1.3 ms vs 0.2 ms at 50k vectors), and nothing
-  here needs lookup by id.
+The two index types and why they hold ids as they do: `new_flat` and `build_ivf` in `faiss_ivf.py`. The
+snapshot file format: `faiss_snapshot.py`.
 
 Searches may run concurrently with each other, but not with `add`/`remove`/`snapshot`/`save`/
 `install_ready_rebuild`/`wait_for_rebuild`/`recalibrate`: callers serialize those against everything
@@ -32,18 +30,16 @@ else (the space's lock does).
 import functools
 import logging
 import math
-import struct
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 import faiss
 import numpy as np
 
-from memoryos.errors import StorageError
 from memoryos.storage.faiss_ivf import (
     MIN_RECENT_QUERIES,
+    RECALIBRATE_EVERY_QUERIES,
     BackgroundJob,
     Calibration,
     CalibrationSource,
@@ -57,23 +53,20 @@ from memoryos.storage.faiss_ivf import (
     recalibrate_ivf,
     replay_journal,
 )
+from memoryos.storage.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
 from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
-from memoryos.storage.vector_index import IndexSnapshot, SearchResult, checked_ids
+from memoryos.storage.vector_index import (
+    IndexSnapshot,
+    IndexSnapshotError,
+    SearchResult,
+    checked_ids,
+    checked_vectors,
+)
 
 logger = logging.getLogger(__name__)
 
 RETRAIN_GROWTH = 2
 """An IVF index is retrained once it holds this many times the vectors its last build started from."""
-
-MAGIC = b"MOSFAISS"
-FORMAT_VERSION = 1
-# magic, format version, dim, covered_seq, trained_count, measured_recall, payload length, crc32.
-_HEADER = struct.Struct("<8sHIqqdQI")
-_CHECKED_HEADER_BYTES = _HEADER.size - 4  # every header field but the checksum itself
-
-
-class IndexSnapshotError(StorageError):
-    """A snapshot is missing, truncated, corrupt or of another dimension: rebuild from the canonical store."""
 
 
 class IndexStats(TypedDict):
@@ -149,7 +142,7 @@ class FaissIndex:
         """Add or replace vectors; within one batch the last row of a repeated id wins."""
         apply_faiss_threads()
         ids = checked_ids(ids, "ids")
-        vectors = self._as_vectors(vectors, "vectors")
+        vectors = checked_vectors(vectors, self._dim, "vectors")
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")
         if len(ids) == 0:
@@ -191,7 +184,7 @@ class FaissIndex:
         holds half the ANN threshold (smaller spaces never calibrate, so they keep none).
         """
         apply_faiss_threads()
-        queries = self._as_vectors(queries, "queries")
+        queries = checked_vectors(queries, self._dim, "queries")
         if k <= 0:
             raise ValueError(f"k: expected a positive number of hits, got {k}")
         allowed = None if allowed_ids is None else np.unique(checked_ids(allowed_ids, "allowed_ids"))
@@ -224,9 +217,8 @@ class FaissIndex:
         """
         self.install_ready_rebuild()
         payload = faiss.serialize_index(self._index)
-        recall = math.nan if self._measured_recall is None else self._measured_recall
-        fields = (MAGIC, FORMAT_VERSION, self._dim, covered_seq, self._trained_count, recall, len(payload))
-        return IndexSnapshot(covered_seq, functools.partial(_snapshot_file, fields, payload))
+        header = SnapshotHeader(self._dim, covered_seq, self._trained_count, self._measured_recall)
+        return IndexSnapshot(covered_seq, functools.partial(snapshot_bytes, header, payload))
 
     def save(self, path: Path, covered_seq: int) -> None:
         self.snapshot(covered_seq).write(path)
@@ -237,40 +229,26 @@ class FaissIndex:
     ) -> tuple["FaissIndex", int]:
         """The index saved at `path` and the store sequence it covers; rows after it must be replayed.
 
-        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors. A
-        build due at once (a snapshot saved while one was in flight) starts in the background.
+        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors
+        (`faiss_snapshot.py`). A build due at once (a snapshot saved while one was in flight) starts in
+        the background. The file records no calibration source and no queries, so a loaded IVF index
+        keeps its nprobe but counts as calibrated on stored vectors: it recalibrates once it has seen
+        `MIN_RECENT_QUERIES` queries.
         """
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise IndexSnapshotError(f"{path}: cannot read index snapshot: {exc}") from exc
-        if len(data) < _HEADER.size:
-            raise IndexSnapshotError(f"{path}: truncated index snapshot ({len(data)} bytes)")
-        magic, version, file_dim, covered_seq, trained_count, recall, payload_len, checksum = (
-            _HEADER.unpack_from(data)
-        )
-        if magic != MAGIC or version != FORMAT_VERSION:
-            raise IndexSnapshotError(f"{path}: not a version-{FORMAT_VERSION} MemoryOS index snapshot")
-        if file_dim != dim:
-            raise IndexSnapshotError(f"{path}: snapshot holds {file_dim}-d vectors, expected {dim}-d")
-        if len(data) != _HEADER.size + payload_len:
-            raise IndexSnapshotError(f"{path}: truncated index snapshot ({len(data)} bytes)")
-        payload = np.frombuffer(data, dtype=np.uint8, offset=_HEADER.size)
-        if zlib.crc32(payload.data, zlib.crc32(data[:_CHECKED_HEADER_BYTES])) != checksum:
-            raise IndexSnapshotError(f"{path}: index snapshot checksum mismatch")
+        header, payload = read_snapshot(path, dim)
         try:
             index = faiss.deserialize_index(payload)  # already the concrete class
         except RuntimeError as exc:
             raise IndexSnapshotError(f"{path}: unreadable index snapshot: {exc}") from exc
-        if not is_expected_index(index, dim, ivf=trained_count > 0):
+        if not is_expected_index(index, dim, ivf=header.trained_count > 0):
             raise IndexSnapshotError(f"{path}: snapshot holds an unexpected index type")
         loaded = cls(dim, ann_threshold, gpu_policy)
         loaded._index = index
-        loaded._trained_count = loaded._build_count = trained_count
-        loaded._measured_recall = None if math.isnan(recall) else recall
-        loaded._calibrated_on = "stored" if trained_count else None
+        loaded._trained_count = loaded._build_count = header.trained_count
+        loaded._measured_recall = header.measured_recall
+        loaded._calibrated_on = "stored" if header.trained_count else None
         loaded._start_due_work()
-        return loaded, covered_seq
+        return loaded, header.covered_seq
 
     def install_ready_rebuild(self) -> bool:
         """Install a finished build (its journal replayed first) or a finished recalibration's nprobe.
@@ -310,10 +288,10 @@ class FaissIndex:
         Works on a clone of the index (one more copy of it in memory while it runs): exact neighbours of
         the kept queries by probing every list (an exhaustive scan per query; by the flat search latency
         about a second per 100 queries at 100k vectors on one core), then the smallest nprobe reaching
-        the target recall. Done automatically once an index calibrated on stored vectors has seen
-        `MIN_RECENT_QUERIES` more queries; call it when queries may have drifted. Needs write
-        exclusivity (cloning reads the index). Returns whether it started: it needs an IVF index,
-        `MIN_RECENT_QUERIES` kept queries and no job in flight.
+        the target recall. Started automatically by a write when due (`_recalibration_due`); call it to
+        recheck sooner. Needs write exclusivity (cloning reads the index; the clone is the only part on
+        the caller's thread). Returns whether it started: it needs an IVF index, `MIN_RECENT_QUERIES`
+        kept queries and no job in flight (so never beside a build).
         """
         queries = self._recent.copy()
         if not self._is_ivf() or self._job_in_flight() is not None or len(queries) < MIN_RECENT_QUERIES:
@@ -343,10 +321,20 @@ class FaissIndex:
             self._become_flat()
         elif (ivf or count >= self._ann_threshold) and count >= RETRAIN_GROWTH * self._build_count:
             self._start_build()
-        elif self._calibrated_on == "stored" and (
-            self._recent.seen - self._queries_at_calibration >= MIN_RECENT_QUERIES
-        ):
+        elif self._recalibration_due():
             self.recalibrate()
+
+    def _recalibration_due(self) -> bool:
+        """Whether enough queries arrived since the last calibration started (by a build or a
+        recalibration, failed ones included, so a failure is not retried on every write).
+
+        A calibration on stored vectors understates what queries need, so it is replaced as soon as
+        `MIN_RECENT_QUERIES` are known; one on queries is rechecked every `RECALIBRATE_EVERY_QUERIES`.
+        """
+        new_queries = self._recent.seen - self._queries_at_calibration
+        if self._calibrated_on == "stored":
+            return new_queries >= MIN_RECENT_QUERIES
+        return self._calibrated_on == "queries" and new_queries >= RECALIBRATE_EVERY_QUERIES
 
     def _start_build(self) -> None:
         ids, vectors = held_vectors(self._index, self._dim)
@@ -405,21 +393,3 @@ class FaissIndex:
         # IDSelectorBatch (hash set + bloom filter) avoids a linear scan of the ids per stored vector.
         selector = faiss.IDSelectorArray(ids) if self._is_ivf() else faiss.IDSelectorBatch(ids)
         return int(self._index.remove_ids(selector))
-
-    def _as_vectors(self, array: np.ndarray, name: str) -> np.ndarray:
-        array = np.asarray(array)
-        if array.dtype.kind != "f":
-            raise ValueError(f"{name}: expected floating-point vectors, got dtype {array.dtype}")
-        if array.ndim != 2 or array.shape[1] != self._dim:
-            raise ValueError(f"{name}: expected shape (n, {self._dim}), got {array.shape}")
-        array = np.ascontiguousarray(array, dtype=np.float32)
-        if not np.isfinite(array).all():
-            raise ValueError(f"{name}: contains NaN or infinite values")
-        return array
-
-
-def _snapshot_file(fields: tuple[Any, ...], payload: np.ndarray) -> bytes:
-    """Header (with the CRC-32 of header and payload) and payload: what a snapshot file holds."""
-    header = _HEADER.pack(*fields, 0)[:_CHECKED_HEADER_BYTES]
-    checksum = zlib.crc32(payload.data, zlib.crc32(header))
-    return b"".join((header, struct.pack("<I", checksum), payload.data))

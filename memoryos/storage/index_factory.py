@@ -18,25 +18,31 @@ from pathlib import Path
 from typing import NamedTuple
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
-from memoryos.storage.vector_index import IndexSnapshot, VectorIndex
+from memoryos.storage.faiss_index import FaissIndex
+from memoryos.storage.vector_index import IndexSnapshot, IndexSnapshotError, VectorIndex
 
 log = logging.getLogger(__name__)
 
 FAISS_SNAPSHOT_FILE = "pages.faiss"
 CHROMA_DIRECTORY = "pages.chroma"
 CHROMA_MARKER_FILE = "pages.chroma.json"
+SNAPSHOT_MISSING = "snapshot missing"
+"""`OpenedIndex.fresh_because` when there was no snapshot file at all."""
 
 
 class OpenedIndex(NamedTuple):
     """A page index ready for the store's replay of rows after `covered_seq`.
 
     `stale` is true when the snapshot was missing or unusable, so the caller rewrites it after replaying.
+    `fresh_because` says why the index starts empty (`SNAPSHOT_MISSING`, or why the snapshot was
+    unusable), None when the snapshot loaded: the caller logs the rebuild once it knows how many vectors
+    it replayed.
     """
 
     page_index: VectorIndex
     covered_seq: int
     stale: bool
+    fresh_because: str | None = None
 
 
 def page_snapshot_path(config: MemoryConfig, directory: Path) -> Path:
@@ -68,17 +74,21 @@ def load_page_index(config: MemoryConfig, directory: Path, dim: int) -> tuple[Ve
 
 
 def open_page_index(config: MemoryConfig, directory: Path, dim: int) -> OpenedIndex:
-    """The saved page index when usable, else a fresh one covering nothing (the store replays it all)."""
-    if page_snapshot_path(config, directory).exists():
-        try:
-            index, covered = load_page_index(config, directory, dim)
-            return OpenedIndex(index, covered, stale=False)
-        except IndexSnapshotError as error:
-            log.warning(
-                "page index snapshot unusable, rebuilding from the store",
-                extra={"reason": str(error), "backend": config.vector_backend},
-            )
-    return OpenedIndex(new_page_index(config, directory, dim), 0, stale=True)
+    """The saved page index when usable, else a fresh one covering nothing (the store replays it all).
+
+    Logs nothing: whether a fresh index is worth a warning depends on what the store replays into it
+    (a new space has no snapshot and nothing to rebuild), so the caller logs with that count.
+    """
+    if not page_snapshot_path(config, directory).exists():
+        return OpenedIndex(
+            new_page_index(config, directory, dim), 0, stale=True, fresh_because=SNAPSHOT_MISSING
+        )
+    try:
+        index, covered = load_page_index(config, directory, dim)
+        return OpenedIndex(index, covered, stale=False)
+    except IndexSnapshotError as error:
+        fresh = new_page_index(config, directory, dim)
+        return OpenedIndex(fresh, 0, stale=True, fresh_because=f"snapshot unusable: {error}")
 
 
 def finish_page_index_rebuild(index: VectorIndex) -> bool:

@@ -2,7 +2,8 @@
 
 Durability: WAL journal with `synchronous=FULL`, one transaction per op, so a write the caller saw
 acknowledged survives a crash at any instant. Vector indexes are derived from this file and rebuilt
-from it when missing or corrupt.
+from it when missing or corrupt. How vectors become blobs is `vector_blobs.py`; how rows become pages and
+segments, `store_rows.py`.
 """
 
 import json
@@ -17,64 +18,9 @@ import numpy as np
 
 from memoryos.errors import StorageError
 from memoryos.storage.schema import SCHEMA, SCHEMA_VERSION
+from memoryos.storage.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row, segment_from_row
+from memoryos.storage.vector_blobs import from_blobs, to_blob
 from memoryos.types import KnowledgeKind, Page, Segment, Turn
-
-_PAGE_COLUMNS = (
-    "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
-    "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL"
-)
-_PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
-
-
-STORED_DTYPE = np.float16
-"""Vectors are stored at half precision: it halves the store (a 384-d vector is 768 bytes) and moves a
-cosine by ~1e-3, far below what separates ranks. `at_stored_precision` applies the same rounding to
-vectors going into the in-memory index, so a replayed index equals the one built live."""
-
-
-def at_stored_precision(vectors: np.ndarray) -> np.ndarray:
-    return np.asarray(vectors, dtype=STORED_DTYPE).astype(np.float32)
-
-
-def to_blob(vector: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vector, dtype=STORED_DTYPE).tobytes()
-
-
-def from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
-    """Stack stored vectors into a (n, dim) float32 matrix."""
-    if not blobs:
-        return np.zeros((0, dim), dtype=np.float32)
-    return np.frombuffer(b"".join(blobs), dtype=STORED_DTYPE).reshape(len(blobs), dim).astype(np.float32)
-
-
-def _page(row: sqlite3.Row) -> Page:
-    return Page(
-        page_id=row[0],
-        user_input=row[1],
-        agent_response=row[2],
-        timestamp=row[3],
-        meta_data=json.loads(row[4]) if row[4] else {},
-        tier=row[5],
-        segment_id=row[6],
-        chain_id=row[7],
-        analyzed=bool(row[8]),
-        meta_info=row[9],
-        embedded=bool(row[10]),
-    )
-
-
-def _segment(row: sqlite3.Row) -> Segment:
-    return Segment(
-        segment_id=row["segment_id"],
-        summary=row["summary"],
-        keywords=json.loads(row["keywords"]),
-        visit_count=row["visit_count"],
-        interaction_count=row["interaction_count"],
-        last_visit_at=row["last_visit_at"],
-        created_at=row["created_at"],
-        page_count=row["page_count"],
-        archived=bool(row["archived"]),
-    )
 
 
 class SqliteStore:
@@ -159,16 +105,16 @@ class SqliteStore:
             return []
         marks = ",".join("?" * len(page_ids))
         rows = self._db.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM {_PAGE_FROM} WHERE p.page_id IN ({marks})", page_ids
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.page_id IN ({marks})", page_ids
         )
-        by_id = {row[0]: _page(row) for row in rows}
+        by_id = {row[0]: page_from_row(row) for row in rows}
         return [by_id[pid] for pid in page_ids if pid in by_id]
 
     def pages_in_tier(self, tier: str) -> list[Page]:
         rows = self._db.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM {_PAGE_FROM} WHERE p.tier = ? ORDER BY p.page_id", (tier,)
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.tier = ? ORDER BY p.page_id", (tier,)
         )
-        return [_page(row) for row in rows]
+        return [page_from_row(row) for row in rows]
 
     def count_pages(self) -> dict[str, int]:
         rows = self._db.execute("SELECT tier, COUNT(*) FROM pages GROUP BY tier")
@@ -321,7 +267,7 @@ class SqliteStore:
         rows = self._db.execute(
             f"SELECT s.*, {count} AS page_count FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
         )
-        return [_segment(row) for row in rows]
+        return [segment_from_row(row) for row in rows]
 
     def all_segment_ids(self) -> list[int]:
         return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]

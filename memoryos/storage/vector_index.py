@@ -11,7 +11,15 @@ from typing import Protocol
 
 import numpy as np
 
+from memoryos.errors import StorageError
 from memoryos.storage.atomic import atomic_write_bytes
+
+
+class IndexSnapshotError(StorageError):
+    """A snapshot is missing, truncated, corrupt or of another dimension: rebuild from the canonical store.
+
+    Every backend's `load` raises it for anything but an intact snapshot, so a space needs one handler.
+    """
 
 
 class SearchResult:
@@ -75,6 +83,22 @@ class VectorIndex(Protocol):
     def save(self, path: Path, covered_seq: int) -> None:
         """`snapshot(covered_seq).write(path)`: the snapshot written atomically before returning."""
         ...
+
+
+def checked_vectors(array: np.ndarray, dim: int, name: str) -> np.ndarray:
+    """Vectors as contiguous float32 of shape (n, dim), refusing integer, mis-shaped or non-finite input.
+
+    The argument is named in the error, as the caller passed it: faiss would crash or silently cast.
+    """
+    array = np.asarray(array)
+    if array.dtype.kind != "f":
+        raise ValueError(f"{name}: expected floating-point vectors, got dtype {array.dtype}")
+    if array.ndim != 2 or array.shape[1] != dim:
+        raise ValueError(f"{name}: expected shape (n, {dim}), got {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    return array
 
 
 def checked_ids(array: np.ndarray, name: str) -> np.ndarray:

@@ -1,5 +1,5 @@
 """FaissIndex's background IVF builds and nprobe calibration: writes and searches during a build, the swap,
-a failed build, and calibration on recent queries.
+a failed build, calibration on recent queries, and its automatic recheck when queries drift.
 
 A build is held in flight by a gate around `build_ivf` (the test opens it), so nothing here depends on
 timing: the test decides when the build may finish, and `wait_for_rebuild` installs it.
@@ -19,6 +19,7 @@ from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.faiss_ivf import (
     MIN_NPROBE,
     MIN_RECENT_QUERIES,
+    RECALIBRATE_EVERY_QUERIES,
     RECENT_QUERIES,
     BackgroundJob,
     build_ivf,
@@ -245,3 +246,89 @@ def test_queries_are_kept_only_once_the_index_holds_half_the_threshold(gate: Gat
     assert index.wait_for_rebuild()
     assert len(gate.calls[0][2]) == 3
     assert index.stats()["calibrated_on"] == "stored"
+
+
+def recall_at_10(index: FaissIndex, held: np.ndarray, queries: np.ndarray) -> float:
+    found = index.search(queries, 10).ids
+    expected = exact_top(dict(enumerate(held)), queries, 10)
+    return float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, expected, strict=True)]))
+
+
+def drifted(n: int, seed: int) -> np.ndarray:
+    """Queries off every topic (uniform on the sphere): their neighbours spread over many IVF lists."""
+    return unit(np.random.default_rng(seed).standard_normal((n, DIM)))
+
+
+def calibrated_on_topic_queries(vectors: np.ndarray) -> FaissIndex:
+    """An IVF index over `vectors` whose build calibrated nprobe on 200 on-topic queries."""
+    index = FaissIndex(DIM, ann_threshold=THRESHOLD, gpu_policy="never")
+    index.add(np.arange(THRESHOLD - 1), vectors[: THRESHOLD - 1])
+    index.search(clustered(200, seed=21), 10)
+    index.add(np.arange(THRESHOLD - 1, len(vectors)), vectors[THRESHOLD - 1 :])
+    assert index.wait_for_rebuild()
+    assert index.stats()["calibrated_on"] == "queries"
+    return index
+
+
+def test_query_drift_is_recalibrated_in_the_background_after_enough_new_queries() -> None:
+    vectors = clustered(2 * THRESHOLD + 10, seed=20)
+    index = calibrated_on_topic_queries(vectors[: 2 * THRESHOLD])
+    on_topic_nprobe = index.stats()["nprobe"] or 0
+
+    index.search(drifted(RECALIBRATE_EVERY_QUERIES - 1, seed=22), 10)
+    index.add(np.array([2 * THRESHOLD]), vectors[2 * THRESHOLD : 2 * THRESHOLD + 1])
+    assert index.stats()["background"] is None  # one query short
+    index.search(drifted(1, seed=23), 10)
+    assert index.stats()["background"] is None  # due now, but a search never starts it
+    index.add(np.array([2 * THRESHOLD + 1]), vectors[2 * THRESHOLD + 1 : 2 * THRESHOLD + 2])
+    assert index.stats()["background"] == "recalibration"
+    assert index.wait_for_rebuild()
+
+    stats = index.stats()
+    assert (stats["kind"], stats["calibrated_on"], stats["background"]) == ("ivf", "queries", None)
+    assert (stats["nprobe"] or 0) > on_topic_nprobe  # drifted queries need more lists
+    assert stats["measured_recall"] is not None and stats["measured_recall"] >= 0.96
+    assert recall_at_10(index, vectors[: 2 * THRESHOLD + 2], drifted(200, seed=24)) >= 0.95
+    index.add(np.array([2 * THRESHOLD + 2]), vectors[2 * THRESHOLD + 2 : 2 * THRESHOLD + 3])
+    assert index.stats()["background"] is None  # the count starts again from the recalibration
+
+
+def test_a_due_recalibration_waits_for_the_build_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    vectors = clustered(4 * THRESHOLD + 1, seed=25)
+    index = calibrated_on_topic_queries(vectors[: 2 * THRESHOLD])
+    started: list[tuple[str, int]] = []  # each job's name, and how many jobs were unfinished then
+    jobs: list[BackgroundJob[Any]] = []
+
+    class RecordedJob(BackgroundJob[Any]):
+        def __init__(self, name: str, work: Callable[[], Any]) -> None:
+            started.append((name, sum(not job.done() for job in jobs)))
+            super().__init__(name, work)
+            jobs.append(self)
+
+    gate = GatedBuild()
+    monkeypatch.setattr(faiss_index_module, "BackgroundJob", RecordedJob)
+    monkeypatch.setattr(faiss_index_module, "build_ivf", gate)
+    index.add(np.arange(2 * THRESHOLD, 4 * THRESHOLD), vectors[2 * THRESHOLD : -1])  # doubled: retrain
+    assert gate.entered.wait(GATE_TIMEOUT_S)
+    index.search(drifted(RECALIBRATE_EVERY_QUERIES, seed=26), 10)
+    index.add(np.array([4 * THRESHOLD]), vectors[-1:])  # recalibration due, build still held
+    assert index.stats()["background"] == "build" and started == [("ivf build", 0)]
+
+    gate.release.set()
+    assert index.wait_for_rebuild()  # installs the build, then runs the recalibration it makes due
+    assert started == [("ivf build", 0), ("nprobe recalibration", 0)]
+    stats = index.stats()
+    assert (stats["count"], stats["calibrated_on"], stats["background"]) == (len(vectors), "queries", None)
+
+
+def test_a_loaded_snapshot_keeps_its_nprobe_but_not_its_calibration_source(tmp_path: Path) -> None:
+    index = calibrated_on_topic_queries(clustered(2 * THRESHOLD, seed=27))
+    index.save(tmp_path / "pages.faiss", covered_seq=1)
+    loaded, _ = FaissIndex.load(tmp_path / "pages.faiss", DIM, ann_threshold=THRESHOLD, gpu_policy="never")
+    saved, restored = index.stats(), loaded.stats()
+    assert (restored["nprobe"], restored["measured_recall"]) == (saved["nprobe"], saved["measured_recall"])
+    assert restored["calibrated_on"] == "stored"  # the file records no source and no queries
+    loaded.search(clustered(MIN_RECENT_QUERIES, seed=28), 10)
+    loaded.remove(np.array([0]))  # a write starts the due recalibration
+    assert loaded.stats()["background"] == "recalibration"
+    assert loaded.wait_for_rebuild() and loaded.stats()["calibrated_on"] == "queries"

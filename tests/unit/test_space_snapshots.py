@@ -118,3 +118,62 @@ def test_an_explicit_snapshot_is_on_disk_when_it_returns(tmp_path: Path) -> None
     assert covered_on_disk(space_dir) == ids[-1]
     add_pages(space, np.asarray(axis(DIM, 1)))
     space.close()
+
+
+def test_a_snapshot_is_due_once_the_interval_has_passed_since_the_last(
+    tmp_path: Path, gate: GatedWrites
+) -> None:
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    clock = FakeClock()
+    space = open_space(space_dir, clock, index_snapshot_every_ops=10**9, index_snapshot_every_s=60)
+    add_pages(space, axis(DIM, 0))
+    clock.advance(59)
+    add_pages(space, axis(DIM, 1))
+    assert not gate.entered.is_set()  # 59 s after opening: not due
+
+    clock.advance(1)
+    at_60_s = add_pages(space, axis(DIM, 2))[-1]
+    assert gate.entered.wait(GATE_TIMEOUT_S)  # written in the background, nobody waited for it
+    clock.advance(59)
+    add_pages(space, axis(DIM, 3))  # the interval restarts at each snapshot
+    clock.advance(1)
+    at_120_s = add_pages(space, axis(DIM, 4))[-1]
+
+    space.close()  # nothing changed since the last snapshot: close writes none of its own
+    assert gate.written == [at_60_s, at_120_s]
+    assert covered_on_disk(space_dir) == at_120_s
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_missing_or_corrupt_snapshot_is_rebuilt_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    with caplog.at_level(logging.INFO):
+        space = open_space(space_dir, FakeClock())
+    assert not caplog.records  # a new space has nothing to rebuild
+    ids = add_pages(space, axis(DIM, 0), axis(DIM, 1), axis(DIM, 2))
+    space.close()
+    snapshot = space_dir / FAISS_SNAPSHOT_FILE
+    if damage == "missing":
+        snapshot.unlink()
+    else:
+        snapshot.write_bytes(snapshot.read_bytes()[:-10])
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        reopened = open_space(space_dir, FakeClock())
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "rebuilt from the store" in record.getMessage()
+    fields = record.__dict__  # the structured fields, passed as `extra`
+    assert (fields["vectors"], fields["backend"]) == (3, "faiss")
+    expected_reason = "snapshot missing" if damage == "missing" else "snapshot unusable: "
+    assert fields["reason"].startswith(expected_reason)
+    assert "says" not in caplog.text and "answers" not in caplog.text  # no memory text
+    assert reopened.page_index.count() == len(ids)
+    reopened.close()
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        open_space(space_dir, FakeClock()).close()  # the rebuilt index was snapshotted: nothing to log
+    assert not caplog.records

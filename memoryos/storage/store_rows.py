@@ -1,0 +1,48 @@
+"""SQLite rows of the store as `Page` and `Segment` values.
+
+A page is read by position (its chain summary comes from a join), so the column list and the conversion
+live together here: changing one without the other would shift every field.
+"""
+
+import json
+import sqlite3
+
+from memoryos.types import Page, Segment
+
+PAGE_COLUMNS = (
+    "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
+    "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL"
+)
+"""Selected from `PAGE_FROM`, in the order `page_from_row` reads them."""
+PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
+
+
+def page_from_row(row: sqlite3.Row) -> Page:
+    return Page(
+        page_id=row[0],
+        user_input=row[1],
+        agent_response=row[2],
+        timestamp=row[3],
+        meta_data=json.loads(row[4]) if row[4] else {},
+        tier=row[5],
+        segment_id=row[6],
+        chain_id=row[7],
+        analyzed=bool(row[8]),
+        meta_info=row[9],
+        embedded=bool(row[10]),
+    )
+
+
+def segment_from_row(row: sqlite3.Row) -> Segment:
+    """A `SELECT s.*, <count> AS page_count FROM segments s` row."""
+    return Segment(
+        segment_id=row["segment_id"],
+        summary=row["summary"],
+        keywords=json.loads(row["keywords"]),
+        visit_count=row["visit_count"],
+        interaction_count=row["interaction_count"],
+        last_visit_at=row["last_visit_at"],
+        created_at=row["created_at"],
+        page_count=row["page_count"],
+        archived=bool(row["archived"]),
+    )
