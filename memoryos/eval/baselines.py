@@ -25,9 +25,9 @@ import numpy as np
 from pydantic import BaseModel
 
 from memoryos.embedding.base import Embedder
-from memoryos.eval.harness import LatencySummary, LLMCost, UsageTotals
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion
 from memoryos.eval.metrics import RECALL_KS, RecallReport, page_dia_ids, ranked_dia_ids
+from memoryos.eval.results import LatencySummary, LLMCost, UsageTotals
 from memoryos.eval.stub_llm_server import DEFAULT_REPLY, StubLLMServer
 from memoryos.types import exchange_text
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from memoryos.config import MemoryConfig
     from memoryos.embedding.base import Embedder
     from memoryos.eval.baselines import BaselineResult
-    from memoryos.eval.harness import ConversationResult
+    from memoryos.eval.results import ConversationResult
 
 RESULTS_JSON = "locomo_results.json"
 RESULTS_MD = "locomo_results.md"

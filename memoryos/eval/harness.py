@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from memoryos import prompts
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
@@ -28,6 +26,16 @@ from memoryos.errors import LLMError
 from memoryos.eval.judge import AnswerJudge
 from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
 from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, page_dia_ids, ranked_dia_ids, token_f1
+from memoryos.eval.results import (
+    AnswerReport,
+    CategoryAnswers,
+    ContextTokens,
+    ConversationResult,
+    LatencySummary,
+    LLMCost,
+    QuestionRecord,
+    UsageTotals,
+)
 from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
 from memoryos.llm.usage import estimate_tokens
 from memoryos.memoryos import Memoryos, answer_request
@@ -42,128 +50,6 @@ ANSWER_STYLE_HINT = (
 SCORED_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 """Categories in the overall answer scores, as in the MemoryOS and mem0 papers: category 5 (adversarial)
 is reported on its own row only, its gold answer being mostly absent."""
-
-
-class LatencySummary(BaseModel):
-    """Milliseconds of one kind of call: mean, median and 95th percentile (nearest rank)."""
-
-    count: int
-    mean_ms: float
-    p50_ms: float
-    p95_ms: float
-
-    @classmethod
-    def of(cls, samples_ms: Sequence[float]) -> "LatencySummary":
-        if not samples_ms:
-            return cls(count=0, mean_ms=0.0, p50_ms=0.0, p95_ms=0.0)
-        ordered = sorted(samples_ms)
-        return cls(
-            count=len(ordered),
-            mean_ms=round(statistics.fmean(ordered), 3),
-            p50_ms=round(statistics.median(ordered), 3),
-            p95_ms=round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
-        )
-
-
-class UsageTotals(BaseModel):
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @classmethod
-    def between(cls, before: dict[str, OperationUsage], after: dict[str, OperationUsage]) -> "UsageTotals":
-        """What the LLM spent between two `usage` snapshots, all operations together."""
-        zero = OperationUsage()
-        return cls(
-            calls=sum(after[op].calls - before.get(op, zero).calls for op in after),
-            prompt_tokens=sum(after[op].prompt_tokens - before.get(op, zero).prompt_tokens for op in after),
-            completion_tokens=sum(
-                after[op].completion_tokens - before.get(op, zero).completion_tokens for op in after
-            ),
-        )
-
-
-class LLMCost(BaseModel):
-    """The system's LLM calls and tokens while ingesting and while answering; the judge's on their own."""
-
-    ingest: UsageTotals
-    questions: UsageTotals
-    judge: UsageTotals
-    calls_per_turn: float
-    tokens_per_turn: float
-    calls_per_question: float
-    tokens_per_question: float
-
-
-class CategoryAnswers(BaseModel):
-    """Mean answer scores over questions with a gold answer; `judge` is None without a judge."""
-
-    questions: int
-    f1: float
-    bleu1: float
-    judge: float | None = None
-    judged: int = 0
-
-
-class AnswerReport(BaseModel):
-    overall: CategoryAnswers
-    """Over `SCORED_CATEGORIES`."""
-    by_category: dict[int, CategoryAnswers]
-    answer_failures: int = 0
-    """Answers the LLM failed to give (after its retries); they score 0."""
-    judge_failures: int = 0
-    """Judge calls that failed; those answers are left out of the judge mean only."""
-
-
-class ContextTokens(BaseModel):
-    """Estimated tokens of the rendered answer prompt (`estimate_tokens`), mean per question."""
-
-    mean: float
-    by_category: dict[int, float]
-
-
-class QuestionRecord(BaseModel):
-    """One question's outcome, kept when `keep_details` is set."""
-
-    question: str
-    category: int
-    answer: str | None
-    evidence: list[str]
-    retrieved_dia_ids: list[list[str]]
-    context_tokens: int
-    retrieve_ms: float
-    prediction: str | None = None
-    f1: float | None = None
-    bleu1: float | None = None
-    judge: bool | None = None
-    answer_ms: float | None = None
-    llm: UsageTotals | None = None
-
-
-class ConversationResult(BaseModel):
-    sample_id: str
-    pairs: int
-    questions: int
-    """Questions with evidence: the ones recall is computed over."""
-    ingest_s: float
-    retrieve_ms_mean: float
-    recall: RecallReport
-    llm_calls: int
-    """All LLM calls of the system while ingesting and while asking, judge excluded."""
-    system: str = "memoryos"
-    answered: int = 0
-    """Questions answered by the LLM (those with a gold answer, when answering)."""
-    ingest_ms_per_turn: float = 0.0
-    retrieve_ms: LatencySummary | None = None
-    answer_ms: LatencySummary | None = None
-    context_tokens: ContextTokens | None = None
-    llm: LLMCost | None = None
-    answers: AnswerReport | None = None
-    details: list[QuestionRecord] | None = None
 
 
 def slice_conversation(

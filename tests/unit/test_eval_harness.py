@@ -7,14 +7,10 @@ import pytest
 
 from memoryos.config import MemoryConfig
 from memoryos.eval.baselines import REFERENCE, plain_cosine, run_reference
-from memoryos.eval.harness import (
-    ConversationResult,
-    evaluate_conversation,
-    pool_recall,
-    slice_conversation,
-)
+from memoryos.eval.harness import evaluate_conversation, pool_recall, slice_conversation
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion, load_conversations
 from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, token_f1
+from memoryos.eval.results import ConversationResult
 from memoryos.llm.offline import OfflineLLM
 from tests.support.fakes import HashEmbedder
 
