@@ -7,6 +7,7 @@ the caller's thread, like the reference; the service runs the same planners on i
 
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,8 @@ from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.space import MemorySpace
 from memoryos.types import MemoryStats, Page, RetrievedContext, RetrievedPage, SegmentStats, Turn
 from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
+
+log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -299,11 +302,20 @@ class Memoryos:
         style_hint: str = "",
         user_conversation_meta_data: Mapping[str, Any] | None = None,
     ) -> str:
-        """Answer `query` from memory with the LLM, then remember the exchange."""
+        """Answer `query` from memory with the LLM, then remember the exchange.
+
+        The answer is returned whole. One over `max_text_chars` is stored cut to that length, with a
+        warning: the limit guards the store against callers, and refusing the model's own answer after
+        paying for it would lose the exchange and the answer both."""
         context = self.retrieve(query)
         request = answer_request(context, relationship_with_user, style_hint, user_conversation_meta_data)
         response = self.llm.answer(request)
-        self.add_memory(context.query, response, meta_data=user_conversation_meta_data)
+        limit = self.config.max_text_chars
+        if len(response) > limit:
+            log.warning(
+                "answer over max_text_chars stored cut", extra={"chars": len(response), "kept": limit}
+            )
+        self.add_memory(context.query, response[:limit], meta_data=user_conversation_meta_data)
         return response
 
     def get_user_profile_summary(self) -> str:
