@@ -1,10 +1,10 @@
 """`SpacePool`: the open memory spaces of one worker, least recently used closed first, within a budget.
 
 A worker serving 100k users cannot hold every space open: each holds its vector index and score sample
-in memory (about 1.5 KB per 384-d page) and, with Chroma, a client with its own threads. The pool opens a
-space on first use through a caller-supplied factory (the service plugs in its own construction) and,
-whenever the estimated resident bytes or the number of open spaces exceed their limits, closes the least
-recently used idle spaces; `close()` snapshots the index, so reopening replays nothing.
+in memory (the FAISS index about 0.8 KB per 384-d page) and, with Chroma, a client with its own threads.
+The pool opens a space on first use through a caller-supplied factory (the service plugs in its own
+construction) and, whenever the estimated resident bytes or the number of open spaces exceed their limits,
+closes the least recently used idle spaces; `close()` snapshots the index, so reopening replays nothing.
 
 What callers may rely on:
 - `with pool.use(key) as space:` hands out the one open instance for `key`; it is never closed while any
@@ -35,10 +35,12 @@ SPACE_OVERHEAD_BYTES = 256 * 1024
 (an open 10-page space measured ~330 KB in all)."""
 SQLITE_CACHE_MAX_BYTES = 2000 * 1024
 """SQLite's default page cache (`cache_size = -2000` KiB), which fills up to the size of the database."""
+INDEX_BYTES_PER_DIM = 2
+"""The FAISS index holds fp16 codes, the store's precision (`faiss_ivf.py`)."""
 FLAT_BYTES_PER_VECTOR_EXTRA = 8
-"""Beyond `dim * 4` bytes of float32 per vector: its int64 id."""
+"""Beyond `dim * INDEX_BYTES_PER_DIM` bytes of codes per vector: its int64 id."""
 IVF_BYTES_PER_VECTOR_EXTRA = 8 + 32
-"""Beyond `dim * 4`: the int64 id stored in its list and the hashtable direct map entry that finds it."""
+"""Beyond the codes: the int64 id stored in its list and the hashtable direct map entry that finds it."""
 
 
 class SpaceKey(NamedTuple):
@@ -219,9 +221,10 @@ class SpacePool(Generic[S]):
 def estimate_resident_bytes(space: Any) -> int:
     """Bytes a `Memoryos` or `MemorySpace` holds in memory: page index, score sample, SQLite cache, a fixed cost.
 
-    The index is costed at what its kind stores per vector (float32 rows plus ids and maps); an index
-    that reports `resident_bytes()` itself (Chroma) is trusted. Measured against RSS on 384-d spaces:
-    ~330 KB for 10 pages (estimate 370 KB), ~6.7 MB for 2,000 pages (estimate 6.8 MB).
+    The index is costed at what its kind stores per vector (fp16 codes plus ids and maps); an index
+    that reports `resident_bytes()` itself (Chroma) is trusted. Measured against RSS on 384-d spaces
+    while the index held float32 (both then 768 bytes per vector more): ~330 KB for 10 pages (estimate
+    370 KB), ~6.7 MB for 2,000 pages (estimate 6.8 MB).
     """
     inner = getattr(space, "space", space)  # Memoryos wraps a MemorySpace
     total = SPACE_OVERHEAD_BYTES
@@ -234,7 +237,7 @@ def estimate_resident_bytes(space: Any) -> int:
             stats = index.stats() if callable(getattr(index, "stats", None)) else {}
             ivf = stats.get("kind") == "ivf"
             extra = IVF_BYTES_PER_VECTOR_EXTRA if ivf else FLAT_BYTES_PER_VECTOR_EXTRA
-            total += index.count() * (index.dim * 4 + extra)
+            total += index.count() * (index.dim * INDEX_BYTES_PER_DIM + extra)
             if ivf and stats.get("nlist"):
                 total += int(stats["nlist"]) * index.dim * 4  # the coarse quantizer's centroids
     score_sample = getattr(inner, "score_sample", None)

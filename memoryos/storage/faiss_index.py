@@ -1,7 +1,8 @@
 """`FaissIndex`: exact inner-product search while small, a self-calibrated IVF index past a size threshold.
 
-Below `ann_threshold` vectors the index is `IndexIDMap(IndexFlatIP)`: exact, and cheap to mutate. From the
-threshold on it is an `IndexIVFFlat` whose `nprobe` is calibrated to a measured recall (`faiss_ivf.py`).
+Below `ann_threshold` vectors the index is `IndexIDMap(IndexScalarQuantizer)`: exact, and cheap to mutate.
+From the threshold on it is an `IndexIVFScalarQuantizer` whose `nprobe` is calibrated to a measured recall
+(`faiss_ivf.py`). Both hold fp16 codes, the precision the store keeps: `add` rounds its input to it.
 
 Builds run off the write path, because they take minutes at 1M vectors:
 - When a build is due (the threshold is reached, or an IVF index doubled since it was trained), the held
@@ -55,6 +56,7 @@ from memoryos.storage.faiss_ivf import (
 )
 from memoryos.storage.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
 from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
+from memoryos.storage.vector_blobs import at_stored_precision
 from memoryos.storage.vector_index import (
     IndexSnapshot,
     IndexSnapshotError,
@@ -67,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 RETRAIN_GROWTH = 2
 """An IVF index is retrained once it holds this many times the vectors its last build started from."""
+FP16_MAX = float(np.finfo(np.float16).max)
+"""Largest magnitude a held (fp16) vector component can have; larger input would become infinite."""
 
 
 class IndexStats(TypedDict):
@@ -139,10 +143,18 @@ class FaissIndex:
         )
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Add or replace vectors; within one batch the last row of a repeated id wins."""
+        """Add or replace vectors; within one batch the last row of a repeated id wins.
+
+        The index holds fp16, like the store: vectors are rounded to it here (`at_stored_precision`), so a
+        search scores exactly as an exact search over the rounded vectors, and vectors replayed from the
+        store equal the ones the index was given live. Components beyond the fp16 range are refused.
+        """
         apply_faiss_threads()
         ids = checked_ids(ids, "ids")
         vectors = checked_vectors(vectors, self._dim, "vectors")
+        if np.abs(vectors).max(initial=0.0) > FP16_MAX:
+            raise ValueError(f"vectors: values beyond the float16 range (±{FP16_MAX:g})")
+        vectors = at_stored_precision(vectors)
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")
         if len(ids) == 0:

@@ -21,7 +21,9 @@ import numpy as np
 from memoryos.storage.vector_index import IndexSnapshotError
 
 MAGIC = b"MOSFAISS"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the index holds fp16 codes. A version-1 file (float32 index) is refused before its payload is
+deserialized, so the space rebuilds its index from the store."""
 # magic, format version, dim, covered_seq, trained_count, measured_recall, payload length, crc32.
 _HEADER = struct.Struct("<8sHIqqdQI")
 _CHECKED_HEADER_BYTES = _HEADER.size - 4  # every header field but the checksum itself

@@ -2,11 +2,16 @@
 
 The same code runs on the CPU wheel (`faiss-cpu`, no `StandardGpuResources`; its `index_cpu_to_all_gpus`
 exists but raises) and on a GPU build, so the choice is made by probing the module, never by importing a
-GPU-only symbol. The faiss module is passed in so the selection can be tested without a GPU.
+GPU-only symbol. The faiss module is passed in so the selection and the GPU copies can be tested without
+a GPU; the CPU indexes copied are always real ones.
 """
 
 import threading
 from typing import Any, Literal
+
+import faiss
+
+from memoryos.storage.faiss_ivf import held_vectors
 
 GpuPolicy = Literal["auto", "never"]
 
@@ -45,5 +50,19 @@ def shared_resources(faiss_module: Any) -> Any:
 
 
 def to_gpu(index: Any, faiss_module: Any) -> Any:
-    """A GPU copy of a CPU index on device 0; the CPU index is left untouched."""
-    return faiss_module.index_cpu_to_gpu(shared_resources(faiss_module), 0, index)
+    """A GPU copy of a CPU index (one `faiss_ivf.py` builds) on device 0; the CPU index is left untouched.
+
+    The IVF index (fp16 scalar quantizer) is copied by `index_cpu_to_gpu`. faiss has no GPU version of the
+    flat scalar-quantizer index, so the flat id map is copied as `IndexIDMap(GpuIndexFlatIP)` over its
+    decoded float32 vectors: twice the bytes of the CPU codes, but exact. `useFloat16` storage would halve
+    them, yet faiss then rounds the queries to fp16 as well, so GPU and CPU scores would differ.
+    """
+    resources = shared_resources(faiss_module)
+    if not isinstance(index, faiss.IndexIDMap):
+        return faiss_module.index_cpu_to_gpu(resources, 0, index)
+    ids, vectors = held_vectors(index, index.d)
+    config = faiss_module.GpuIndexFlatConfig()
+    config.device = 0
+    copy = faiss_module.IndexIDMap(faiss_module.GpuIndexFlatIP(resources, index.d, config))
+    copy.add_with_ids(vectors, ids)
+    return copy

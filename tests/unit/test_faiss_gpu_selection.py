@@ -3,23 +3,43 @@
 from types import SimpleNamespace
 
 import faiss
+import numpy as np
 import pytest
 
 from memoryos.storage import gpu
+from memoryos.storage.faiss_ivf import build_ivf, new_flat
+from memoryos.storage.vector_blobs import at_stored_precision
 
 
 def gpu_build(num_gpus: int) -> SimpleNamespace:
+    """A fake GPU build; a CPU `IndexFlatIP` stands in for its `GpuIndexFlatIP`, so copies can be searched."""
     created: list[object] = []
+    flat_indexes: list[tuple[object, int, SimpleNamespace]] = []
 
     def make_resources() -> object:
         created.append(object())
         return created[-1]
 
+    def make_gpu_flat_ip(resources: object, dim: int, config: SimpleNamespace) -> faiss.Index:
+        flat_indexes.append((resources, dim, config))
+        return faiss.IndexFlatIP(dim)
+
     return SimpleNamespace(
         get_num_gpus=lambda: num_gpus,
         StandardGpuResources=make_resources,
         index_cpu_to_gpu=lambda resources, device, index: ("gpu", resources, device, index),
+        GpuIndexFlatConfig=SimpleNamespace,
+        GpuIndexFlatIP=make_gpu_flat_ip,
+        IndexIDMap=faiss.IndexIDMap,
         created=created,
+        flat_indexes=flat_indexes,
+    )
+
+
+def stored_rows(n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.random.default_rng(0).standard_normal((n, dim))
+    return np.arange(n, dtype=np.int64) * 7 + 3, at_stored_precision(
+        rows / np.linalg.norm(rows, axis=1)[:, None]
     )
 
 
@@ -57,3 +77,34 @@ def test_gpu_copies_share_one_resources_object(monkeypatch: pytest.MonkeyPatch) 
     assert len(fake.created) == 1
     assert first == ("gpu", fake.created[0], 0, "index-a")
     assert second[1] is first[1]
+
+
+def test_a_flat_index_is_copied_as_a_gpu_flat_ip_index_over_its_decoded_vectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """faiss GPU has no flat scalar-quantizer index: the copy must answer exactly as the fp16 CPU index."""
+    monkeypatch.setattr(gpu, "_resources", None)
+    fake = gpu_build(1)
+    ids, vectors = stored_rows(50, 16)
+    cpu_index = new_flat(16)
+    cpu_index.add_with_ids(vectors, ids)
+
+    copy = gpu.to_gpu(cpu_index, fake)
+
+    ((resources, dim, config),) = fake.flat_indexes
+    assert resources is fake.created[0] and dim == 16 and config.device == 0
+    found_scores, found_ids = copy.search(vectors[:10], 5)
+    expected_scores, expected_ids = cpu_index.search(vectors[:10], 5)
+    assert np.array_equal(found_ids, expected_ids) and found_ids[:, 0].tolist() == ids[:10].tolist()
+    assert np.allclose(found_scores, expected_scores, atol=1e-6)
+    copy.add_with_ids(vectors[:1], np.array([999]))  # later adds are mirrored onto the copy by id
+    assert copy.search(vectors[:1], 2)[1][0].tolist() in ([999, ids[0]], [ids[0], 999])
+
+
+def test_an_ivf_index_is_copied_by_index_cpu_to_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "_resources", None)
+    fake = gpu_build(1)
+    ids, vectors = stored_rows(400, 16)
+    ivf_index, _ = build_ivf(ids, vectors, np.empty((0, 16), dtype=np.float32))
+    assert gpu.to_gpu(ivf_index, fake) == ("gpu", fake.created[0], 0, ivf_index)
+    assert not fake.flat_indexes

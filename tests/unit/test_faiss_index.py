@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 from memoryos.storage import faiss_index as faiss_index_module
+from memoryos.storage import faiss_snapshot
 from memoryos.storage.atomic import atomic_write_bytes
 from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
+from memoryos.storage.faiss_ivf import HASHTABLE_DIRECT_MAP
+from memoryos.storage.faiss_snapshot import SnapshotHeader, snapshot_bytes
+from memoryos.storage.vector_blobs import at_stored_precision
 
 DIM = 384
 
@@ -32,7 +36,13 @@ def centroids(count: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
 
 
 def exact_top(ids: np.ndarray, vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    return ids[np.argsort(-(queries @ vectors.T), axis=1)[:, :k]]
+    """Exact search over `vectors` as the index holds them: rounded to fp16 by `add`."""
+    return ids[np.argsort(-(queries @ at_stored_precision(vectors).T), axis=1)[:, :k]]
+
+
+def held_score(query: np.ndarray, vector: np.ndarray) -> float:
+    """The score of a stored `vector` against `query`: their inner product after `add` rounded the vector."""
+    return float(at_stored_precision(vector).ravel() @ query.ravel())
 
 
 def recall_at_10(found: np.ndarray, expected: np.ndarray) -> float:
@@ -73,7 +83,9 @@ def test_adding_an_existing_id_replaces_it(small: tuple[FaissIndex, np.ndarray, 
     new_vector = unit(-vectors[:1])
     index.add(ids[:1], new_vector)
     assert index.count() == 300
-    assert index.search(new_vector, 1).hits() == [(int(ids[0]), pytest.approx(1.0, abs=1e-5))]
+    assert index.search(new_vector, 1).hits() == [
+        (int(ids[0]), pytest.approx(held_score(new_vector, new_vector)))
+    ]
     assert ids[0] not in index.search(vectors[:1], 5).ids
 
 
@@ -82,7 +94,7 @@ def test_repeated_id_in_one_batch_keeps_the_last_row() -> None:
     vectors = clustered(2, centroids(2), seed=4)
     index.add(np.array([7, 7]), vectors)
     assert index.count() == 1
-    assert index.search(vectors[1:], 1).hits()[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert index.search(vectors[1:], 1).hits()[0][1] == pytest.approx(held_score(vectors[1], vectors[1]))
 
 
 def test_remove_counts_only_present_ids(small: tuple[FaissIndex, np.ndarray, np.ndarray]) -> None:
@@ -113,6 +125,7 @@ def test_float64_input_is_accepted(small: tuple[FaissIndex, np.ndarray, np.ndarr
         (lambda index: index.add(np.array([1]), np.zeros((1, DIM - 1), np.float32)), "vectors"),
         (lambda index: index.add(np.array([1]), np.zeros((1, DIM), np.int64)), "vectors"),
         (lambda index: index.add(np.array([1]), np.full((1, DIM), np.nan, np.float32)), "vectors"),
+        (lambda index: index.add(np.array([1]), np.full((1, DIM), 1e5, np.float32)), "vectors"),
         (lambda index: index.add(np.array([1.0]), np.zeros((1, DIM), np.float32)), "ids"),
         (lambda index: index.add(np.array([-1]), np.zeros((1, DIM), np.float32)), "ids"),
         (lambda index: index.add(np.array([1, 2]), np.zeros((1, DIM), np.float32)), "ids"),
@@ -125,6 +138,32 @@ def test_float64_input_is_accepted(small: tuple[FaissIndex, np.ndarray, np.ndarr
 def test_invalid_input_names_the_argument(call: Callable[[FaissIndex], object], argument: str) -> None:
     with pytest.raises(ValueError, match=f"^{argument}:"):
         call(FaissIndex(DIM, gpu_policy="never"))
+
+
+@pytest.mark.parametrize("threshold", [50000, 500])
+def test_vectors_are_held_rounded_to_fp16_through_every_rebuild(threshold: int) -> None:
+    """Flat, IVF built from the flat index's vectors, then flat again from the IVF index's vectors: each
+    scores exactly as an exact search over the fp16-rounded vectors, never the float32 input."""
+    vectors = clustered(1100, centroids(20), seed=11)
+    assert not np.array_equal(at_stored_precision(vectors), vectors)
+    ids = np.arange(1100, dtype=np.int64) * 5
+    index = FaissIndex(DIM, ann_threshold=threshold, gpu_policy="never")
+    index.add(ids, vectors)
+    assert index.wait_for_rebuild()
+    assert index.stats()["kind"] == ("flat" if threshold == 50000 else "ivf")
+    queries = clustered(20, centroids(20), seed=12)
+    result = index.search(queries, 10)
+    by_id = dict(zip(ids.tolist(), vectors, strict=True))
+    for row, query in enumerate(queries):
+        expected = [held_score(query, by_id[int(i)]) for i in result.ids[row]]
+        assert np.allclose(result.scores[row], expected, rtol=1e-6, atol=1e-7)
+
+    index.remove(ids[:900])  # IVF falls back to flat from the vectors it read back
+    assert index.stats()["kind"] == "flat"
+    result = index.search(queries, 10)
+    assert np.array_equal(result.ids, exact_top(ids[900:], vectors[900:], queries, 10))
+    expected_scores = np.sort(queries @ at_stored_precision(vectors[900:]).T, axis=1)[:, ::-1][:, :10]
+    assert np.allclose(result.scores, expected_scores, rtol=1e-6, atol=1e-7)
 
 
 def test_switch_to_ivf_keeps_ids_and_recall() -> None:
@@ -190,6 +229,38 @@ def test_snapshot_round_trip(tmp_path: Path, threshold: int) -> None:
     assert np.array_equal(before.ids, after.ids)
     assert loaded.remove(ids[:3]) == 3
     assert [name for name in os.listdir(tmp_path)] == ["pages.faiss"]
+    # fp16 codes: 2 bytes per dimension plus ids, maps and centroids; float32 vectors alone are 4.
+    assert (tmp_path / "pages.faiss").stat().st_size < 400 * DIM * 3
+
+
+def float32_index(kind: str, ids: np.ndarray, vectors: np.ndarray) -> faiss.Index:
+    """The index types snapshots held before the index stored fp16 codes."""
+    if kind == "flat":
+        index = faiss.IndexIDMap(faiss.IndexFlatIP(DIM))
+    else:
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(DIM), DIM, 4, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.set_direct_map_type(HASHTABLE_DIRECT_MAP)
+    index.add_with_ids(vectors, ids)
+    return index
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+@pytest.mark.parametrize("version", [1, faiss_snapshot.FORMAT_VERSION])
+def test_a_float32_snapshot_from_before_fp16_is_rejected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, version: int
+) -> None:
+    """Under its own version-1 header or the current one, so the space rebuilds from the store."""
+    ids, vectors = np.arange(300, dtype=np.int64), clustered(300, centroids(4), seed=13)
+    trained_count = 0 if kind == "flat" else 300
+    payload = faiss.serialize_index(float32_index(kind, ids, vectors))
+    monkeypatch.setattr(faiss_snapshot, "FORMAT_VERSION", version)
+    path = tmp_path / "pages.faiss"
+    path.write_bytes(snapshot_bytes(SnapshotHeader(DIM, 7, trained_count, None), payload))
+    monkeypatch.undo()
+    message = "not a version-2" if version == 1 else "unexpected index type"
+    with pytest.raises(IndexSnapshotError, match=message):
+        FaissIndex.load(path, DIM)
 
 
 def corrupt_payload(data: bytes) -> bytes:

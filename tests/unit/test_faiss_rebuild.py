@@ -24,6 +24,7 @@ from memoryos.storage.faiss_ivf import (
     BackgroundJob,
     build_ivf,
 )
+from memoryos.storage.vector_blobs import at_stored_precision
 
 DIM = 32
 THRESHOLD = 1000
@@ -43,8 +44,9 @@ def clustered(n: int, seed: int, topics: int = 40) -> np.ndarray:
 
 
 def exact_top(held: dict[int, np.ndarray], queries: np.ndarray, k: int) -> np.ndarray:
+    """Exact search over the `held` vectors as the index holds them: rounded to fp16 by `add`."""
     ids = np.array(sorted(held), dtype=np.int64)
-    vectors = np.stack([held[i] for i in ids])
+    vectors = at_stored_precision(np.stack([held[i] for i in ids]))
     return ids[np.argsort(-(queries @ vectors.T), axis=1, kind="stable")[:, :k]]
 
 
@@ -101,14 +103,15 @@ def test_writes_and_searches_during_a_build_are_all_in_the_swapped_index(gate: G
     stats = index.stats()
     assert (stats["kind"], stats["background"], stats["count"]) == ("ivf", None, len(held))
     ids = np.array(sorted(held), dtype=np.int64)
-    own = index.search(np.stack([held[i] for i in ids]), 1)
+    latest = np.stack([held[i] for i in ids])
+    own = index.search(latest, 1)
     assert np.array_equal(own.ids[:, 0], ids)  # every held id, with its latest vector
-    assert np.allclose(own.scores[:, 0], 1.0, atol=1e-4)
+    assert np.allclose(own.scores[:, 0], np.sum(at_stored_precision(latest) * latest, axis=1), rtol=1e-6)
     gone = np.array([*range(6, 50), *range(1000, 1010)], dtype=np.int64)
     assert np.all(index.search(vectors[gone], 5, allowed_ids=gone).ids == -1)
-    for i in range(100, 110):  # the replacement won: the old vector scores -1 against its id
+    for i in range(100, 110):  # the replacement won: the old vector scores about -1 against its id
         assert index.search(vectors[i : i + 1], 1, allowed_ids=np.array([i])).scores[0, 0] == pytest.approx(
-            -1
+            float(at_stored_precision(held[i]) @ vectors[i])
         )
     assert index.remove(np.array([5, 6])) == 1  # ids stay usable after the swap
 

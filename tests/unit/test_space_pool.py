@@ -10,7 +10,13 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.llm.offline import OfflineLLM
-from memoryos.space_pool import SPACE_OVERHEAD_BYTES, SpaceKey, SpacePool, estimate_resident_bytes
+from memoryos.space_pool import (
+    INDEX_BYTES_PER_DIM,
+    SPACE_OVERHEAD_BYTES,
+    SpaceKey,
+    SpacePool,
+    estimate_resident_bytes,
+)
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
 
 
@@ -217,7 +223,10 @@ def test_real_spaces_are_costed_by_their_index_and_reopen_intact_after_eviction(
         pages = ann.space.page_index.count()
         estimate = estimate_resident_bytes(ann)
     assert pages == 12
-    assert estimate >= SPACE_OVERHEAD_BYTES + pages * FAKE_DIM * 4 + ann.space.score_sample().nbytes
+    assert (
+        estimate
+        >= SPACE_OVERHEAD_BYTES + pages * FAKE_DIM * INDEX_BYTES_PER_DIM + ann.space.score_sample().nbytes
+    )
     with pool.use(key("bob")) as bob:
         bob.add_memory("My sailing regatta is on Sunday", "Good luck at the regatta")
         bob.flush()

@@ -10,12 +10,14 @@ import logging
 import threading
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
 from memoryos.space import MemorySpace
-from memoryos.storage import vector_index
+from memoryos.storage import faiss_snapshot, vector_index
 from memoryos.storage.faiss_index import FaissIndex
+from memoryos.storage.faiss_snapshot import SnapshotHeader, snapshot_bytes
 from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE, SnapshotWriter
 from memoryos.storage.vector_index import IndexSnapshot
 from tests.support.fakes import FakeClock, axis
@@ -177,3 +179,37 @@ def test_a_missing_or_corrupt_snapshot_is_rebuilt_with_a_warning(
     with caplog.at_level(logging.INFO):
         open_space(space_dir, FakeClock()).close()  # the rebuilt index was snapshotted: nothing to log
     assert not caplog.records
+
+
+@pytest.mark.parametrize("version", [1, faiss_snapshot.FORMAT_VERSION])
+def test_a_float32_snapshot_from_before_fp16_is_rebuilt_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    """A snapshot written before the index held fp16 codes (`IndexIDMap(IndexFlatIP)`), under its own
+    version-1 header or the current one, covering every page: it is not trusted, the index is rebuilt
+    from the store and serves the same results."""
+    space_dir = tmp_path / "default" / "alice" / "helper"
+    space = open_space(space_dir, FakeClock())
+    vectors = [axis(DIM, 0), axis(DIM, 1), (axis(DIM, 0) + axis(DIM, 2)) / np.sqrt(2)]
+    ids = add_pages(space, *vectors)
+    queries = np.stack([axis(DIM, 0), axis(DIM, 2)])
+    before = space.page_index.search(queries, 3)
+    space.close()
+    old_index = faiss.IndexIDMap(faiss.IndexFlatIP(DIM))
+    old_index.add_with_ids(np.stack(vectors).astype(np.float32), np.array(ids, dtype=np.int64))
+    covered = covered_on_disk(space_dir)
+    monkeypatch.setattr(faiss_snapshot, "FORMAT_VERSION", version)
+    header = SnapshotHeader(DIM, covered, 0, None)
+    (space_dir / FAISS_SNAPSHOT_FILE).write_bytes(snapshot_bytes(header, faiss.serialize_index(old_index)))
+    monkeypatch.undo()
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        reopened = open_space(space_dir, FakeClock())
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "rebuilt from the store" in record.getMessage()
+    assert record.__dict__["reason"].startswith("snapshot unusable: ")
+    after = reopened.page_index.search(queries, 3)
+    assert np.array_equal(after.ids, before.ids) and np.allclose(after.scores, before.scores)
+    reopened.close()
+    assert covered_on_disk(space_dir) == covered  # the rebuilt index replaced the old snapshot
