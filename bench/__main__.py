@@ -13,7 +13,7 @@ from bench.plots import write_plots
 from bench.recall import run_recall
 from bench.report import markdown
 from memoryos.config import MemoryConfig
-from memoryos.memoryos import shared_embedder
+from memoryos.embedding.shared import shared_embedder
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 

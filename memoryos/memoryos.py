@@ -5,7 +5,6 @@ durable when a method returns. Consolidation (chains, segments, profile, facts) 
 the caller's thread, like the reference; the service runs the same planners on its workers instead.
 """
 
-import functools
 import json
 import logging
 import threading
@@ -19,44 +18,19 @@ import numpy as np
 
 from memoryos.config import MemoryConfig
 from memoryos.consolidation import Consolidator
-from memoryos.embedding import Embedder, create_embedder
+from memoryos.embedding import Embedder
+from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.generation import answer_request
 from memoryos.ingest import BackgroundIngestor
 from memoryos.llm import MemoryLLM, create_llm
-from memoryos.llm.base import AnswerRequest
 from memoryos.ops import AddTurns, EmbedPages, RecordVisits
 from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.space import MemorySpace
-from memoryos.types import MemoryStats, Page, RetrievedContext, RetrievedPage, SegmentStats, Turn
+from memoryos.types import MemoryStats, Page, RetrievedContext, SegmentStats, Turn
 from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
 
 log = logging.getLogger(__name__)
-
-
-@functools.cache
-def _shared_embedder(config_json: str) -> Embedder:
-    """One embedder (one loaded model) per distinct embedding configuration in this process."""
-    return create_embedder(MemoryConfig.model_validate_json(config_json))
-
-
-EMBEDDER_FIELDS = frozenset(
-    {
-        "embedding_model_name",
-        "embedding_model_kwargs",
-        "embedding_device",
-        "embedding_batch_size",
-        "embedding_cache_size",
-        "embedding_runtime",
-        "model_cache_dir",
-        "torch_threads",
-    }
-)
-"""Every setting the embedder reads: configs that differ in any of them never share a model."""
-
-
-def shared_embedder(config: MemoryConfig) -> Embedder:
-    """The process's embedder for `config`'s embedding settings, created on first request."""
-    return _shared_embedder(config.model_dump_json(include=set(EMBEDDER_FIELDS)))
 
 
 class Memoryos:
@@ -404,29 +378,3 @@ class Memoryos:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _page(page: RetrievedPage) -> Page:
-    return Page.model_validate(page.model_dump(exclude={"score"}))
-
-
-def answer_request(
-    context: RetrievedContext,
-    relationship_with_user: str = "friend",
-    style_hint: str = "",
-    meta_data: Mapping[str, Any] | None = None,
-) -> AnswerRequest:
-    """What the LLM sees to answer from memory: short-term pages, retrieved pages not already among them,
-    profile and facts."""
-    short_term_ids = {p.page_id for p in context.short_term_memory}
-    return AnswerRequest(
-        query=context.query,
-        short_term=[_page(p) for p in context.short_term_memory],
-        retrieved=[_page(p) for p in context.retrieved_pages if p.page_id not in short_term_ids],
-        user_profile=context.user_profile,
-        user_knowledge=[k.knowledge for k in context.retrieved_user_knowledge],
-        assistant_knowledge=[k.knowledge for k in context.retrieved_assistant_knowledge],
-        relationship_with_user=relationship_with_user,
-        style_hint=style_hint,
-        user_meta_data=dict(meta_data) if meta_data else None,
-    )

@@ -85,7 +85,7 @@ def cmd_locomo(args: argparse.Namespace) -> None:
 
 
 def _embedder(config: "MemoryConfig") -> "Embedder":
-    from memoryos.memoryos import shared_embedder
+    from memoryos.embedding.shared import shared_embedder
 
     return shared_embedder(config)
 

@@ -36,9 +36,10 @@ from memoryos.eval.results import (
     QuestionRecord,
     UsageTotals,
 )
+from memoryos.generation import answer_request
 from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
 from memoryos.llm.usage import estimate_tokens
-from memoryos.memoryos import Memoryos, answer_request
+from memoryos.memoryos import Memoryos
 from memoryos.types import RetrievedContext
 
 ANSWER_STYLE_HINT = (

@@ -11,21 +11,17 @@ Builds run off the write path, because they take minutes at 1M vectors:
 - The next `add`, `remove` or `snapshot`/`save` installs a finished build (callers give those write
   exclusivity), as does `wait_for_rebuild`: the journal is replayed onto the new index in order, so a
   removal made during the build stays removed and a replacement wins, and the new index replaces the
-  current one. `search` never swaps: searches may run concurrently with each other.
-- nprobe is recalibrated on the recent queries, without retraining, once `MIN_RECENT_QUERIES` arrived
-  after a calibration on stored vectors and every `RECALIBRATE_EVERY_QUERIES` after one on queries.
-  Like a build it is started by a write (never by a search) and runs on a background thread.
-- One background job at a time (a build or an nprobe recalibration, see `recalibrate`). A failed job is
-  logged and the current index keeps serving; a failed build is retried once the index has grown
-  `RETRAIN_GROWTH` times the size it started from, not on every write.
+  current one. `search` never swaps.
+- nprobe is recalibrated on recent queries without retraining (`recalibrate`): once `MIN_RECENT_QUERIES`
+  arrived after a calibration on stored vectors, every `RECALIBRATE_EVERY_QUERIES` after one on queries;
+  started by a write, never a search. One background job at a time; a failed one is logged and the
+  current index keeps serving (a failed build is retried after `RETRAIN_GROWTH` times more growth).
 - Falling back to flat (below half the threshold) stays synchronous: it copies vectors, trains nothing.
 
-The two index types and why they hold ids as they do: `new_flat` and `build_ivf` in `faiss_ivf.py`. The
-snapshot file format: `faiss_snapshot.py`.
-
-Searches may run concurrently with each other, but not with `add`/`remove`/`snapshot`/`save`/
-`install_ready_rebuild`/`wait_for_rebuild`/`recalibrate`: callers serialize those against everything
-else (the space's lock does).
+Index types and their ids: `new_flat` and `build_ivf` in `faiss_ivf.py`; snapshot format:
+`faiss_snapshot.py`. Searches may run concurrently with each other, but not with `add`/`remove`/
+`snapshot`/`save`/`install_ready_rebuild`/`wait_for_rebuild`/`recalibrate`: callers serialize those
+against everything else (the space's lock does).
 """
 
 import functools
@@ -69,8 +65,6 @@ logger = logging.getLogger(__name__)
 
 RETRAIN_GROWTH = 2
 """An IVF index is retrained once it holds this many times the vectors its last build started from."""
-FP16_MAX = float(np.finfo(np.float16).max)
-"""Largest magnitude a held (fp16) vector component can have; larger input would become infinite."""
 
 
 class IndexStats(TypedDict):
@@ -147,13 +141,11 @@ class FaissIndex:
 
         The index holds fp16, like the store: vectors are rounded to it here (`at_stored_precision`), so a
         search scores exactly as an exact search over the rounded vectors, and vectors replayed from the
-        store equal the ones the index was given live. Components beyond the fp16 range are refused.
+        store equal the ones the index was given live. Components beyond the fp16 range are refused there.
         """
         apply_faiss_threads()
         ids = checked_ids(ids, "ids")
         vectors = checked_vectors(vectors, self._dim, "vectors")
-        if np.abs(vectors).max(initial=0.0) > FP16_MAX:
-            raise ValueError(f"vectors: values beyond the float16 range (±{FP16_MAX:g})")
         vectors = at_stored_precision(vectors)
         if len(ids) != len(vectors):
             raise ValueError(f"ids: expected one id per vector ({len(vectors)}), got {len(ids)}")

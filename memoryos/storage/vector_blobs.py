@@ -14,9 +14,19 @@ cosine by ~1e-3, far below what separates ranks. `at_stored_precision` applies t
 vectors going into the in-memory index, so a replayed index equals the one built live."""
 
 
+STORED_MAX = float(np.finfo(STORED_DTYPE).max)
+"""The largest magnitude a stored component can have (65504); a larger one would become infinite."""
+
+
 def at_stored_precision(vectors: np.ndarray) -> np.ndarray:
-    """`vectors` rounded as the store keeps them, as float32 for faiss."""
-    return np.asarray(vectors, dtype=STORED_DTYPE).astype(np.float32)
+    """`vectors` rounded as the store keeps them, as float32 for faiss.
+
+    Raises ValueError for components beyond `STORED_MAX` rather than storing infinities (unit-length
+    embeddings never come near it)."""
+    vectors = np.asarray(vectors)
+    if vectors.size and np.abs(vectors).max() > STORED_MAX:
+        raise ValueError(f"vectors: values beyond the float16 range (±{STORED_MAX:g})")
+    return vectors.astype(STORED_DTYPE).astype(np.float32)
 
 
 def to_blob(vector: np.ndarray) -> bytes:

@@ -98,7 +98,7 @@ def test_judge_labels_parse_leniently() -> None:
 def test_the_cli_answers_with_a_configured_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole command with an LLM: every answer "Marta", every judge label CORRECT, from a stub."""
     data = write_raw_sample(tmp_path / "locomo10.json")
-    monkeypatch.setattr("memoryos.memoryos.shared_embedder", lambda config: HashEmbedder())
+    monkeypatch.setattr("memoryos.embedding.shared.shared_embedder", lambda config: HashEmbedder())
     with StubLLMServer("Marta", rules=[('"label"', '{"label": "CORRECT"}')]) as server:
         monkeypatch.setenv("MEMORYOS_OPENAI_API_KEY", "sk-stub")
         monkeypatch.setenv("MEMORYOS_OPENAI_BASE_URL", server.base_url)

@@ -68,7 +68,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """No LLM key from the environment, and the hash embedder instead of loading MiniLM."""
     for name in ("MEMORYOS_OPENAI_API_KEY", "MEMORYOS_OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("memoryos.memoryos.shared_embedder", lambda config: HashEmbedder())
+    monkeypatch.setattr("memoryos.embedding.shared.shared_embedder", lambda config: HashEmbedder())
 
 
 def test_an_offline_run_writes_json_and_markdown(tmp_path: Path, offline: None) -> None:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from memoryos import EmbeddingModelMismatchError, LLMError, MemoryConfig, Memoryos
+from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import StorageError
 from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.llm.offline import OfflineLLM
-from memoryos.memoryos import shared_embedder
 from memoryos.space import STORE_FILE
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, FakeClock, HashEmbedder, ScriptedLLM
 

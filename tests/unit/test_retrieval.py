@@ -57,45 +57,53 @@ def ranked(space: MemorySpace, query: str, vector: np.ndarray, k: int) -> list[i
 
 
 # --- fusion: each signal alone can bring a page into the top k -----------------------------------------
-def lexical_only_space(make_space: MakeSpace, **settings: object) -> tuple[MemorySpace, int]:
-    """Eight pages close to the query vector but sharing no word with it; one page with the query's rare
-    words whose vector is orthogonal to the query."""
+Exchange = tuple[str, str, np.ndarray]
+
+
+def space_with_decoys(
+    make_space: MakeSpace, decoy: Exchange, decoys: int, target: Exchange, **settings: object
+) -> tuple[MemorySpace, int]:
+    """`decoys` copies of the `decoy` page, each followed by fillers, then the target page; its id."""
     space = make_space(**settings)
     fillers(space, 6)
-    for _ in range(8):
-        add(space, "nothing related here", "indeed unrelated", unit(DIM, (0, 0.6), (1, 0.8)))
+    for _ in range(decoys):
+        add(space, *decoy)
         fillers(space, 3)
-    target = add(space, "the kiwi orchard flooded", "sorry about the orchard", axis(DIM, 2))
+    target_id = add(space, *target)
     fillers(space, 6)
-    return space, target
+    return space, target_id
+
+
+LEXICAL_ONLY: tuple[Exchange, int, Exchange] = (
+    ("nothing related here", "indeed unrelated", unit(DIM, (0, 0.6), (1, 0.8))),
+    8,
+    ("the kiwi orchard flooded", "sorry about the orchard", axis(DIM, 2)),
+)
+"""Eight pages close to the query vector but sharing no word with it; a target with the query's rare
+words whose vector is orthogonal to the query."""
+
+DENSE_ONLY: tuple[Exchange, int, Exchange] = (
+    ("kiwi orchard kiwi", "the orchard again", axis(DIM, 3)),
+    4,
+    ("zebra umbrella", "a striped parasol", axis(DIM, 0)),
+)
+"""Four pages with the query's words but orthogonal vectors; a target with no shared word whose vector is
+the query's."""
 
 
 def test_a_page_only_bm25_finds_is_in_the_top_k(make_space: MakeSpace) -> None:
-    space, target = lexical_only_space(make_space)
+    space, target = space_with_decoys(make_space, *LEXICAL_ONLY)
     assert target in ranked(space, "kiwi orchard", axis(DIM, 0), 3)
     # Control: dense alone ranks the eight near pages above it, so the test above depends on BM25.
-    space_without_bm25, target = lexical_only_space(make_space, lexical_weight=0.0)
-    assert target not in ranked(space_without_bm25, "kiwi orchard", axis(DIM, 0), 3)
-
-
-def dense_only_space(make_space: MakeSpace, **settings: object) -> tuple[MemorySpace, int]:
-    """Four pages with the query's words but orthogonal vectors; one page with no shared word whose vector
-    is the query's."""
-    space = make_space(**settings)
-    fillers(space, 6)
-    for _ in range(4):
-        add(space, "kiwi orchard kiwi", "the orchard again", axis(DIM, 3))
-        fillers(space, 3)
-    target = add(space, "zebra umbrella", "a striped parasol", axis(DIM, 0))
-    fillers(space, 6)
-    return space, target
+    without_bm25, target = space_with_decoys(make_space, *LEXICAL_ONLY, lexical_weight=0.0)
+    assert target not in ranked(without_bm25, "kiwi orchard", axis(DIM, 0), 3)
 
 
 def test_a_page_only_dense_finds_is_in_the_top_k(make_space: MakeSpace) -> None:
-    space, target = dense_only_space(make_space)
+    space, target = space_with_decoys(make_space, *DENSE_ONLY)
     assert target in ranked(space, "kiwi orchard", axis(DIM, 0), 3)
-    space_without_dense, target = dense_only_space(make_space, dense_weight=0.0)
-    assert target not in ranked(space_without_dense, "kiwi orchard", axis(DIM, 0), 3)
+    without_dense, target = space_with_decoys(make_space, *DENSE_ONLY, dense_weight=0.0)
+    assert target not in ranked(without_dense, "kiwi orchard", axis(DIM, 0), 3)
 
 
 # --- neighbour lift -------------------------------------------------------------------------------------
