@@ -352,8 +352,8 @@ class Memoryos:
         other users' and assistants' spaces are never touched; the data root itself is kept."""
         self._stop_ingest()
         self.space.erase()
-        tenant_dir = self.config.data_dir / self.config.tenant
-        for directory in (tenant_dir / self.user_id, tenant_dir):
+        user_dir = self.space.directory.parent  # `space_dir` is <data_dir>/<tenant>/<user_id>/<assistant_id>
+        for directory in (user_dir, user_dir.parent):
             try:
                 directory.rmdir()
             except FileNotFoundError:

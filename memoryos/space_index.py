@@ -62,7 +62,9 @@ class SpacePageIndex:
         A rebuild is logged at WARNING with the number of vectors it replayed (a new space, with no
         snapshot and no vectors yet, is not a rebuild); a snapshot behind the store, at INFO.
         """
-        index, covered, stale, fresh_because = open_page_index(self._config, directory, dim)
+        opened = open_page_index(self._config, directory, dim)
+        index, covered, stale = opened.page_index, opened.covered_seq, opened.stale
+        fresh_because = opened.fresh_because
         replayed = 0
         while True:
             ids, vectors = self._store.page_vectors_after(covered, dim, REPLAY_BATCH)

@@ -33,7 +33,6 @@ SNAPSHOT_MISSING = "snapshot missing"
 class OpenedIndex(NamedTuple):
     """A page index ready for the store's replay of rows after `covered_seq`.
 
-    `stale` is true when the snapshot was missing or unusable, so the caller rewrites it after replaying.
     `fresh_because` says why the index starts empty (`SNAPSHOT_MISSING`, or why the snapshot was
     unusable), None when the snapshot loaded: the caller logs the rebuild once it knows how many vectors
     it replayed.
@@ -41,8 +40,12 @@ class OpenedIndex(NamedTuple):
 
     page_index: VectorIndex
     covered_seq: int
-    stale: bool
     fresh_because: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        """The snapshot was missing or unusable, so the caller rewrites it after replaying."""
+        return self.fresh_because is not None
 
 
 def page_snapshot_path(config: MemoryConfig, directory: Path) -> Path:
@@ -80,15 +83,13 @@ def open_page_index(config: MemoryConfig, directory: Path, dim: int) -> OpenedIn
     (a new space has no snapshot and nothing to rebuild), so the caller logs with that count.
     """
     if not page_snapshot_path(config, directory).exists():
-        return OpenedIndex(
-            new_page_index(config, directory, dim), 0, stale=True, fresh_because=SNAPSHOT_MISSING
-        )
+        return OpenedIndex(new_page_index(config, directory, dim), 0, fresh_because=SNAPSHOT_MISSING)
     try:
         index, covered = load_page_index(config, directory, dim)
-        return OpenedIndex(index, covered, stale=False)
+        return OpenedIndex(index, covered)
     except IndexSnapshotError as error:
         fresh = new_page_index(config, directory, dim)
-        return OpenedIndex(fresh, 0, stale=True, fresh_because=f"snapshot unusable: {error}")
+        return OpenedIndex(fresh, 0, fresh_because=f"snapshot unusable: {error}")
 
 
 def finish_page_index_rebuild(index: VectorIndex) -> bool:
