@@ -5,6 +5,7 @@ Capacities and thresholds are validated here, so a bad value fails with the fiel
 memory is opened.
 """
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,11 +49,9 @@ class MemoryConfig(BaseSettings):
     heat_gamma: float = Field(1.0, ge=0)
     heat_tau_hours: float = Field(24.0, gt=0)
 
-    # Dialogue chains: a page continues the previous one when they are this close in time and meaning.
+    # Dialogue chains: a page continues the previous one when they are this close in time and the LLM says it
+    # continues the conversation (the offline backend: it shares a content word, or is phatic).
     chain_max_gap_hours: float = Field(6.0, gt=0, description="A longer pause starts a new chain.")
-    chain_min_similarity: float = Field(
-        0.2, ge=-1, le=1, description="Offline continuity: cosine of consecutive pages at least this."
-    )
 
     # Long-term facts.
     knowledge_dedup_similarity: float = Field(
@@ -106,7 +105,11 @@ class MemoryConfig(BaseSettings):
     max_text_chars: int = Field(20000, gt=0, description="Longer user_input/agent_response is rejected.")
 
     # Embeddings.
-    embedding_model_name: str = "all-MiniLM-L6-v2"
+    embedding_model_name: str = Field(
+        "all-MiniLM-L6-v2",
+        description="A model name (the bundled MiniLM, or a Hugging Face id in the local cache) or a local "
+        "model directory, given as a str or a Path.",
+    )
     embedding_model_kwargs: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="Keyword arguments for `SentenceTransformer(...)`, as the reference passes them (e.g. "
@@ -137,7 +140,12 @@ class MemoryConfig(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(60.0, gt=0)
     llm_max_retries: int = Field(3, ge=0)
-    llm_max_concurrency: int = Field(4, gt=0, description="Concurrent LLM calls during consolidation.")
+    llm_max_concurrency: int = Field(
+        4,
+        gt=0,
+        description="Concurrent LLM calls during consolidation. Not read yet: consolidation makes one call at "
+        "a time until the per-process scheduler (issue 10) pools them.",
+    )
 
     # Vector index.
     vector_backend: Literal["faiss", "chroma"] = Field(
@@ -150,6 +158,20 @@ class MemoryConfig(BaseSettings):
     )
     index_snapshot_every_ops: int = Field(1000, gt=0, description="Index snapshot after this many adds...")
     index_snapshot_every_s: float = Field(60.0, gt=0, description="...or after this many seconds.")
+
+    # Several local processes on one space (storage/space_lock.py).
+    space_lock_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long opening a space waits while another process has it to itself (a forget or "
+        "a reindex) before failing with that process's pid.",
+    )
+    store_busy_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a write waits for another process's write transaction on the same space "
+        "(SQLite's busy timeout); each transaction lasts milliseconds.",
+    )
     faiss_use_gpu: Literal["auto", "never"] = Field("auto", description="auto: GPU when faiss reports one.")
     faiss_omp_threads: int = Field(
         1,
@@ -172,6 +194,13 @@ class MemoryConfig(BaseSettings):
         if isinstance(value, bool) and field and cls.model_fields[field].annotation in _NUMBER_ANNOTATIONS:
             raise InvalidInputError(field, f"must be a number, not a bool ({value!r})")
         return value
+
+    @field_validator("embedding_model_name", mode="before")
+    @classmethod
+    def _model_path_as_name(cls, value: Any) -> Any:
+        """A local model directory is naturally a `Path`; it is kept as its `str`, the model's name: the
+        store records the name, and the process's shared embedder is keyed by the config's JSON."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @field_validator("embedding_model_kwargs")
     @classmethod

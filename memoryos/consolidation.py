@@ -65,6 +65,7 @@ class Consolidator:
         overflow = overflow[:waiting]  # a page still waiting for its vector holds back the younger ones
         runs: list[tuple[bool, list[Page]]] = []
         previous = space.last_chained_page()
+        last_linked = previous.page_id if previous is not None else 0  # as `apply` will see it
         for page in overflow:
             continues = page.chain_id is not None or self._continues(space, previous, page)
             if runs and continues:
@@ -84,8 +85,11 @@ class Consolidator:
                             page_id=page.page_id,
                             continues_previous=continues if first else True,
                             chain_summary=summary,
+                            previous_page_id=last_linked,
+                            at=self.clock(),
                         )
                     )
+                    last_linked = page.page_id
             self._file(space, pages)
 
     def _continues(self, space: MemorySpace, previous: Page | None, page: Page) -> bool:
@@ -141,11 +145,17 @@ class Consolidator:
         profile = self.llm.update_profile(space.profile(), pages)
         knowledge = self.llm.extract_knowledge(pages)
         timestamp = format_unix_timestamp(self.clock())
-        space.apply(UpdateProfile(text=profile, source_segment_id=segment_id))
+        space.apply(UpdateProfile(text=profile, source_segment_id=segment_id, at=self.clock()))
         for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
             if texts:
                 vectors = self.embedder.encode(texts)
                 space.apply(
-                    AddKnowledge(knowledge_kind=kind, texts=texts, vectors=vectors, timestamp=timestamp)
+                    AddKnowledge(
+                        knowledge_kind=kind,
+                        texts=texts,
+                        vectors=vectors,
+                        timestamp=timestamp,
+                        at=self.clock(),
+                    )
                 )
-        space.apply(MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages]))
+        space.apply(MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages], at=self.clock()))

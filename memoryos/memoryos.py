@@ -27,6 +27,7 @@ from memoryos.llm import MemoryLLM, create_llm
 from memoryos.ops import AddTurns, EmbedPages, RecordVisits
 from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.space import MemorySpace
+from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import MemoryStats, Page, RetrievedContext, SegmentStats, Turn
 from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
 
@@ -50,7 +51,7 @@ class Memoryos:
         mid_term_heat_threshold: float = 5.0,
         mid_term_similarity_threshold: float = 0.6,
         llm_model: str = "gpt-4o-mini",
-        embedding_model_name: str = "all-MiniLM-L6-v2",
+        embedding_model_name: str | Path = "all-MiniLM-L6-v2",
         embedding_model_kwargs: dict[str, Any] | None = None,
         *,
         config: MemoryConfig | None = None,
@@ -96,11 +97,8 @@ class Memoryos:
         self._visits: list[int] = []
         self._visits_at = 0.0
         self._visits_lock = threading.Lock()
-        self._ingestor = (
-            BackgroundIngestor(self._ingest_step, name=f"memoryos-ingest-{self.user_id}")
-            if self.config.ingest_mode == "background"
-            else None
-        )
+        self._ingestor: BackgroundIngestor | None = None
+        self._start_ingest()
         if self.space.pending_page_ids(1):
             self._process_writes()  # acknowledged before a crash, not yet embedded
 
@@ -163,9 +161,11 @@ class Memoryos:
         if not validated:
             raise InvalidInputError(_field_prefix or "turns", "must contain at least one turn")
         if self._ingestor is not None:
-            page_ids = self.space.apply(AddTurns(turns=validated))  # durable now; embedded by the thread
+            # Durable now; embedded by the thread.
+            page_ids = self.space.apply(AddTurns(turns=validated, at=self.clock()))
         else:
-            page_ids = self.space.apply(AddTurns(turns=validated, vectors=self._encode_pages(validated)))
+            vectors = self._encode_pages(validated)
+            page_ids = self.space.apply(AddTurns(turns=validated, vectors=vectors, at=self.clock()))
         self._process_writes()
         return page_ids
 
@@ -181,7 +181,9 @@ class Memoryos:
         pending = self.space.pages(self.space.pending_page_ids(self.config.embedding_batch_size))
         if pending:
             vectors = self._encode_pages(pending)
-            self.space.apply(EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors))
+            self.space.apply(
+                EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors, at=self.clock())
+            )
             return True
         self._record_visits()
         self.consolidator.run(self.space)
@@ -240,6 +242,7 @@ class Memoryos:
         """Context for `query` from every tier. Segments of the returned pages get a visit (heat)."""
         text = validate_text("query", query, self.config.max_text_chars)
         self.flush()
+        self.space.refresh()  # vectors other processes stored since the last look
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
         query_vector = self.embedder.encode([dense_query_text(self.space, text)], is_query=True)[0]
@@ -347,11 +350,18 @@ class Memoryos:
     def forget_user(self) -> None:
         """Erase this space entirely, files included. The instance cannot be used afterwards.
 
+        Raises `SpaceBusyError` (nothing erased, the instance still usable) while another process has the
+        space open: its message names their pids.
+
         The `<tenant>/<user_id>/` directories above it go too once nothing else is in them, so a forgotten
         user's id does not stay on disk as a directory name. `rmdir` removes only empty directories, so
         other users' and assistants' spaces are never touched; the data root itself is kept."""
         self._stop_ingest()
-        self.space.erase()
+        try:
+            self.space.erase()
+        except SpaceBusyError:
+            self._start_ingest()  # nothing was erased: the instance keeps working
+            raise
         user_dir = self.space.directory.parent  # `space_dir` is <data_dir>/<tenant>/<user_id>/<assistant_id>
         for directory in (user_dir, user_dir.parent):
             try:
@@ -367,6 +377,10 @@ class Memoryos:
         if not self.space.closed:
             self._record_visits()
         self.space.close()
+
+    def _start_ingest(self) -> None:
+        if self.config.ingest_mode == "background":
+            self._ingestor = BackgroundIngestor(self._ingest_step, name=f"memoryos-ingest-{self.user_id}")
 
     def _stop_ingest(self) -> None:
         if self._ingestor is not None:

@@ -3,17 +3,26 @@
 Vectors of different models cannot be compared, so a space records its model and refuses another one;
 this is the way forward that keeps every memory (the reference made users start over). All new vectors
 are written in one transaction: a crash midway leaves the space on its old model, intact.
+
+Reindexing needs the space to itself (`SpaceHold.claim`): it is refused, naming their pids, while other
+processes have the space open, and processes that try to open it meanwhile wait. The transaction bumps
+the store's vector generation, part of the fingerprint every index snapshot records, so a snapshot of the
+old vectors is never trusted again — even when a crash comes after the commit and before the old
+snapshot files are removed.
 """
+
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from memoryos import policy
 from memoryos.config import MemoryConfig
-from memoryos.embedding import create_embedder
+from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import InvalidInputError
 from memoryos.space import STORE_FILE
 from memoryos.storage.index_factory import remove_page_index_files
+from memoryos.storage.space_lock import SpaceHold
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.types import exchange_text
 from memoryos.validation import validate_id
@@ -29,7 +38,20 @@ def reindex_space(
     if not (directory / STORE_FILE).exists():
         raise InvalidInputError("user_id", f"no memory space at {directory}")
     embedder = create_embedder(config)
-    store = SqliteStore(directory / STORE_FILE)
+    hold = SpaceHold(directory, config.space_lock_timeout_s)
+    try:
+        hold.claim("reindex")
+        return _reindex_held(directory, config, embedder, show_progress)
+    finally:
+        hold.release()
+
+
+def _reindex_held(
+    directory: Path, config: MemoryConfig, embedder: Embedder, show_progress: bool
+) -> dict[str, object]:
+    if not (directory / STORE_FILE).exists():  # forgotten while this process waited for it
+        raise InvalidInputError("user_id", f"no memory space at {directory}")
+    store = SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s)
     try:
         pages = store.all_page_texts()
         vectors: dict[int, np.ndarray] = {}
@@ -41,9 +63,7 @@ def reindex_space(
         facts = store.all_knowledge_texts()
         fact_vectors = embedder.encode([text for _, text in facts]) if facts else np.zeros((0, embedder.dim))
         with store.transaction():
-            store.set_page_vectors(
-                list(vectors), np.stack(list(vectors.values())) if vectors else np.zeros((0, embedder.dim))
-            )
+            store.assign_vectors(list(vectors.items()))
             for segment_id in store.all_segment_ids():
                 members = store.segment_page_ids(segment_id)
                 if members:
@@ -54,6 +74,7 @@ def reindex_space(
                 store.set_knowledge_vector(entry_id, vector)
             store.set_meta("embedding_model", embedder.name)
             store.set_meta("embedding_dim", str(embedder.dim))
+            store.set_meta("vector_generation", str(int(store.get_meta("vector_generation") or 0) + 1))
         remove_page_index_files(directory)
     finally:
         store.close()

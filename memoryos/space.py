@@ -1,9 +1,14 @@
 """`MemorySpace`: one user's memory with one assistant. State changes only through `apply(op)`.
 
-`apply` is deterministic and does no work beyond the store and the vector index: planners have already
-made every LLM call and embedding. Each op commits in one SQLite transaction, so it is applied whole or
-not at all. One lock serializes a space; different spaces never share state. The page index, its
-replay at open and its snapshots are `space_index.py`.
+`apply` is deterministic given the op (it reads the op's planned time, never a clock) and does no work
+beyond the store and the vector index: planners have already made every LLM call and embedding. Each op
+commits in one SQLite transaction, so it is applied whole or not at all, and it is idempotent: an op
+delivered twice (same op id), or a write delivered twice (same write id), is applied once, and a
+consolidation op whose pages moved since it was planned is recorded as a stale no-op.
+
+Several processes may have one space open (`storage/space_lock.py`): SQLite serializes their writes, and
+each catches its page index up with the others' vectors inside the write transaction and before reads
+(`space_index.py`). In a process, one lock serializes a space; different spaces never share state.
 """
 
 import functools
@@ -18,7 +23,7 @@ import numpy as np
 
 from memoryos import policy
 from memoryos.config import MemoryConfig
-from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, StorageError
 from memoryos.ops import (
     AddKnowledge,
     AddTurns,
@@ -32,8 +37,9 @@ from memoryos.ops import (
 )
 from memoryos.score_sample import ScoreSample
 from memoryos.space_index import SpacePageIndex
+from memoryos.storage.space_lock import SpaceHold
 from memoryos.storage.sqlite_store import SqliteStore
-from memoryos.storage.vector_blobs import at_stored_precision, from_blobs
+from memoryos.storage.vector_blobs import from_blobs
 from memoryos.storage.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
@@ -67,21 +73,34 @@ class MemorySpace:
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Open (or create) the space. `model_dim` is called only when the dimension is not yet recorded or
-        the recorded model differs, so reopening a space does not load the embedding model."""
+        the recorded model differs, so reopening a space does not load the embedding model.
+
+        Raises `SpaceBusyError` when another process has the space to itself (a forget or reindex in
+        progress, or a Chroma-backed space open elsewhere) for longer than `space_lock_timeout_s`.
+        """
         self.directory = directory
         self.config = config
         self.clock = clock
         self.lock = threading.RLock()
-        directory.mkdir(parents=True, exist_ok=True)
-        self.store = SqliteStore(directory / STORE_FILE)
+        self._hold = SpaceHold(directory, config.space_lock_timeout_s)
+        try:
+            if config.vector_backend == "chroma":
+                # Chroma's persistent files are not safe to write from two processes at once.
+                self._hold.claim("keep a Chroma-backed space open", wait_s=config.space_lock_timeout_s)
+            self.store = SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s)
+        except BaseException:
+            self._hold.release()
+            raise
         self.embedding_model = embedding_model
         try:
             self.dim = self._check_fingerprint(embedding_model, model_dim)
+            self._pages = SpacePageIndex(self.store, config, directory, self.dim, clock, self.fingerprint())
         except BaseException:
             self.store.close()
+            self._hold.release()
             raise
-        self._pages = SpacePageIndex(self.store, config, directory, self.dim, clock)
         self._sample = ScoreSample(self.store, self.dim)
+        self._seen_data_version = self.store.data_version()
         self.closed = False
 
     @property
@@ -106,42 +125,51 @@ class MemorySpace:
             raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
         return int(stored_dim)
 
+    def fingerprint(self) -> str:
+        """What the stored vectors are: model, dimension and vector generation (bumped by each reindex).
+        Index snapshots record it; one of another fingerprint is rebuilt, never trusted."""
+        generation = self.store.get_meta("vector_generation") or "0"
+        return f"{self.embedding_model}/{self.dim}/{generation}"
+
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:
-        """Apply one op atomically. Returns the ids it created (pages for AddTurns), else an empty list."""
+        """Apply one op atomically. Returns the ids it created (pages for AddTurns, facts for
+        AddKnowledge), else an empty list; an op or write already applied returns what it created then."""
         with self.lock:
+            self._require_open()
             with self.store.transaction():
-                created = self._dispatch(op)
-            embedded = self._newly_embedded(op, created)
-            if embedded is not None:
-                ids, vectors = embedded
-                stored = at_stored_precision(vectors)
-                self._pages.add(np.array(ids, dtype=np.int64), stored)
+                self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
+                logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
+                if logged is not None:
+                    return list(logged.get("created", []))
+                created, embedded = self._dispatch(op)
+                # Read inside the transaction: after COMMIT another process may add later sequences.
+                through_seq = self.store.max_vector_seq()
+                stored = self.store.page_vectors(embedded, self.dim)
+            if embedded:
+                self._pages.add(np.array(embedded, dtype=np.int64), stored, through_seq)
                 self._sample.offer(stored)
+            self._seen_data_version = self.store.data_version()
             return created
 
-    @staticmethod
-    def _newly_embedded(op: AnyOp, created: list[int]) -> tuple[list[int], np.ndarray] | None:
-        """(page ids, vectors) an applied op made searchable, for the in-memory index."""
-        if isinstance(op, AddTurns) and op.vectors is not None:
-            return created, op.vectors
-        if isinstance(op, EmbedPages):
-            return op.page_ids, op.vectors
-        return None
-
-    def _dispatch(self, op: AnyOp) -> list[int]:
-        now = self.clock()
+    def _dispatch(self, op: AnyOp) -> tuple[list[int], list[int]]:
+        """Apply `op` inside the caller's transaction and log it: (ids created, pages given vectors)."""
         created: list[int] = []
+        embedded: list[int] = []
+        stale = self._stale_because(op)
+        detail: dict[str, object] = {}
         match op:
+            case _ if stale is not None:
+                detail = {"stale": stale}
             case AddTurns():
                 if op.vectors is not None:
                     self._check_vectors("vectors", op.vectors, len(op.turns))
                 created = self.store.insert_pages(op.turns, op.vectors)
-                detail: dict[str, object] = {"page_ids": [created[0], created[-1]] if created else []}
+                embedded = created if op.vectors is not None else []
             case EmbedPages():
                 self._check_vectors("vectors", op.vectors, len(op.page_ids))
-                self.store.set_page_vectors(op.page_ids, op.vectors)
-                detail = {"pages": len(op.page_ids)}
+                embedded = self.store.set_page_vectors(op.page_ids, op.vectors)
+                detail = {"page_ids": embedded}
             case LinkChain():
                 self._link_chain(op)
                 detail = {"page_id": op.page_id, "continues": op.continues_previous}
@@ -155,18 +183,44 @@ class MemorySpace:
                 detail = {"segment_ids": op.segment_ids}
             case UpdateProfile():
                 if op.text.strip() and op.text.strip() != self.store.latest_profile():
-                    self.store.insert_profile(op.text.strip(), now, op.source_segment_id)
+                    self.store.insert_profile(op.text.strip(), op.at, op.source_segment_id)
                 detail = {"source_segment_id": op.source_segment_id}
             case AddKnowledge():
                 self._check_vectors("vectors", op.vectors, len(op.texts))
-                created = self._add_knowledge(op, now)
-                detail = {"kind": op.knowledge_kind, "entry_ids": created}
+                created = self._add_knowledge(op, op.at)
+                detail = {"kind": op.knowledge_kind}
             case MarkAnalyzed():
                 self.store.set_page_fields(op.page_ids, analyzed=1)
                 self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
-                detail = {"segment_id": op.segment_id, "pages": len(op.page_ids)}
-        self.store.log_op(op.kind, now, detail)
-        return created
+                detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
+        if created:
+            detail["created"] = created
+        write_id = op.write_id if isinstance(op, AddTurns) else None
+        self.store.log_op(op.kind, op.at, detail, op.op_id, write_id)
+        return created, embedded
+
+    def _stale_because(self, op: AnyOp) -> str | None:
+        """Why a consolidation op no longer fits the space (its pages moved since it was planned, by
+        another process or an earlier delivery of the same work), or None when it applies."""
+        match op:
+            case LinkChain():
+                pages = self.store.pages([op.page_id])
+                if not pages or pages[0].tier != "stm" or pages[0].chain_id is not None:
+                    return "page already linked or no longer in short-term memory"
+                last = self.store.get_meta("last_chained_page")
+                if op.previous_page_id is not None and op.previous_page_id != int(last or 0):
+                    return "another page was chained since the plan"
+            case FileTopic():
+                pages = self.store.pages(op.page_ids)
+                if len(pages) != len(op.page_ids) or any(p.tier != "stm" for p in pages):
+                    return "pages no longer all in short-term memory"
+            case MarkAnalyzed():
+                pages = self.store.pages(op.page_ids)
+                if len(pages) != len(op.page_ids) or any(
+                    p.segment_id != op.segment_id or p.analyzed for p in pages
+                ):
+                    return "pages analyzed already or not in the segment"
+        return None
 
     def _check_vectors(self, field: str, vectors: np.ndarray, rows: int) -> None:
         if vectors.ndim != 2 or vectors.shape != (rows, self.dim):
@@ -266,23 +320,49 @@ class MemorySpace:
         """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op.
 
         Waits for a background index build (so the next open need not build again: minutes at 1M
-        vectors) and for a background snapshot write, then writes the final snapshot itself.
+        vectors) and for a background snapshot write, then catches up with other processes' vectors
+        and writes the final snapshot itself.
         """
         with self.lock:
             if self.closed:
                 return
-            self._pages.close()
-            self.store.close()
-            self.closed = True
+            try:
+                self._pages.catch_up()
+                self._pages.close()
+            finally:
+                self.store.close()
+                self._hold.release()
+                self.closed = True
 
     def erase(self) -> None:
-        """Delete the whole space, files included. The space is unusable afterwards."""
+        """Delete the whole space, files included. The space is unusable afterwards.
+
+        Needs the space to itself: raises `SpaceBusyError` naming the other processes that have it open
+        (nothing is deleted then). Holding it exclusively while deleting means no other process can open
+        the space halfway through, or write a snapshot into the directory afterwards.
+        """
         with self.lock:
-            if not self.closed:
+            self._require_open()
+            with self._hold.exclusive("forget"):
                 self._pages.discard()  # no write into the directory while it is deleted
                 self.store.close()
                 self.closed = True
-            shutil.rmtree(self.directory, ignore_errors=False)
+                shutil.rmtree(self.directory, ignore_errors=False)
+            self._hold.release()
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise StorageError(f"memory space {self.directory} is closed")
+
+    def refresh(self) -> None:
+        """Catch the page index up with vectors other processes stored since this one last looked, so a
+        read sees their writes. `PRAGMA data_version` makes the no-news case one cheap query."""
+        with self.lock:
+            self._require_open()
+            version = self.store.data_version()
+            if version != self._seen_data_version:
+                self._pages.catch_up()
+                self._seen_data_version = version
 
     # --- reading --------------------------------------------------------------------------------------
     @_locked

@@ -1,5 +1,12 @@
 """A space's page index kept in step with its store: opened from its snapshot plus the store's replay,
-snapshotted off the write path, and closed with a final snapshot.
+caught up with what other processes embedded, snapshotted off the write path, and closed with a final
+snapshot.
+
+Coverage is counted in vector sequences (`pages.vector_seq`: the order pages got their vectors, across
+every process writing the space). The index always holds exactly the vectors of sequences up to
+`covered_seq`, no gaps: it catches up from the store before each write applies (under the store's write
+lock, so nothing can commit in between) and before reads, and a snapshot records only that coverage —
+never what the store holds — so a process that closes last cannot claim pages it never indexed.
 
 Snapshots are due every `index_snapshot_every_ops` adds or `index_snapshot_every_s` seconds (checked at
 each add). Taking one only serializes the index in memory; the `SnapshotWriter`'s thread writes the file,
@@ -42,13 +49,18 @@ class SpacePageIndex:
         directory: Path,
         dim: int,
         clock: Callable[[], float],
+        fingerprint: str,
     ) -> None:
-        """Open the index: its snapshot when usable, then every stored vector the snapshot does not cover."""
+        """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
+        holds), then every stored vector the snapshot does not cover."""
         set_faiss_threads(config.faiss_omp_threads)
         self._store = store
         self._config = config
         self._clock = clock
+        self._dim = dim
+        self._fingerprint = fingerprint
         self._path = page_snapshot_path(config, directory)
+        self.covered_seq = 0
         self.index, stale = self._open(directory, dim)
         self._snapshots = SnapshotWriter(self._path)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
@@ -62,16 +74,11 @@ class SpacePageIndex:
         A rebuild is logged at WARNING with the number of vectors it replayed (a new space, with no
         snapshot and no vectors yet, is not a rebuild); a snapshot behind the store, at INFO.
         """
-        opened = open_page_index(self._config, directory, dim)
-        index, covered, stale = opened.page_index, opened.covered_seq, opened.stale
-        fresh_because = opened.fresh_because
-        replayed = 0
-        while True:
-            ids, vectors = self._store.page_vectors_after(covered, dim, REPLAY_BATCH)
-            if len(ids) == 0:
-                break
-            index.add(ids, vectors)
-            covered, replayed, stale = int(ids[-1]), replayed + len(ids), True
+        opened = open_page_index(self._config, directory, dim, self._fingerprint)
+        index, stale, fresh_because = opened.page_index, opened.stale, opened.fresh_because
+        self.covered_seq = opened.covered_seq
+        replayed = self._replay(index)
+        stale = stale or replayed > 0
         fields = {"backend": self._config.vector_backend, "vectors": replayed}
         if fresh_because is not None and (replayed or fresh_because != SNAPSHOT_MISSING):
             log.warning(
@@ -84,9 +91,32 @@ class SpacePageIndex:
             log.info("page index snapshot behind the store: %d vectors replayed", replayed, extra=fields)
         return index, stale
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Make stored vectors searchable (at stored precision, as a replay would) and snapshot when due."""
+    def _replay(self, index: VectorIndex) -> int:
+        """Add every stored vector embedded after `covered_seq` to `index`; returns how many."""
+        replayed = 0
+        while True:
+            ids, vectors, last_seq = self._store.page_vectors_after(self.covered_seq, self._dim, REPLAY_BATCH)
+            if len(ids) == 0:
+                return replayed
+            index.add(ids, vectors)
+            self.covered_seq, replayed = last_seq, replayed + len(ids)
+
+    def catch_up(self) -> int:
+        """Add the vectors other processes stored since this index last looked; returns how many.
+
+        Called inside the write transaction before an op applies, and before reads; an index re-adding
+        an id replaces its vector, so catching up is idempotent."""
+        added = self._replay(self.index)
+        if added:
+            self._ops_since_snapshot += 1
+        return added
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, through_seq: int) -> None:
+        """Make vectors just stored searchable (at stored precision, as a replay would) and snapshot when
+        due. `through_seq` is the vector sequence of the last of them: the caller caught up first, so
+        the index now covers every sequence up to it."""
         self.index.add(ids, vectors)
+        self.covered_seq = max(self.covered_seq, through_seq)
         self._ops_since_snapshot += 1
         self._maybe_snapshot()
 
@@ -99,7 +129,7 @@ class SpacePageIndex:
         due_by_ops = self._ops_since_snapshot >= self._config.index_snapshot_every_ops
         due_by_time = self._clock() - self._last_snapshot_at >= self._config.index_snapshot_every_s
         if due_by_ops or due_by_time:
-            self._snapshots.submit(self.index.snapshot(self._store.indexed_through()))
+            self._snapshots.submit(self.index.snapshot(self.covered_seq, self._fingerprint))
             self._ops_since_snapshot = 0
             self._last_snapshot_at = self._clock()
 
@@ -107,7 +137,7 @@ class SpacePageIndex:
         """Write a snapshot and return once it is on disk; a background write in flight finishes first,
         so an older snapshot never replaces this one."""
         self._snapshots.wait()
-        self.index.save(self._path, self._store.indexed_through())
+        self.index.save(self._path, self.covered_seq, self._fingerprint)
         self._ops_since_snapshot = 0
         self._last_snapshot_at = self._clock()
 

@@ -112,16 +112,24 @@ class ChromaIndex:
 
     @classmethod
     def load(
-        cls, path: Path, directory: Path, dim: int, collection: str = DEFAULT_COLLECTION
+        cls,
+        path: Path,
+        directory: Path,
+        dim: int,
+        collection: str = DEFAULT_COLLECTION,
+        expected_fingerprint: str | None = None,
     ) -> tuple["ChromaIndex", int]:
         """The index in `directory` and the store sequence its marker at `path` records as covered.
 
-        Raises IndexSnapshotError when the marker is missing or corrupt, or the collection is missing,
-        of another dimension, holds fewer vectors than the marker recorded, or cannot find its own vectors.
+        Raises IndexSnapshotError when the marker is missing, corrupt or of another fingerprint (when one
+        is expected: written before a reindex), or the collection is missing, of another dimension,
+        holds fewer vectors than the marker recorded, or cannot find its own vectors.
         """
         marker = _read_marker(path)
         if marker["dim"] != dim:
             raise IndexSnapshotError(f"{path}: marker records {marker['dim']}-d vectors, expected {dim}-d")
+        if expected_fingerprint is not None and marker.get("fingerprint") != expected_fingerprint:
+            raise IndexSnapshotError(f"{path}: marker of other embeddings than the store's: before a reindex")
         if marker["collection"] != collection:
             raise IndexSnapshotError(f"{path}: marker is for collection {marker['collection']!r}")
         directory = directory.resolve()
@@ -211,7 +219,7 @@ class ChromaIndex:
             present.extend(self._collection.get(ids=chunk, include=[])["ids"])
         return present
 
-    def snapshot(self, covered_seq: int) -> IndexSnapshot:
+    def snapshot(self, covered_seq: int, fingerprint: str = "") -> IndexSnapshot:
         """The marker recording that the collection covers store rows up to `covered_seq`.
 
         The vectors themselves were persisted by each write; only the marker is written, atomically. It
@@ -225,13 +233,14 @@ class ChromaIndex:
             "covered_seq": int(covered_seq),
             "count": self.count(),
             "collection": self._collection.name,
+            "fingerprint": fingerprint,
         }
         data = json.dumps(marker).encode()
         return IndexSnapshot(int(covered_seq), lambda: data)
 
-    def save(self, path: Path, covered_seq: int) -> None:
+    def save(self, path: Path, covered_seq: int, fingerprint: str = "") -> None:
         """Record durably, before returning, that the collection covers store rows up to `covered_seq`."""
-        self.snapshot(covered_seq).write(path)
+        self.snapshot(covered_seq, fingerprint).write(path)
 
     def close(self) -> None:
         """Release the Chroma client (its SQLite connection and threads); closing twice is a no-op."""

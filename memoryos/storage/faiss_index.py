@@ -213,7 +213,7 @@ class FaissIndex:
         scores[:, :k_searched] = np.where(found_ids >= 0, found_scores, -np.inf)
         return SearchResult(ids, scores)
 
-    def snapshot(self, covered_seq: int) -> IndexSnapshot:
+    def snapshot(self, covered_seq: int, fingerprint: str = "") -> IndexSnapshot:
         """The index serialized in memory now (a finished build installed first), to be written anywhere.
 
         While a build is in flight this is the current index: correct, only flat or less well trained.
@@ -221,25 +221,32 @@ class FaissIndex:
         """
         self.install_ready_rebuild()
         payload = faiss.serialize_index(self._index)
-        header = SnapshotHeader(self._dim, covered_seq, self._trained_count, self._measured_recall)
+        header = SnapshotHeader(
+            self._dim, covered_seq, self._trained_count, self._measured_recall, fingerprint
+        )
         return IndexSnapshot(covered_seq, functools.partial(snapshot_bytes, header, payload))
 
-    def save(self, path: Path, covered_seq: int) -> None:
-        self.snapshot(covered_seq).write(path)
+    def save(self, path: Path, covered_seq: int, fingerprint: str = "") -> None:
+        self.snapshot(covered_seq, fingerprint).write(path)
 
     @classmethod
     def load(
-        cls, path: Path, dim: int, ann_threshold: int = 50000, gpu_policy: GpuPolicy = "auto"
+        cls,
+        path: Path,
+        dim: int,
+        ann_threshold: int = 50000,
+        gpu_policy: GpuPolicy = "auto",
+        expected_fingerprint: str | None = None,
     ) -> tuple["FaissIndex", int]:
         """The index saved at `path` and the store sequence it covers; rows after it must be replayed.
 
-        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors
-        (`faiss_snapshot.py`). A build due at once (a snapshot saved while one was in flight) starts in
+        Raises IndexSnapshotError for anything but an intact snapshot of `dim`-dimensional vectors with
+        the expected fingerprint, when one is given (`faiss_snapshot.py`). A build due at once (a snapshot saved while one was in flight) starts in
         the background. The file records no calibration source and no queries, so a loaded IVF index
         keeps its nprobe but counts as calibrated on stored vectors: it recalibrates once it has seen
         `MIN_RECENT_QUERIES` queries.
         """
-        header, payload = read_snapshot(path, dim)
+        header, payload = read_snapshot(path, dim, expected_fingerprint)
         try:
             index = faiss.deserialize_index(payload)  # already the concrete class
         except RuntimeError as exc:

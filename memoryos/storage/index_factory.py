@@ -64,19 +64,28 @@ def new_page_index(config: MemoryConfig, directory: Path, dim: int) -> VectorInd
     return FaissIndex(dim, ann_threshold=config.index_ann_threshold, gpu_policy=config.faiss_use_gpu)
 
 
-def load_page_index(config: MemoryConfig, directory: Path, dim: int) -> tuple[VectorIndex, int]:
-    """The saved page index and the store sequence it covers; IndexSnapshotError when missing or unusable."""
+def load_page_index(
+    config: MemoryConfig, directory: Path, dim: int, fingerprint: str | None = None
+) -> tuple[VectorIndex, int]:
+    """The saved page index and the store sequence it covers; IndexSnapshotError when missing, unusable,
+    or written for other embeddings than `fingerprint` (before a reindex)."""
     path = page_snapshot_path(config, directory)
     if config.vector_backend == "chroma":
         from memoryos.storage.chroma_index import ChromaIndex
 
-        return ChromaIndex.load(path, directory / CHROMA_DIRECTORY, dim)
+        return ChromaIndex.load(path, directory / CHROMA_DIRECTORY, dim, expected_fingerprint=fingerprint)
     return FaissIndex.load(
-        path, dim, ann_threshold=config.index_ann_threshold, gpu_policy=config.faiss_use_gpu
+        path,
+        dim,
+        ann_threshold=config.index_ann_threshold,
+        gpu_policy=config.faiss_use_gpu,
+        expected_fingerprint=fingerprint,
     )
 
 
-def open_page_index(config: MemoryConfig, directory: Path, dim: int) -> OpenedIndex:
+def open_page_index(
+    config: MemoryConfig, directory: Path, dim: int, fingerprint: str | None = None
+) -> OpenedIndex:
     """The saved page index when usable, else a fresh one covering nothing (the store replays it all).
 
     Logs nothing: whether a fresh index is worth a warning depends on what the store replays into it
@@ -85,7 +94,7 @@ def open_page_index(config: MemoryConfig, directory: Path, dim: int) -> OpenedIn
     if not page_snapshot_path(config, directory).exists():
         return OpenedIndex(new_page_index(config, directory, dim), 0, fresh_because=SNAPSHOT_MISSING)
     try:
-        index, covered = load_page_index(config, directory, dim)
+        index, covered = load_page_index(config, directory, dim, fingerprint)
         return OpenedIndex(index, covered)
     except IndexSnapshotError as error:
         fresh = new_page_index(config, directory, dim)

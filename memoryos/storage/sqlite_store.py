@@ -8,7 +8,6 @@ segments, `store_rows.py`.
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,32 +16,74 @@ from typing import Any
 import numpy as np
 
 from memoryos.errors import StorageError
-from memoryos.storage.schema import SCHEMA, SCHEMA_VERSION
+from memoryos.storage.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from memoryos.storage.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row, segment_from_row
 from memoryos.storage.vector_blobs import from_blobs, to_blob
 from memoryos.types import KnowledgeKind, Page, Segment, Turn
 
 
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a SQL script, one at a time: `executescript` would COMMIT the transaction a
+    schema change must run inside."""
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                yield pending
+            pending = ""
+
+
 class SqliteStore:
     """One SQLite file per space. Not thread-safe by itself: `MemorySpace` serializes access with a lock."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_timeout_s: float = 30.0) -> None:
+        """Open the store, creating or migrating its schema. `busy_timeout_s`: how long a write waits for
+        another process's write transaction on the same space before failing."""
         self.path = path
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
+            )
+        except sqlite3.DatabaseError as error:
+            raise StorageError(f"cannot open memory store {path}: {error}") from error
+        try:
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(SCHEMA)
+            self._prepare_schema()
         except sqlite3.DatabaseError as error:
+            self._db.close()
             raise StorageError(f"cannot open memory store {path}: {error}") from error
-        self._in_transaction = threading.local()
-        version = self.get_meta("schema_version")
-        if version is None:
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _prepare_schema(self) -> None:
+        """Create the schema in a new store, or migrate an older one, in one transaction.
+
+        The version is read inside the transaction: two processes opening an old store at once migrate
+        it once. A store newer than this code is refused untouched.
+        """
+        with self.transaction():
+            has_meta = self._one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+            version = self.get_meta("schema_version") if has_meta else None
+            if version is None:
+                for statement in _statements(SCHEMA):
+                    self._db.execute(statement)
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
+                return
+            stored = int(version)
+            if stored > SCHEMA_VERSION:
+                raise StorageError(
+                    f"{self.path} has schema version {stored}, newer than this MemoryOS reads "
+                    f"({SCHEMA_VERSION}): upgrade MemoryOS to open it"
+                )
+            for step in range(stored, SCHEMA_VERSION):
+                for statement in _statements(MIGRATIONS[step]):
+                    self._db.execute(statement)
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) != SCHEMA_VERSION:
-            raise StorageError(f"{path} has schema version {version}; this MemoryOS reads {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
@@ -70,25 +111,44 @@ class SqliteStore:
     def set_meta(self, key: str, value: str) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
-    def log_op(self, kind: str, at: float, detail: dict[str, Any]) -> None:
-        """Audit trail of applied ops: kind, time and ids only — no texts, no vectors."""
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process) commits to this store: a cheap test of
+        whether there is anything to catch up with before a read."""
+        return int(self._one("PRAGMA data_version"))
+
+    def log_op(self, kind: str, at: float, detail: dict[str, Any], op_id: str, write_id: str | None) -> None:
+        """Audit trail of applied ops: kind, op and write ids, planned time and the ids the op touched or
+        created — no texts, no vectors. The ids are unique: an op or write applied once is found here."""
         self._db.execute(
-            "INSERT INTO op_log(kind, at, detail) VALUES (?, ?, ?)", (kind, at, json.dumps(detail))
+            "INSERT INTO op_log(kind, at, detail, op_id, write_id) VALUES (?, ?, ?, ?, ?)",
+            (kind, at, json.dumps(detail), op_id, write_id),
         )
+
+    def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
+        """The log detail of an op already applied under `op_id`, or of a write already stored under
+        `write_id`; None when neither was."""
+        row = self._db.execute(
+            "SELECT detail FROM op_log WHERE op_id = ? OR (? IS NOT NULL AND write_id = ?) LIMIT 1",
+            (op_id, write_id, write_id),
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
 
     # --- pages ----------------------------------------------------------------------------------------
     def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray | None) -> list[int]:
         """Store pages in STM; without `vectors` they are pending (vector NULL) until `set_page_vectors`."""
         ids: list[int] = []
+        next_seq = self.max_vector_seq() + 1
         for i, turn in enumerate(turns):
             cursor = self._db.execute(
-                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector) VALUES (?,?,?,?,?)",
+                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector, vector_seq) "
+                "VALUES (?,?,?,?,?,?)",
                 (
                     turn.user_input,
                     turn.agent_response,
                     turn.timestamp,
                     json.dumps(turn.meta_data) if turn.meta_data else None,
                     None if vectors is None else to_blob(vectors[i]),
+                    None if vectors is None else next_seq + i,
                 ),
             )
             page_id = int(cursor.lastrowid or 0)
@@ -133,14 +193,19 @@ class SqliteStore:
         )
         return from_blobs([rows[i] for i in ids], dim)
 
-    def page_vectors_after(self, after_page_id: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, vectors) of pages with id > `after_page_id`, ascending, at most `limit`: index replay."""
+    def page_vectors_after(self, after_seq: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(ids, vectors, last seq) of pages embedded after vector sequence `after_seq`, in embedding
+        order, at most `limit`: index replay at open and catch-up with other processes' writes."""
         rows = self._db.execute(
-            "SELECT page_id, vector FROM pages WHERE page_id > ? AND vector IS NOT NULL ORDER BY page_id LIMIT ?",
-            (after_page_id, limit),
+            "SELECT page_id, vector, vector_seq FROM pages WHERE vector_seq > ? ORDER BY vector_seq LIMIT ?",
+            (after_seq, limit),
         ).fetchall()
         ids = np.array([row[0] for row in rows], dtype=np.int64)
-        return ids, from_blobs([row[1] for row in rows], dim)
+        return ids, from_blobs([row[1] for row in rows], dim), int(rows[-1][2]) if rows else after_seq
+
+    def max_vector_seq(self) -> int:
+        """The vector sequence of the page embedded last (0: none yet)."""
+        return int(self._one("SELECT COALESCE(MAX(vector_seq), 0) FROM pages"))
 
     def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
         """Up to `size` page vectors spread evenly over the space (all of them when it is small)."""
@@ -165,16 +230,39 @@ class SqliteStore:
         )
         return [row[0] for row in rows]
 
-    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> None:
-        self._db.executemany(
-            "UPDATE pages SET vector = ? WHERE page_id = ?",
-            [(to_blob(vector), pid) for pid, vector in zip(page_ids, vectors, strict=True)],
-        )
+    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> list[int]:
+        """Give pending pages their vectors, each with the next vector sequence; returns the ids set.
 
-    def indexed_through(self) -> int:
-        """The highest page id below which every page has its vector: what an index snapshot covers."""
-        pending = self._one("SELECT MIN(page_id) FROM pages WHERE vector IS NULL")
-        return int(pending) - 1 if pending is not None else self.max_page_id()
+        A page that already has a vector (another process embedded it first) or no longer exists is left
+        alone, so embedding the same page twice changes nothing.
+        """
+        pending = set(self.pending_among(page_ids))
+        chosen = [(pid, vector) for pid, vector in zip(page_ids, vectors, strict=True) if pid in pending]
+        self.assign_vectors(chosen)
+        return [pid for pid, _ in chosen]
+
+    def pending_among(self, page_ids: Sequence[int]) -> list[int]:
+        """Those of `page_ids` that exist and have no vector yet."""
+        found: list[int] = []
+        for start in range(0, len(page_ids), 900):
+            chunk = list(page_ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            found += [
+                row[0]
+                for row in self._db.execute(
+                    f"SELECT page_id FROM pages WHERE page_id IN ({marks}) AND vector IS NULL", chunk
+                )
+            ]
+        return found
+
+    def assign_vectors(self, vectors: Sequence[tuple[int, np.ndarray]]) -> None:
+        """Store vectors of pages under new vector sequences, in the given order (replacing any vector a
+        page had: `memoryos reindex`)."""
+        next_seq = self.max_vector_seq() + 1
+        self._db.executemany(
+            "UPDATE pages SET vector = ?, vector_seq = ? WHERE page_id = ?",
+            [(to_blob(vector), next_seq + i, pid) for i, (pid, vector) in enumerate(vectors)],
+        )
 
     def max_page_id(self) -> int:
         return int(self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages"))

@@ -76,12 +76,13 @@ class VectorIndex(Protocol):
         """Top-k by inner product for each query row; `allowed_ids` restricts results to those ids."""
         ...
 
-    def snapshot(self, covered_seq: int) -> IndexSnapshot:
-        """The index as it is now, recording the store sequence it covers, for `IndexSnapshot.write`."""
+    def snapshot(self, covered_seq: int, fingerprint: str = "") -> IndexSnapshot:
+        """The index as it is now, recording the store sequence it covers and the embedding fingerprint
+        of its vectors (a load expecting another fingerprint refuses it), for `IndexSnapshot.write`."""
         ...
 
-    def save(self, path: Path, covered_seq: int) -> None:
-        """`snapshot(covered_seq).write(path)`: the snapshot written atomically before returning."""
+    def save(self, path: Path, covered_seq: int, fingerprint: str = "") -> None:
+        """`snapshot(covered_seq, fingerprint).write(path)`: written atomically before returning."""
         ...
 
 

@@ -35,9 +35,11 @@ class HashEmbedder:
     unit vector rather than zero, as real models never return zero.
     """
 
-    def __init__(self, name: str = FAKE_MODEL_NAME, dim: int = FAKE_DIM) -> None:
+    def __init__(self, name: str = FAKE_MODEL_NAME, dim: int = FAKE_DIM, salt: str = "") -> None:
+        """`salt` makes another model of the same dimension: every word hashes elsewhere."""
         self._name = name
         self._dim = dim
+        self._salt = salt
         self.encoded_texts = 0
 
     @property
@@ -51,7 +53,7 @@ class HashEmbedder:
     def vector(self, text: str) -> np.ndarray:
         vector = np.zeros(self._dim, dtype=np.float32)
         for word in _WORD.findall(text.lower()):
-            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            digest = hashlib.blake2b((self._salt + word).encode(), digest_size=8).digest()
             bucket = int.from_bytes(digest[:4], "little") % self._dim
             vector[bucket] += 1.0 if digest[4] & 1 else -1.0
         norm = float(np.linalg.norm(vector))

@@ -258,7 +258,7 @@ def test_a_float32_snapshot_from_before_fp16_is_rejected(
     path = tmp_path / "pages.faiss"
     path.write_bytes(snapshot_bytes(SnapshotHeader(DIM, 7, trained_count, None), payload))
     monkeypatch.undo()
-    message = "not a version-2" if version == 1 else "unexpected index type"
+    message = f"not a version-{faiss_snapshot.FORMAT_VERSION}" if version == 1 else "unexpected index type"
     with pytest.raises(IndexSnapshotError, match=message):
         FaissIndex.load(path, DIM)
 

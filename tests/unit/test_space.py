@@ -1,6 +1,7 @@
 """`MemorySpace.apply`: each rule of ARCHITECTURE §3 and the storage contracts of §4, with hand-made
 unit vectors and a fixed clock (no model)."""
 
+import json
 import math
 import sqlite3
 from collections.abc import Iterator
@@ -62,6 +63,16 @@ def file_topic(
     (segment_id,) = segment_ids
     assert segment_id is not None
     return segment_id
+
+
+def last_op_detail(directory: Path) -> dict[str, object]:
+    db = sqlite3.connect(f"file:{directory / STORE_FILE}?mode=ro", uri=True)
+    try:
+        return dict(
+            json.loads(db.execute("SELECT detail FROM op_log ORDER BY seq DESC LIMIT 1").fetchone()[0])
+        )
+    finally:
+        db.close()
 
 
 def page(space: MemorySpace, page_id: int) -> Page:
@@ -221,14 +232,16 @@ def test_file_topic_threshold_uses_cosine_plus_keyword_jaccard(space: MemorySpac
     assert file_topic(space, [p3], other_half, ["tea", "scones"], "Tea scones.", T0) == s1  # F = 0.5 + 1/3
 
 
-def test_a_page_belongs_to_exactly_one_segment_even_when_refiled(space: MemorySpace) -> None:
+def test_a_page_filed_again_stays_in_its_one_segment(space: MemorySpace, space_dir: Path) -> None:
+    """Filing pages that already left STM (a plan made before another process filed them, or the same
+    work delivered twice) is a recorded no-op: a page belongs to exactly one segment."""
     p1, p2 = add_pages(space, axis(DIM, 0), axis(DIM, 0))
     s1 = file_topic(space, [p1, p2], axis(DIM, 0), ["tea"], "Tea.", T0)
-    s2 = file_topic(space, [p1], axis(DIM, 5), ["boats"], "Boats.", T0)
-    assert s2 != s1
-    assert space.store.segment_page_ids(s1) == [p2]
-    assert space.store.segment_page_ids(s2) == [p1]
-    assert sum(s.page_count for s in space.segments(count_pages=True)) == 2
+    assert file_topic(space, [p1], axis(DIM, 5), ["boats"], "Boats.", T0) == s1
+    assert space.store.segment_page_ids(s1) == [p1, p2]
+    assert [s.page_count for s in space.segments(count_pages=True)] == [2]
+    assert op_kinds(space_dir)[-1] == "file_topic"
+    assert "stale" in last_op_detail(space_dir)
 
 
 def test_file_topic_with_a_wrong_shape_vector_changes_nothing(space: MemorySpace, space_dir: Path) -> None:
