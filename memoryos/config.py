@@ -97,8 +97,9 @@ class MemoryConfig(BaseSettings):
     # Ingest.
     ingest_mode: Literal["background", "inline"] = Field(
         "background",
-        description="background: add_memory stores the page durably and returns; a thread embeds and "
-        "consolidates (reads wait for it). inline: all of it on the caller's thread, like the reference.",
+        description="background: add_memory stores the page durably and returns; the process's scheduler "
+        "embeds and consolidates (a read waits for the vectors of earlier writes, not for consolidation). "
+        "inline: add_memory returns once its pages are embedded and consolidated, like the reference.",
     )
 
     # Input limits.
@@ -119,7 +120,21 @@ class MemoryConfig(BaseSettings):
     embedding_device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: CUDA when torch sees a GPU, else CPU."
     )
-    embedding_batch_size: int = Field(64, gt=0)
+    embedding_batch_size: int = Field(
+        64, gt=0, description="Texts per embedding batch, pooled across every open space of the process."
+    )
+    embedding_max_batch_tokens: int = Field(
+        16384,
+        gt=0,
+        description="Estimated tokens (characters / 4) per embedding batch: bounds a batch of long texts "
+        "(64 of 256 tokens by default).",
+    )
+    embedding_max_wait_ms: float = Field(
+        5.0,
+        ge=0,
+        description="How long the batcher waits for more pages before encoding a batch that is not full: "
+        "a little latency for fuller batches when many spaces write at once.",
+    )
     embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
     embedding_runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto",
@@ -141,10 +156,19 @@ class MemoryConfig(BaseSettings):
     llm_timeout_s: float = Field(60.0, gt=0)
     llm_max_retries: int = Field(3, ge=0)
     llm_max_concurrency: int = Field(
-        4,
+        16,
         gt=0,
-        description="Concurrent LLM calls during consolidation. Not read yet: consolidation makes one call at "
-        "a time until the per-process scheduler (issue 10) pools them.",
+        description="LLM calls in flight at once, across every space of the process (an endpoint such as "
+        "vLLM batches them server-side).",
+    )
+    llm_backoff_max_s: float = Field(
+        300.0,
+        gt=0,
+        description="Longest pause before a space's consolidation is retried after LLM failures (the pause "
+        "doubles from 1 s with each failure in a row); writes and reads go on meanwhile.",
+    )
+    scheduler_store_threads: int = Field(
+        4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
     )
 
     # Vector index.

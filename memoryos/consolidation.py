@@ -1,26 +1,37 @@
 """Planners that move memory up the tiers: STM → MTM (dialogue chains, topic segments) and MTM → LPM
 (profile, user facts, assistant facts).
 
-Planners make the LLM calls and embeddings and hand plain ops to `MemorySpace.apply`. An LLM failure
-leaves the space as it was: the pages stay where they are and the work is retried on the next trigger,
-so an error text can never become memory.
+Planners are coroutines: each `await` hands a request to the process's scheduler — an LLM task (pooled
+with every other space's, at most `llm_max_concurrency` in flight) or texts to embed (into the shared
+batcher's next batch) — and the code after it is the continuation that turns the results into plain ops
+for `MemorySpace.apply`. Calls that do not depend on each other are awaited together: the continuity
+checks of all pages leaving STM, a run's chain summary and topic, a segment's profile and facts.
+
+An LLM failure leaves the space as it was: the pages stay where they are and the work is retried later
+(the scheduler backs off per space), so an error text can never become memory.
 """
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
+import numpy as np
+
 from memoryos import policy
-from memoryos.embedding.base import Embedder
+from memoryos.backoff import Backoff
 from memoryos.errors import LLMError
-from memoryos.llm.base import MemoryLLM
-from memoryos.ops import AddKnowledge, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from memoryos.llm.base import AsyncMemoryLLM, TopicSummary
+from memoryos.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
 from memoryos.space import MemorySpace
 from memoryos.types import Page
 from memoryos.validation import TIMESTAMP_FORMAT, format_unix_timestamp
 
 log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_S = 1.0
+"""The pause after a first LLM failure of a unit of work; it doubles with each failure in a row."""
 
 CHAIN_CONTEXT_PAGES = 8
 """Earlier chain pages shown when a chain's summary is refreshed: bounds the prompt of long chains."""
@@ -30,75 +41,126 @@ def _moment(page: Page) -> datetime:
     return datetime.strptime(page.timestamp, TIMESTAMP_FORMAT)
 
 
+EmbedTexts = Callable[[list[str]], Awaitable[np.ndarray]]
+"""Vectors for texts that are not pages (new facts), from the scheduler's batcher."""
+ApplyOp = Callable[[MemorySpace, AnyOp], Awaitable[list[int]]]
+"""`space.apply(op)` off the event loop (a commit waits for an fsync)."""
+
+
 class Consolidator:
-    """Runs the tier transitions of one space after writes, and on demand."""
+    """The tier transitions of one space, as coroutines the scheduler runs after writes and on demand.
 
-    def __init__(self, llm: MemoryLLM, embedder: Embedder, clock: Callable[[], float] = time.time) -> None:
+    What failed on the LLM is not tried again on every write: moving the STM overflow and each segment's
+    analysis have their own `Backoff` (1 s after a failure, doubling, at most `llm_backoff_max_s`), so a
+    segment the LLM keeps failing on holds back neither new pages nor the other segments.
+    """
+
+    def __init__(
+        self,
+        llm: AsyncMemoryLLM,
+        embed_texts: EmbedTexts,
+        apply: ApplyOp,
+        clock: Callable[[], float] = time.time,
+        backoff_max_s: float = 300.0,
+    ) -> None:
         self.llm = llm
-        self.embedder = embedder
+        self.embed_texts = embed_texts
+        self.apply = apply
         self.clock = clock
+        self._backoff_max_s = backoff_max_s
+        self._overflow_backoff = self._new_backoff()
+        self._segment_backoffs: dict[int, Backoff] = {}
 
-    def run(self, space: MemorySpace) -> None:
-        """Move STM overflow into mid-term memory, then promote every hot segment.
+    def _new_backoff(self) -> Backoff:
+        return Backoff(FIRST_BACKOFF_S, self._backoff_max_s)
 
-        The two steps fail independently: pages the LLM cannot file yet do not hold back the analysis of
-        segments already hot.
-        """
+    async def run(self, space: MemorySpace) -> None:
+        """Move STM overflow into mid-term memory, then promote every hot segment, skipping the work that
+        is backing off. The two steps fail independently: pages the LLM cannot file yet do not hold back
+        the analysis of segments already hot. Failures are logged, not raised: they are retried when their
+        backoff ends (`retry_in_s`)."""
+        if self._overflow_backoff.ready():
+            try:
+                await self.move_overflow(space)
+                self._overflow_backoff.succeeded()
+            except LLMError as error:
+                self._overflow_backoff.failed()
+                log.warning(
+                    "moving short-term overflow postponed: the LLM failed", extra={"error": str(error)}
+                )
+        due = [
+            segment_id
+            for segment_id in space.segments_to_promote(self.clock())
+            if self._segment_backoffs.get(segment_id) is None or self._segment_backoffs[segment_id].ready()
+        ]
         try:
-            self.move_overflow(space)
-        except LLMError as error:
-            log.warning("moving short-term overflow postponed: the LLM failed", extra={"error": str(error)})
-        try:
-            self.promote(space, space.segments_to_promote(self.clock()))
+            await self.promote(space, due)
         except LLMError as error:
             log.warning("promotion postponed: the LLM failed", extra={"error": str(error)})
 
-    def move_overflow(self, space: MemorySpace) -> None:
+    def retry_in_s(self) -> float | None:
+        """Seconds until the earliest postponed work may be tried again; None when nothing is postponed."""
+        waits = [b.wait_s() for b in (self._overflow_backoff, *self._segment_backoffs.values())]
+        pending = [w for w in waits if w is not None]
+        return min(pending) if pending else None
+
+    async def move_overflow(self, space: MemorySpace) -> None:
         """Pages beyond `short_term_capacity`, oldest first, join dialogue chains and then topic segments.
 
         Consecutive pages of one chain move as a run: one chain summary and one topic per run, not per page.
         A page already linked (a crash came between linking and filing) is filed without linking again.
+        Every page's continuity check is asked at once (each compares a page with the one before it, known
+        before any answer), and a run's chain summary together with its topic.
         """
         stm = space.short_term_pages()
         overflow = stm[: max(0, len(stm) - space.config.short_term_capacity)]
         waiting = next((i for i, page in enumerate(overflow) if not page.embedded), None)
         overflow = overflow[:waiting]  # a page still waiting for its vector holds back the younger ones
-        runs: list[tuple[bool, list[Page]]] = []
+        if not overflow:
+            return
         previous = space.last_chained_page()
         last_linked = previous.page_id if previous is not None else 0  # as `apply` will see it
-        for page in overflow:
-            continues = page.chain_id is not None or self._continues(space, previous, page)
+        befores = [previous, *overflow[:-1]]
+        continuations = await asyncio.gather(
+            *(self._continues(space, before, page) for before, page in zip(befores, overflow, strict=True))
+        )
+        runs: list[tuple[bool, list[Page]]] = []
+        for page, continues in zip(overflow, continuations, strict=True):
             if runs and continues:
                 runs[-1][1].append(page)
             else:
                 runs.append((continues, [page]))
-            previous = page
         for continues, pages in runs:
             unlinked = [p for p in pages if p.chain_id is None]
-            if unlinked:
-                earlier = self._chain_so_far(space) if continues else []
-                summary = self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages])
-                for position, page in enumerate(unlinked):
-                    first = position == 0 and page is pages[0]
-                    space.apply(
-                        LinkChain(
-                            page_id=page.page_id,
-                            continues_previous=continues if first else True,
-                            chain_summary=summary,
-                            previous_page_id=last_linked,
-                            at=self.clock(),
-                        )
-                    )
-                    last_linked = page.page_id
-            self._file(space, pages)
+            earlier = self._chain_so_far(space) if unlinked and continues else []
+            topic, summary = await asyncio.gather(
+                self.llm.summarize_topic(pages),
+                self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages]) if unlinked else _none(),
+            )
+            for position, page in enumerate(unlinked):
+                first = position == 0 and page is pages[0]
+                await self.apply(
+                    space,
+                    LinkChain(
+                        page_id=page.page_id,
+                        continues_previous=continues if first else True,
+                        chain_summary=summary or "",
+                        previous_page_id=last_linked,
+                        at=self.clock(),
+                    ),
+                )
+                last_linked = page.page_id
+            await self._file(space, pages, topic)
 
-    def _continues(self, space: MemorySpace, previous: Page | None, page: Page) -> bool:
+    async def _continues(self, space: MemorySpace, previous: Page | None, page: Page) -> bool:
+        if page.chain_id is not None:
+            return True  # linked before a crash: it continues what it was linked to
         if previous is None:
             return False
         gap_hours = abs((_moment(page) - _moment(previous)).total_seconds()) / 3600
         if gap_hours > space.config.chain_max_gap_hours:
             return False
-        return self.llm.is_continuation(previous, page)
+        return await self.llm.is_continuation(previous, page)
 
     def _chain_so_far(self, space: MemorySpace) -> list[Page]:
         """The pages of the chain the next page would continue (the last linked page's chain)."""
@@ -107,55 +169,67 @@ class Consolidator:
             return []
         return space.chain_pages(previous.chain_id)
 
-    def _file(self, space: MemorySpace, pages: Sequence[Page]) -> None:
-        """One topic for a run of pages. Its vector is the mean of the pages' vectors: it stands for what
-        the pages say rather than for a summary of them, and costs no extra encode."""
-        topic = self.llm.summarize_topic(pages)
+    async def _file(self, space: MemorySpace, pages: Sequence[Page], topic: TopicSummary) -> None:
+        """File a run under its topic. The topic's vector is the mean of the pages' vectors: it stands for
+        what the pages say rather than for a summary of them, and costs no extra encode."""
         vectors = space.page_vectors([p.page_id for p in pages])
-        space.apply(
+        await self.apply(
+            space,
             FileTopic(
                 page_ids=[p.page_id for p in pages],
                 summary=topic.summary,
                 keywords=topic.keywords,
                 vector=policy.unit_mean(vectors),
                 at=self.clock(),
-            )
+            ),
         )
 
-    def promote(self, space: MemorySpace, segment_ids: Sequence[int]) -> None:
+    async def promote(self, space: MemorySpace, segment_ids: Sequence[int]) -> None:
         """Analyze each segment's unanalyzed pages into the profile and long-term facts, then reset it.
 
-        A segment whose analysis fails keeps its pages unanalyzed (retried on a later trigger) and does not
-        stop the others: one segment the LLM keeps failing on must not starve every segment behind it. The
-        first failure is raised once the rest are done.
+        A segment whose analysis fails keeps its pages unanalyzed (retried later) and does not stop the
+        others: one segment the LLM keeps failing on must not starve every segment behind it. The first
+        failure is raised once the rest are done. Segments go one after another because each profile
+        update merges into the one before it.
         """
         failure: LLMError | None = None
         for segment_id in segment_ids:
+            backoff = self._segment_backoffs.setdefault(segment_id, self._new_backoff())
             try:
-                self._promote_one(space, segment_id)
+                await self._promote_one(space, segment_id)
+                del self._segment_backoffs[segment_id]
             except LLMError as error:
+                backoff.failed()
                 failure = failure or error
         if failure is not None:
             raise failure
 
-    def _promote_one(self, space: MemorySpace, segment_id: int) -> None:
+    async def _promote_one(self, space: MemorySpace, segment_id: int) -> None:
         pages = space.unanalyzed_pages(segment_id)
         if not pages:
             return
-        profile = self.llm.update_profile(space.profile(), pages)
-        knowledge = self.llm.extract_knowledge(pages)
+        profile, knowledge = await asyncio.gather(
+            self.llm.update_profile(space.profile(), pages), self.llm.extract_knowledge(pages)
+        )
         timestamp = format_unix_timestamp(self.clock())
-        space.apply(UpdateProfile(text=profile, source_segment_id=segment_id, at=self.clock()))
+        await self.apply(space, UpdateProfile(text=profile, source_segment_id=segment_id, at=self.clock()))
         for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
             if texts:
-                vectors = self.embedder.encode(texts)
-                space.apply(
+                vectors = await self.embed_texts(texts)
+                await self.apply(
+                    space,
                     AddKnowledge(
                         knowledge_kind=kind,
                         texts=texts,
                         vectors=vectors,
                         timestamp=timestamp,
                         at=self.clock(),
-                    )
+                    ),
                 )
-        space.apply(MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages], at=self.clock()))
+        await self.apply(
+            space, MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages], at=self.clock())
+        )
+
+
+async def _none() -> None:
+    return None

@@ -32,3 +32,7 @@ class StorageError(MemoryOSError):
 
 class LLMError(MemoryOSError):
     """An LLM call failed after its retries; callers keep the previous memory state."""
+
+
+class SchedulerClosedError(MemoryOSError):
+    """Work asked of the process's scheduler while it closes (or while the process exits)."""

@@ -1,34 +1,32 @@
 """`Memoryos`: the reference package's API over our engine, so its users switch by changing one import.
 
 One instance serves one memory space, `(user_id, assistant_id)` under `data_storage_path`. Writes are
-durable when a method returns. Consolidation (chains, segments, profile, facts) runs after each write, on
-the caller's thread, like the reference; the service runs the same planners on its workers instead.
+durable when a method returns. Embedding and consolidation (chains, segments, profile, facts) run on the
+process's scheduler (`memoryos/scheduler/`), pooled with every other open space; a read waits for the
+vectors of the writes before it, not for consolidation. One instance may be shared by threads.
 """
 
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from memoryos.config import MemoryConfig
-from memoryos.consolidation import Consolidator
 from memoryos.embedding import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.generation import answer_request
-from memoryos.ingest import BackgroundIngestor
 from memoryos.llm import MemoryLLM, create_llm
-from memoryos.ops import AddTurns, EmbedPages, RecordVisits
+from memoryos.ops import AddTurns
 from memoryos.retrieval import dense_query_text, retrieve_context
+from memoryos.scheduler import Scheduler, shared_scheduler
+from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import MemorySpace
 from memoryos.storage.space_lock import SpaceBusyError
-from memoryos.types import MemoryStats, Page, RetrievedContext, SegmentStats, Turn
+from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn
 from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
 
 log = logging.getLogger(__name__)
@@ -58,10 +56,11 @@ class Memoryos:
         embedder: Embedder | None = None,
         llm: MemoryLLM | None = None,
         clock: Callable[[], float] = time.time,
+        scheduler: Scheduler | None = None,
     ) -> None:
         """Arguments up to `embedding_model_kwargs` are the reference's, with its defaults. `config`
-        supplies every other setting (env `MEMORYOS_*`); `embedder`, `llm` and `clock` let tests and services
-        inject shared or deterministic parts. `embedding_model_kwargs` goes to `SentenceTransformer(...)` as
+        supplies every other setting (env `MEMORYOS_*`); `embedder`, `llm`, `clock` and `scheduler` (default:
+        the process's) let tests and services inject shared or deterministic parts. `embedding_model_kwargs` goes to `SentenceTransformer(...)` as
         in the reference (JSON values only; None keeps `config.embedding_model_kwargs`); a `device` in it
         wins over `config.embedding_device`."""
         self.user_id = validate_id("user_id", user_id)
@@ -93,14 +92,10 @@ class Memoryos:
             lambda: self.embedder.dim,
             clock,
         )
-        self.consolidator = Consolidator(self.llm, self.embedder, clock)
-        self._visits: list[int] = []
-        self._visits_at = 0.0
-        self._visits_lock = threading.Lock()
-        self._ingestor: BackgroundIngestor | None = None
-        self._start_ingest()
+        self._scheduler = scheduler or shared_scheduler(self.config)
+        self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)
         if self.space.pending_page_ids(1):
-            self._process_writes()  # acknowledged before a crash, not yet embedded
+            self._work.pages_written()  # acknowledged before a crash, not yet embedded
 
     @classmethod
     def from_config(
@@ -111,7 +106,7 @@ class Memoryos:
         **parts: Any,
     ) -> "Memoryos":
         """Open a space with every setting taken from `config` (front ends, services, the harness).
-        `parts` passes `embedder`, `llm` or `clock` through."""
+        `parts` passes `embedder`, `llm`, `clock` or `scheduler` through."""
         api_key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
         return cls(
             user_id=user_id,
@@ -160,57 +155,21 @@ class Memoryos:
         ]
         if not validated:
             raise InvalidInputError(_field_prefix or "turns", "must contain at least one turn")
-        if self._ingestor is not None:
-            # Durable now; embedded by the thread.
-            page_ids = self.space.apply(AddTurns(turns=validated, at=self.clock()))
-        else:
-            vectors = self._encode_pages(validated)
-            page_ids = self.space.apply(AddTurns(turns=validated, vectors=vectors, at=self.clock()))
-        self._process_writes()
+        if self.config.ingest_mode == "inline" and self.embedder.dim != self.space.dim:
+            # Inline callers wait for the vectors anyway: refuse a model of another dimension before storing.
+            raise EmbeddingModelMismatchError(
+                self.space.embedding_model, self.space.dim, self.embedder.name, self.embedder.dim
+            )
+        page_ids = self.space.apply(AddTurns(turns=validated, at=self.clock()))  # durable now
+        self._work.pages_written()
+        if self.config.ingest_mode == "inline":
+            self._work.flush()
         return page_ids
 
-    def _process_writes(self) -> None:
-        if self._ingestor is not None:
-            self._ingestor.notify()
-        else:
-            while self._ingest_step():
-                pass
-
-    def _ingest_step(self) -> bool:
-        """Embed one batch of pending pages (True: call again), or consolidate once nothing is pending."""
-        pending = self.space.pages(self.space.pending_page_ids(self.config.embedding_batch_size))
-        if pending:
-            vectors = self._encode_pages(pending)
-            self.space.apply(
-                EmbedPages(page_ids=[page.page_id for page in pending], vectors=vectors, at=self.clock())
-            )
-            return True
-        self._record_visits()
-        self.consolidator.run(self.space)
-        return False
-
-    def _encode_pages(self, pages: Sequence[Turn | Page]) -> np.ndarray:
-        """Page vectors; a model that names itself like the space's but yields another dimension is the
-        same mismatch as another model name, and gets the same error."""
-        vectors = self.embedder.encode([page.text() for page in pages])
-        if vectors.shape[1] != self.space.dim:
-            raise EmbeddingModelMismatchError(
-                self.space.embedding_model, self.space.dim, self.embedder.name, vectors.shape[1]
-            )
-        return vectors
-
     def flush(self) -> None:
-        """Wait until every write so far is embedded and consolidated (reads do this themselves)."""
-        if self._ingestor is None:
-            return
-        if self.space.pending_page_ids(1):
-            try:
-                self._ingestor.flush()
-            except Exception:
-                if self.space.pending_page_ids(1):
-                    raise  # pages the reader expects are missing; a failure already healed is not news
-        else:
-            self._ingestor.wait()  # no new pass: a read after a read costs nothing here
+        """Wait until every write so far is embedded and consolidated. Reads wait only for the vectors
+        they need; call this to see the profile, facts and segments of the latest writes."""
+        self._work.flush()
 
     def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
         if not isinstance(raw, Mapping):
@@ -241,28 +200,18 @@ class Memoryos:
     ) -> RetrievedContext:
         """Context for `query` from every tier. Segments of the returned pages get a visit (heat)."""
         text = validate_text("query", query, self.config.max_text_chars)
-        self.flush()
+        self._work.wait_embedded(self.space.max_page_id())  # every write before this read, searchable
         self.space.refresh()  # vectors other processes stored since the last look
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
-        query_vector = self.embedder.encode([dense_query_text(self.space, text)], is_query=True)[0]
+        query_vector = self._work.encode_query(dense_query_text(self.space, text))
         now = self.clock()
         context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now)
         visited = sorted(
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )
-        with self._visits_lock:
-            self._visits.extend(visited)
-            self._visits_at = now
+        self._work.note_visits(visited, now)
         return context
-
-    def _record_visits(self) -> None:
-        """Apply the visits buffered by reads as one op. Reads never write (no fsync on their path); the
-        heat they add counts from the next write's consolidation, or at close."""
-        with self._visits_lock:
-            visited, self._visits = self._visits, []
-        if visited:
-            self.space.apply(RecordVisits(segment_ids=visited, at=self._visits_at))
 
     @staticmethod
     def _positive(field: str, value: int | None, default: int) -> int:
@@ -314,7 +263,8 @@ class Memoryos:
         """Analyze every segment with unanalyzed pages now, whatever its heat."""
         self.flush()
         segments = [s.segment_id for s in self.space.segments()]
-        self.consolidator.promote(self.space, [sid for sid in segments if self.space.unanalyzed_pages(sid)])
+        ready = [sid for sid in segments if self.space.unanalyzed_pages(sid)]
+        self._work.run_now(lambda consolidator: consolidator.promote(self.space, ready))
 
     def get_memory_stats(self) -> dict[str, Any]:
         return self.stats().model_dump()
@@ -356,11 +306,11 @@ class Memoryos:
         The `<tenant>/<user_id>/` directories above it go too once nothing else is in them, so a forgotten
         user's id does not stay on disk as a directory name. `rmdir` removes only empty directories, so
         other users' and assistants' spaces are never touched; the data root itself is kept."""
-        self._stop_ingest()
+        self._work.close()
         try:
             self.space.erase()
-        except SpaceBusyError:
-            self._start_ingest()  # nothing was erased: the instance keeps working
+        except SpaceBusyError:  # nothing was erased: the instance keeps working
+            self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, self.clock)
             raise
         user_dir = self.space.directory.parent  # `space_dir` is <data_dir>/<tenant>/<user_id>/<assistant_id>
         for directory in (user_dir, user_dir.parent):
@@ -372,20 +322,10 @@ class Memoryos:
                 break  # not empty: another space lives here
 
     def close(self) -> None:
-        """Finish pending writes, snapshot the index and close the store; a second call does nothing."""
-        self._stop_ingest()
-        if not self.space.closed:
-            self._record_visits()
+        """Let a running consolidation pass finish, apply buffered visits, snapshot the index and close the
+        store; a second call does nothing. Pages not yet embedded stay durable: the next open embeds them."""
+        self._work.close()
         self.space.close()
-
-    def _start_ingest(self) -> None:
-        if self.config.ingest_mode == "background":
-            self._ingestor = BackgroundIngestor(self._ingest_step, name=f"memoryos-ingest-{self.user_id}")
-
-    def _stop_ingest(self) -> None:
-        if self._ingestor is not None:
-            self._ingestor.close()
-            self._ingestor = None
 
     def __enter__(self) -> "Memoryos":
         return self

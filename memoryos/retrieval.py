@@ -115,12 +115,13 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     missing_dense = [pid for pid in needed if pid not in dense_hits]
     dense = dict(dense_hits)
     if missing_dense:
-        dense.update(
-            zip(missing_dense, (space.page_vectors(missing_dense) @ query_vector).tolist(), strict=True)
-        )
+        # A page written a moment ago by another thread or process may have no vector yet: it is left to
+        # the lexical side (a dense z-score of 0) rather than scored from a vector it does not have.
+        embedded, vectors = space.embedded_page_vectors(missing_dense)
+        dense.update(zip(embedded, (vectors @ query_vector).tolist(), strict=True))
 
     fused_values = config.dense_weight * _zscore(
-        np.array([dense[pid] for pid in needed]), dense_mean, dense_std
+        np.array([dense.get(pid, dense_mean) for pid in needed]), dense_mean, dense_std
     ) + config.lexical_weight * _zscore(
         np.array([lexical_scores.get(pid, 0.0) for pid in needed]), lexical_mean, lexical_std
     )

@@ -94,12 +94,14 @@ class MemorySpace:
         self.embedding_model = embedding_model
         try:
             self.dim = self._check_fingerprint(embedding_model, model_dim)
-            self._pages = SpacePageIndex(self.store, config, directory, self.dim, clock, self.fingerprint())
+            self._sample = ScoreSample(self.store, self.dim)
+            self._pages = SpacePageIndex(
+                self.store, config, directory, self.dim, clock, self.fingerprint(), self._sample.offer
+            )
         except BaseException:
             self.store.close()
             self._hold.release()
             raise
-        self._sample = ScoreSample(self.store, self.dim)
         self._seen_data_version = self.store.data_version()
         self.closed = False
 
@@ -371,6 +373,11 @@ class MemorySpace:
         return self.store.pending_page_ids(limit)
 
     @_locked
+    def max_page_id(self) -> int:
+        """The id of the page stored last (0: none): what a read issued now must see."""
+        return self.store.max_page_id()
+
+    @_locked
     def short_term_pages(self) -> list[Page]:
         return self.store.pages_in_tier("stm")
 
@@ -386,6 +393,11 @@ class MemorySpace:
     @_locked
     def page_vectors(self, page_ids: list[int]) -> np.ndarray:
         return self.store.page_vectors(page_ids, self.dim)
+
+    @_locked
+    def embedded_page_vectors(self, page_ids: list[int]) -> tuple[list[int], np.ndarray]:
+        """(ids, vectors) of the given pages that have a vector; pages still pending are left out."""
+        return self.store.embedded_page_vectors(page_ids, self.dim)
 
     @_locked
     def chain_pages(self, chain_id: int) -> list[Page]:

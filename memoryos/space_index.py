@@ -50,6 +50,7 @@ class SpacePageIndex:
         dim: int,
         clock: Callable[[], float],
         fingerprint: str,
+        on_caught_up: Callable[[np.ndarray], None] = lambda vectors: None,
     ) -> None:
         """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
         holds), then every stored vector the snapshot does not cover."""
@@ -59,6 +60,7 @@ class SpacePageIndex:
         self._clock = clock
         self._dim = dim
         self._fingerprint = fingerprint
+        self._on_caught_up = on_caught_up
         self._path = page_snapshot_path(config, directory)
         self.covered_seq = 0
         self.index, stale = self._open(directory, dim)
@@ -91,7 +93,7 @@ class SpacePageIndex:
             log.info("page index snapshot behind the store: %d vectors replayed", replayed, extra=fields)
         return index, stale
 
-    def _replay(self, index: VectorIndex) -> int:
+    def _replay(self, index: VectorIndex, on_added: Callable[[np.ndarray], None] | None = None) -> int:
         """Add every stored vector embedded after `covered_seq` to `index`; returns how many."""
         replayed = 0
         while True:
@@ -99,14 +101,17 @@ class SpacePageIndex:
             if len(ids) == 0:
                 return replayed
             index.add(ids, vectors)
+            if on_added is not None:
+                on_added(vectors)
             self.covered_seq, replayed = last_seq, replayed + len(ids)
 
     def catch_up(self) -> int:
         """Add the vectors other processes stored since this index last looked; returns how many.
 
         Called inside the write transaction before an op applies, and before reads; an index re-adding
-        an id replaces its vector, so catching up is idempotent."""
-        added = self._replay(self.index)
+        an id replaces its vector, so catching up is idempotent. The vectors go to `on_caught_up` too (the
+        space's score sample)."""
+        added = self._replay(self.index, self._on_caught_up)
         if added:
             self._ops_since_snapshot += 1
         return added

@@ -1,10 +1,21 @@
-"""LLM backends behind the `MemoryLLM` protocol, chosen from the configuration by `create_llm`."""
+"""LLM backends behind the `MemoryLLM` protocol, chosen from the configuration by `create_llm`; their
+async form (`AsyncMemoryLLM`) for the scheduler comes from `as_async`, bounded by `LimitedLLM`."""
 
 from memoryos.config import MemoryConfig
-from memoryos.llm.base import MemoryLLM
+from memoryos.llm.async_adapters import CallSlots, InlineAsyncLLM, LimitedLLM, as_async, call_deadline_s
+from memoryos.llm.base import AsyncMemoryLLM, MemoryLLM
 from memoryos.llm.offline import OfflineLLM
 
-__all__ = ["MemoryLLM", "create_llm"]
+__all__ = [
+    "AsyncMemoryLLM",
+    "CallSlots",
+    "InlineAsyncLLM",
+    "LimitedLLM",
+    "MemoryLLM",
+    "as_async",
+    "call_deadline_s",
+    "create_llm",
+]
 
 
 def create_llm(config: MemoryConfig) -> MemoryLLM:

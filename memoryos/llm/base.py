@@ -2,6 +2,11 @@
 
 The protocol is task-level, not chat-level, so the offline backend can do each task extractively with no
 model at all, and the whole pipeline runs without an API key.
+
+`AsyncMemoryLLM` is the same tasks as coroutines, for the per-process scheduler that consolidates every
+open space on one event loop and pools their LLM calls (`memoryos/llm/async_adapters.py` turns any
+`MemoryLLM` into one). The sync protocol stays: the facade answers synchronously, and so do the eval
+harness and judge.
 """
 
 from collections.abc import Sequence
@@ -77,3 +82,25 @@ class MemoryLLM(Protocol):
     def answer(self, request: AnswerRequest) -> str:
         """The assistant's reply to `request.query` given the memory context."""
         ...
+
+
+class AsyncMemoryLLM(Protocol):
+    """`MemoryLLM`'s tasks as coroutines: same names, arguments, results, usage names and `LLMError` rule.
+
+    Implementations are used from one event loop; many calls may be in flight on it at once.
+    """
+
+    @property
+    def usage(self) -> dict[str, OperationUsage]: ...
+
+    async def is_continuation(self, previous: Page, current: Page) -> bool: ...
+
+    async def summarize_chain(self, pages: Sequence[Page]) -> str: ...
+
+    async def summarize_topic(self, pages: Sequence[Page]) -> TopicSummary: ...
+
+    async def update_profile(self, current_profile: str, pages: Sequence[Page]) -> str: ...
+
+    async def extract_knowledge(self, pages: Sequence[Page]) -> ExtractedKnowledge: ...
+
+    async def answer(self, request: AnswerRequest) -> str: ...

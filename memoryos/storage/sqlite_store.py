@@ -184,6 +184,22 @@ class SqliteStore:
         """Vectors of `page_ids`, in that order; every id must exist."""
         return self._vectors_by_id("pages", "page_id", page_ids, dim)
 
+    def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
+        """(ids, vectors) of those `page_ids` that have a vector, in the order given: pages still waiting
+        for theirs (another thread's or process's fresh write) are left out, never read as NULL."""
+        found: dict[int, bytes] = {}
+        for start in range(0, len(page_ids), 900):
+            chunk = list(page_ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self._db.execute(
+                    f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks}) AND vector IS NOT NULL",
+                    chunk,
+                ).fetchall()
+            )
+        ids = [pid for pid in page_ids if pid in found]
+        return ids, from_blobs([found[pid] for pid in ids], dim)
+
     def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
         if not ids:
             return np.zeros((0, dim), dtype=np.float32)

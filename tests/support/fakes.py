@@ -3,12 +3,15 @@
 - `HashEmbedder`: hashed bag-of-words vectors, L2-normalized. Texts sharing words are close, texts sharing
   none are (nearly) orthogonal; the same text always gives the same vector, in every process.
 - `FakeClock`: a clock that moves only when told, so heat and recency are exact.
-- `ScriptedLLM`: the offline extractive LLM, told to raise `LLMError` for chosen operations.
+- `ScriptedLLM`: the offline extractive LLM, told to raise `LLMError` for chosen operations; its async
+  view can take a fixed time per call (`delay_s`).
 """
 
+import asyncio
+import contextlib
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 
@@ -89,15 +92,27 @@ class FakeClock:
 class ScriptedLLM:
     """`MemoryLLM` doing the offline backend's work, except that operations named in `fail_on` raise
     `LLMError`, as a real backend does once its retries are spent; so does analysing a page containing
-    `poison`. `calls` counts attempts per operation (failed ones included). Operation names are the usage names: continuity, chain_summary, topic,
-    profile, knowledge, answer."""
+    `poison`. `calls` counts attempts per operation (failed ones included). Operation names are the usage
+    names: continuity, chain_summary, topic, profile, knowledge, answer.
 
-    def __init__(self, fail_on: set[str] | None = None, poison: str | None = None) -> None:
+    `async_view()` (what `as_async` picks) is the same backend as coroutines, each call taking `delay_s`
+    first (`asyncio.sleep`: an LLM of that latency without a server) and counted in `in_flight` and
+    `max_in_flight` while it runs. The sync methods never sleep.
+    """
+
+    def __init__(
+        self, fail_on: set[str] | None = None, poison: str | None = None, delay_s: float = 0.0
+    ) -> None:
         self.inner = OfflineLLM()
         self.fail_on: set[str] = set(fail_on or ())
         self.poison = poison
         """Analysis (profile, knowledge) of pages whose user_input contains this text always fails."""
+        self.delay_s = delay_s
         self.calls: dict[str, int] = {}
+        self.in_flight = 0
+        """Async calls running now (their delay included)."""
+        self.max_in_flight = 0
+        """The most async calls ever running at once."""
 
     def _attempt(self, operation: str, pages: Sequence[Page] = ()) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
@@ -109,6 +124,9 @@ class ScriptedLLM:
     @property
     def usage(self) -> dict[str, OperationUsage]:
         return self.inner.usage
+
+    def async_view(self) -> "DelayedAsyncLLM":
+        return DelayedAsyncLLM(self)
 
     def is_continuation(self, previous: Page, current: Page) -> bool:
         self._attempt("continuity")
@@ -133,6 +151,54 @@ class ScriptedLLM:
     def answer(self, request: AnswerRequest) -> str:
         self._attempt("answer")
         return self.inner.answer(request)
+
+
+class DelayedAsyncLLM:
+    """`ScriptedLLM.async_view()`: each call sleeps the backend's `delay_s` (when non-zero), then runs its
+    sync method inline, so failures, `calls` and usage are the sync backend's."""
+
+    def __init__(self, llm: ScriptedLLM) -> None:
+        self.llm = llm
+
+    @property
+    def usage(self) -> dict[str, OperationUsage]:
+        return self.llm.usage
+
+    async def is_continuation(self, previous: Page, current: Page) -> bool:
+        async with self._call():
+            return self.llm.is_continuation(previous, current)
+
+    async def summarize_chain(self, pages: Sequence[Page]) -> str:
+        async with self._call():
+            return self.llm.summarize_chain(pages)
+
+    async def summarize_topic(self, pages: Sequence[Page]) -> TopicSummary:
+        async with self._call():
+            return self.llm.summarize_topic(pages)
+
+    async def update_profile(self, current_profile: str, pages: Sequence[Page]) -> str:
+        async with self._call():
+            return self.llm.update_profile(current_profile, pages)
+
+    async def extract_knowledge(self, pages: Sequence[Page]) -> ExtractedKnowledge:
+        async with self._call():
+            return self.llm.extract_knowledge(pages)
+
+    async def answer(self, request: AnswerRequest) -> str:
+        async with self._call():
+            return self.llm.answer(request)
+
+    @contextlib.asynccontextmanager
+    async def _call(self) -> AsyncIterator[None]:
+        """Counted in flight from the start of the delay to the end of the work."""
+        self.llm.in_flight += 1
+        self.llm.max_in_flight = max(self.llm.max_in_flight, self.llm.in_flight)
+        try:
+            if self.llm.delay_s:
+                await asyncio.sleep(self.llm.delay_s)
+            yield
+        finally:
+            self.llm.in_flight -= 1
 
 
 def unit(dim: int, *weights: tuple[int, float]) -> np.ndarray:

@@ -4,7 +4,9 @@ It is a real HTTP server on 127.0.0.1 (a free port, a background thread), so the
 client's own transport, retries and timeouts rather than a mock. Each POST /v1/chat/completions takes the
 next reply from a queue: a content string, an HTTP error status, optionally after a delay. Requests are
 recorded so tests can assert what the client sent. An exhausted queue answers 400, which the client does
-not retry, so a test that scripted too few replies fails at once instead of hanging in backoff.
+not retry, so a test that scripted too few replies fails at once instead of hanging in backoff — unless
+`respond_always` set a default reply, which then answers every request the queue does not (load and
+concurrency tests). The server counts requests being handled at once (`in_flight`, `max_in_flight`).
 """
 
 import json
@@ -49,7 +51,10 @@ class RecordedRequest:
 @dataclass
 class _State:
     replies: deque[ScriptedReply] = field(default_factory=deque)
+    default_reply: ScriptedReply | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     closing: threading.Event = field(default_factory=threading.Event)
 
@@ -60,6 +65,8 @@ def _word_count(text: str) -> int:
 
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
+    _handling = False
+    """This request is counted in the server's `in_flight`."""
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))
@@ -67,7 +74,26 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             state.requests.append(RecordedRequest(self.path, dict(self.headers.items()), body))
-            reply = state.replies.popleft() if state.replies else None
+            reply = state.replies.popleft() if state.replies else state.default_reply
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            self._handling = True
+        try:
+            self._answer(body, reply)
+        finally:
+            self._done_handling()
+
+    def _done_handling(self) -> None:
+        """Uncount the request; called before its response is written, so a client that sends its next
+        request on receiving this response can never be seen overlapping with it."""
+        if self._handling:
+            self._handling = False
+            state = self.server.state
+            with state.lock:
+                state.in_flight -= 1
+
+    def _answer(self, body: dict[str, Any], reply: ScriptedReply | None) -> None:
+        state = self.server.state
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
@@ -115,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
     ) -> None:
+        self._done_handling()
         try:
             self.send_response(status)
             self.send_header("content-type", content_type)
@@ -132,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
+    """Listen backlog: dozens of concurrent clients connect at once in concurrency tests (default 5)."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -160,11 +189,31 @@ class ScriptedOpenAIServer:
         with self._server.state.lock:
             return list(self._server.state.requests)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        with self._server.state.lock:
+            return self._server.state.in_flight
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests ever being handled at the same time (from a request's arrival to the moment
+        its response is written)."""
+        with self._server.state.lock:
+            return self._server.state.max_in_flight
+
     def script(self, *replies: ScriptedReply | str) -> None:
         """Queue replies in order; a plain string is a 200 reply with that content."""
         with self._server.state.lock:
             for reply in replies:
                 self._server.state.replies.append(ScriptedReply(reply) if isinstance(reply, str) else reply)
+
+    def respond_always(self, reply: ScriptedReply | str, delay_s: float = 0.0) -> None:
+        """Answer every request the script does not with `reply` (a plain string: a 200 with that content,
+        after `delay_s`); scripted replies still go first."""
+        default = ScriptedReply(reply, delay_s=delay_s) if isinstance(reply, str) else reply
+        with self._server.state.lock:
+            self._server.state.default_reply = default
 
     def start(self) -> None:
         self._thread.start()

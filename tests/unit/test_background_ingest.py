@@ -1,4 +1,5 @@
-"""Background ingest: add_memory acknowledges a durable page at once; a thread embeds and consolidates."""
+"""Background ingest: add_memory acknowledges a durable page at once; the process's scheduler embeds and
+consolidates it."""
 
 import threading
 import time
@@ -9,12 +10,12 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.ingest import BackgroundIngestor
 from memoryos.llm.offline import OfflineLLM
 from memoryos.memoryos import Memoryos
 from memoryos.ops import AddTurns
+from memoryos.space import MemorySpace
 from memoryos.types import Turn
-from tests.support.fakes import HashEmbedder
+from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, HashEmbedder
 
 
 class SlowCountingEmbedder(HashEmbedder):
@@ -83,9 +84,11 @@ def test_pages_stored_but_not_embedded_before_a_restart_are_embedded_on_open(tmp
     memory = make(tmp_path, HashEmbedder())
     memory.close()
     # What a crash right after the acknowledgement leaves: pages without vectors.
-    space_writer = make(tmp_path, HashEmbedder())
-    space_writer._stop_ingest()
-    space_writer.space.apply(
+    config = MemoryConfig(data_dir=tmp_path, faiss_use_gpu="never")
+    space_writer = MemorySpace(
+        config.space_dir("alice", "default_assistant_profile"), config, FAKE_MODEL_NAME, lambda: FAKE_DIM
+    )
+    space_writer.apply(
         AddTurns(
             turns=[
                 Turn(
@@ -96,7 +99,7 @@ def test_pages_stored_but_not_embedded_before_a_restart_are_embedded_on_open(tmp
             ]
         )
     )
-    space_writer.space.close()
+    space_writer.close()
 
     reopened = make(tmp_path, HashEmbedder())
     found = reopened.retrieve("spare key", top_k=1).retrieved_pages
@@ -120,24 +123,3 @@ def test_concurrent_writers_all_land(tmp_path: Path) -> None:
     assert stats.short_term_pages + stats.mid_term_pages + stats.archived_pages == 40
     assert memory.space.page_index.count() == 40
     memory.close()
-
-
-def test_ingestor_flush_waits_for_requested_work_and_reports_errors_once() -> None:
-    done: list[int] = []
-    outcomes = iter([True, False, RuntimeError("boom"), False])
-
-    def step() -> bool:
-        outcome = next(outcomes)
-        if isinstance(outcome, Exception):
-            raise outcome
-        done.append(1)
-        return outcome
-
-    ingestor = BackgroundIngestor(step)
-    ingestor.flush()
-    assert done == [1, 1]
-    with pytest.raises(RuntimeError, match="boom"):
-        ingestor.flush()
-    ingestor.flush()  # the error was reported once; this pass runs the next step
-    assert len(done) == 3
-    ingestor.close()

@@ -1,0 +1,145 @@
+"""One scheduler per process: the background work of every open space, in a handful of threads.
+
+A worker serving thousands of users from one GPU needs every space's work to meet in one place, and an
+embedded process with many `Memoryos` instances should not run a thread per space. The scheduler holds:
+
+- one `EmbeddingBatcher` thread per embedding model (`batcher.py`): the pending pages of all spaces, and
+  the fact texts consolidation needs, encoded in shared batches; queries go ahead of pages;
+- one asyncio event-loop thread running every space's consolidation passes (`space_work.py`), whose LLM
+  calls share one bound of `llm_max_concurrency` calls in flight, with a timeout each;
+- a small pool of `scheduler_store_threads` threads that apply consolidation ops (a commit waits for an
+  fsync, which must not stall the loop).
+
+`Memoryos`, the embedded `memoryos serve` and the service worker all run this scheduler; the service only
+feeds it from Redis. `shared_scheduler()` is the process's instance, created on first use with that
+caller's settings and closed at interpreter exit, so no scheduler thread is inside PyTorch while the
+interpreter tears down.
+"""
+
+import asyncio
+import atexit
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from memoryos.config import MemoryConfig
+from memoryos.embedding.base import Embedder
+from memoryos.errors import SchedulerClosedError
+from memoryos.llm.async_adapters import LimitedLLM, as_async, call_deadline_s
+from memoryos.llm.base import AsyncMemoryLLM, MemoryLLM
+from memoryos.scheduler.batcher import EmbeddingBatcher
+
+T = TypeVar("T")
+
+
+class Scheduler:
+    """The process's background workers; every open space registers a `SpaceWork` with it."""
+
+    def __init__(self, config: MemoryConfig, name: str = "memoryos") -> None:
+        """Batching and concurrency settings come from `config`: one scheduler serves every space, so the
+        first opener's settings apply to all (a service configures its worker's)."""
+        self._config = config
+        self._name = name
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"{name}-scheduler", daemon=True)
+        self._thread.start()
+        self._store_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config.scheduler_store_threads, thread_name_prefix=f"{name}-store"
+        )
+        self._lock = threading.Lock()
+        self._batchers: dict[int, tuple[Embedder, EmbeddingBatcher]] = {}
+        self._llms: dict[int, tuple[MemoryLLM, AsyncMemoryLLM]] = {}
+        self._llm_slots = LimitedLLM.shared_slots(config.llm_max_concurrency)
+        self._closed = False
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def batcher(self, embedder: Embedder) -> EmbeddingBatcher:
+        """The batcher of this embedder (one thread per model, shared by every space using it)."""
+        with self._lock:
+            self._require_open()
+            found = self._batchers.get(id(embedder))
+            if found is None:
+                batcher = EmbeddingBatcher(
+                    embedder,
+                    max_batch_size=self._config.embedding_batch_size,
+                    max_batch_tokens=self._config.embedding_max_batch_tokens,
+                    max_wait_ms=self._config.embedding_max_wait_ms,
+                    name=f"{self._name}-embed-{len(self._batchers)}",
+                )
+                found = self._batchers[id(embedder)] = (embedder, batcher)
+            return found[1]
+
+    def pooled_llm(self, llm: MemoryLLM) -> AsyncMemoryLLM:
+        """`llm` as an async backend whose calls share the process's bound of calls in flight."""
+        with self._lock:
+            found = self._llms.get(id(llm))
+            if found is None:
+                limited = LimitedLLM(
+                    as_async(llm), slots=self._llm_slots, timeout_s=call_deadline_s(self._config)
+                )
+                found = self._llms[id(llm)] = (llm, limited)
+            return found[1]
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        """Run a coroutine on the scheduler's loop; the future resolves with its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    async def in_store_pool(self, function: Callable[..., T], *args: Any) -> T:
+        """Run blocking store work (an op's commit) off the loop, on the store threads.
+
+        Raises `SchedulerClosedError` once the scheduler closes — or the interpreter exits, which shuts
+        every thread pool down before atexit hooks run: a pass cut there is left for the next open."""
+        try:
+            future = self._loop.run_in_executor(self._store_pool, function, *args)
+        except RuntimeError as error:  # "cannot schedule new futures after shutdown"
+            raise SchedulerClosedError("the scheduler is shutting down") from error
+        return await future
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        """Call `callback` on the loop after `delay_s` (a space's retry after a backoff)."""
+        self._loop.call_soon_threadsafe(self._loop.call_later, delay_s, callback)
+
+    def threads(self) -> list[threading.Thread]:
+        """The Python threads this scheduler runs now (tests and metrics)."""
+        prefix = f"{self._name}-"
+        return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise SchedulerClosedError("the scheduler is closed")
+
+    def close(self) -> None:
+        """Stop every batcher (the batch in flight finishes), the loop and the store threads; idempotent.
+        Pages still pending stay durable in their stores."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            batchers = [batcher for _, batcher in self._batchers.values()]
+        for batcher in batchers:
+            batcher.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._store_pool.shutdown(wait=True)
+
+
+_shared: Scheduler | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_scheduler(config: MemoryConfig) -> Scheduler:
+    """The process's scheduler, created on first use and closed at interpreter exit."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Scheduler(config)
+            atexit.register(_shared.close)
+        return _shared

@@ -1,0 +1,622 @@
+"""`EmbeddingBatcher`: the one place where the texts of every space meet the embedding model.
+
+A worker serving thousands of spaces from one GPU, or one process with many `Memoryos`, would otherwise
+make one encode call per space: 200 spaces adding one turn each were 200 calls. One daemon thread per
+model pools the pending pages of every space (`PageSource`) and the texts consolidation needs
+(`encode_texts`) into shared batches; there is no other batcher in MemoryOS.
+
+**Building a batch.** The thread sleeps until work arrives. It then takes texts in hand as they come, and
+encodes as soon as it holds `max_batch_size` texts or `max_batch_tokens` estimated tokens, or once
+`max_wait_ms` have passed since the oldest waiting item became ready — whichever is first. Work is taken
+in FIFO order of notification, in two rounds: first every waiting source or request gets a fair share of
+the room left (`room // waiting`, at least one text), then whoever had more fills the rest in turn. Work
+that was served and has more goes to the back of the queue, so one space with 10,000 pending pages cannot
+starve a space with one: a space notified while a batch is being built is in it if one text of each
+waiting space fits, else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are sorted longest first (see `_encode`) and sent
+in ONE `embedder.encode` call; the vectors go back per source (`apply_vectors`) and per request (its
+future, in input order).
+
+**Queries go ahead of pages.** `encode_query` encodes on the caller's thread, never waiting for a batch
+to fill nor for `max_wait_ms`. While it runs it holds a "queries waiting" count up, and the batcher
+thread, before each encode call, waits until that count is zero. The guarantee: a query waits for at most
+the one page batch already inside `embedder.encode` when it arrived — that much only where the embedder
+serializes its model calls (PyTorch on a GPU: `SentenceTransformerEmbedder` holds one lock); on CPU with
+ONNX Runtime queries it waits for none. The price is on the pages: while queries overlap without a gap,
+no page batch starts. Queries are what a user waits on; pages are acknowledged, durable writes.
+
+**Failures.** If `encode` raises, every source with texts in that batch gets `embedding_failed(error)`
+and every request's future gets the error. If one source's `apply_vectors` (or `pending_texts`) raises,
+that source gets `embedding_failed` and the others are unaffected. A failed source stays queued and is
+retried after `retry_delay_s(failures)` (0.1 s doubling up to 30 s; a success resets it), so a model that
+keeps failing is not hammered in a loop; and it is retried *alone* in a batch until it succeeds, so a
+text that breaks the model fails its own space, not everyone it was batched with. `notify` does not cut
+a backoff short. A source that has nothing pending (`pending_texts` returns []) leaves the queue: a
+closed space should answer [] and is forgotten.
+
+**Closing.** `close` stops taking work, lets the batch inside `encode` finish and be applied, and joins
+the thread. Work still queued is left to the store: pages stay pending (durable; the next open embeds
+them) and queued `encode_texts` futures fail with `BatcherClosedError`. The thread is a daemon: an
+abandoned batcher never keeps a process alive (the scheduler closes it at exit).
+
+Logging gives counts and exception class names only, never a text (an exception's message may quote one).
+Future callbacks run on the batcher thread: keep them short.
+"""
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from memoryos.embedding.base import Embedder
+from memoryos.errors import MemoryOSError
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.1
+"""Wait before retrying a source whose batch failed once; doubled per consecutive failure."""
+RETRY_MAX_S = 30.0
+"""Longest wait between retries of a failing source: a model that recovers is used again soon."""
+
+
+class BatcherClosedError(MemoryOSError):
+    """The batcher was closed before this work was encoded (pages stay pending in their store)."""
+
+
+class PageSource(Protocol):
+    """One space's pages waiting for vectors, as the batcher sees it. Called on the batcher thread."""
+
+    def pending_texts(self, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` (page_id, text) of pages still without a vector, oldest first; [] when none."""
+        ...
+
+    def apply_vectors(self, page_ids: list[int], vectors: np.ndarray) -> None:
+        """Store the vectors (row i for page_ids[i]); may raise."""
+        ...
+
+    def embedding_failed(self, error: BaseException) -> None:
+        """The batch holding this source's pages failed; the source decides what its readers see."""
+        ...
+
+
+@dataclass(frozen=True)
+class BatcherStats:
+    """Counters since the batcher started. A batch is one encode call of pages and texts (queries apart)."""
+
+    batches: int = 0
+    texts: int = 0
+    queries: int = 0
+    failures: int = 0
+    """Encode calls that raised."""
+    apply_failures: int = 0
+    """`apply_vectors` or `pending_texts` calls that raised."""
+    mean_batch_size: float = 0.0
+    largest_batch: int = 0
+    tokens_estimated: int = 0
+
+
+def estimate_tokens(text: str) -> int:
+    """Characters / 4 + 2: about one token per 4 characters of English for WordPiece and BPE tokenizers,
+    plus the two special tokens. Cheap (no tokenizer on the batcher thread) and only a budget; the model
+    truncates at its own window whatever the estimate says."""
+    return len(text) // 4 + 2
+
+
+def retry_delay_s(failures: int) -> float:
+    """Seconds before retrying a source after `failures` consecutive failures (>= 1)."""
+    return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(max(failures, 1) - 1, 30))
+
+
+@dataclass(eq=False)
+class _Source:
+    """A queued source. `stamp` changes on every notify: a source notified again after its pages were
+    taken may have new ones. `ready_at` is when it was first notified, or when its backoff ends."""
+
+    source: PageSource
+    ready_at: float
+    stamp: int
+    failures: int = 0
+
+
+@dataclass(eq=False)
+class _Request:
+    """An `encode_texts` call; `taken` texts are in batches so far, `done` of them have vectors."""
+
+    texts: list[str]
+    future: "concurrent.futures.Future[np.ndarray]"
+    ready_at: float
+    taken: int = 0
+    done: int = 0
+    started: bool = False
+    failed: bool = False
+    vectors: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class _SourcePart:
+    """One source's share of a batch: its page ids and their positions in the batch."""
+
+    entry: _Source
+    stamp: int
+    page_ids: list[int] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)
+    drained: bool = False
+    """It returned fewer texts than asked and all were taken: nothing else was pending then."""
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _RequestPart:
+    request: _Request
+    offsets: list[int] = field(default_factory=list)
+    """Positions of the texts in the request."""
+    indices: list[int] = field(default_factory=list)
+    """Positions of the same texts in the batch."""
+
+
+@dataclass(eq=False)
+class _Batch:
+    texts: list[str] = field(default_factory=list)
+    tokens: int = 0
+    full: bool = False
+    """No more texts go in: a limit is reached, or a retried source is in it alone."""
+    sources: dict[int, _SourcePart] = field(default_factory=dict)
+    requests: dict[int, _RequestPart] = field(default_factory=dict)
+
+
+_Entry = _Source | _Request
+
+
+def _resolve(
+    future: "concurrent.futures.Future[np.ndarray]",
+    result: np.ndarray | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Set a future's outcome unless it has one already (close and the thread may both try)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        elif result is not None:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+class EmbeddingBatcher:
+    """Encodes the pages of many sources, and other texts, in shared batches on one daemon thread.
+
+    Thread-safe: `notify`, `encode_texts`, `encode_query`, `stats` and `close` may be called from any
+    thread. See the module docstring for the batching, query, failure and closing rules.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        *,
+        max_batch_size: int,
+        max_batch_tokens: int,
+        max_wait_ms: float,
+        name: str = "memoryos-embed",
+    ) -> None:
+        if max_batch_size < 1 or max_batch_tokens < 1 or max_wait_ms < 0:
+            raise ValueError(
+                "EmbeddingBatcher: max_batch_size and max_batch_tokens must be >= 1 and max_wait_ms >= 0, "
+                f"got {max_batch_size}, {max_batch_tokens}, {max_wait_ms}"
+            )
+        self._embedder = embedder
+        self._max_size = max_batch_size
+        self._max_tokens = max_batch_tokens
+        self._max_wait_s = max_wait_ms / 1000.0
+        self._cond = threading.Condition()
+        # FIFO of waiting work, keyed by id(source) or id(request); served work moves to the back.
+        self._queue: OrderedDict[int, _Entry] = OrderedDict()
+        self._arrivals = 0  # bumped by every notify and encode_texts
+        self._queries_waiting = 0
+        self._closing = False
+        self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
+        self._largest = self._tokens = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # --- callers ----------------------------------------------------------------------------------------
+    def notify(self, source: PageSource) -> None:
+        """`source` has (new) pending pages. Cheap and idempotent while it is queued; ignored after close
+        (the pages stay pending in the store)."""
+        with self._cond:
+            if self._closing:
+                return
+            self._arrivals += 1
+            entry = self._queue.get(id(source))
+            if isinstance(entry, _Source):
+                entry.stamp = self._arrivals
+            else:
+                self._queue[id(source)] = _Source(source, time.monotonic(), self._arrivals)
+            self._cond.notify_all()
+
+    def encode_texts(self, texts: Sequence[str]) -> "concurrent.futures.Future[np.ndarray]":
+        """Vectors (len(texts), dim) of texts that are not pages, in input order, pooled into the page
+        batches. After close the future fails with `BatcherClosedError`."""
+        future: concurrent.futures.Future[np.ndarray] = concurrent.futures.Future()
+        items = list(texts)
+        if not items:
+            future.set_result(np.zeros((0, self._embedder.dim), dtype=np.float32))
+            return future
+        with self._cond:
+            closing = self._closing
+            if not closing:
+                request = _Request(items, future, time.monotonic())
+                self._queue[id(request)] = request
+                self._arrivals += 1
+                self._cond.notify_all()
+        if closing:
+            _resolve(future, error=BatcherClosedError("the embedding batcher is closed"))
+        return future
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """The vector of one query (`is_query=True`), encoded now on this thread, ahead of waiting pages.
+
+        Works after close too: it needs no batcher thread.
+        """
+        with self._cond:
+            self._queries_waiting += 1
+            self._queries += 1
+        try:
+            vectors = self._embedder.encode([text], is_query=True)
+        finally:
+            with self._cond:
+                self._queries_waiting -= 1
+                if self._queries_waiting == 0:
+                    self._cond.notify_all()
+        return np.asarray(vectors)[0]
+
+    def stats(self) -> BatcherStats:
+        with self._cond:
+            return BatcherStats(
+                batches=self._batches,
+                texts=self._texts,
+                queries=self._queries,
+                failures=self._failures,
+                apply_failures=self._apply_failures,
+                mean_batch_size=self._texts / self._batches if self._batches else 0.0,
+                largest_batch=self._largest,
+                tokens_estimated=self._tokens,
+            )
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop taking work, let the batch in flight finish, stop the thread; idempotent. Queued pages stay
+        pending in their stores; queued `encode_texts` futures fail with `BatcherClosedError`."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._fail_queued_requests()  # the thread takes nothing more: callers need not wait for the join
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("embedding batcher: the batch in flight did not finish within %s s", timeout_s)
+
+    # --- the thread ---------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._collect()
+                if batch is None:
+                    return
+                self._process(batch)
+        except Exception as error:  # a bug here must not leave futures unresolved forever
+            log.error("embedding batcher stopped by an internal error (%s)", type(error).__name__)
+            with self._cond:
+                self._closing = True
+            self._fail_queued_requests()
+
+    def _collect(self) -> _Batch | None:
+        """Wait for work, then take texts until the batch is full or `max_wait_ms` have passed since the
+        oldest ready item; None once closing."""
+        batch = _Batch()
+        with self._cond:
+            while True:
+                if self._closing:
+                    return None
+                now = time.monotonic()
+                ready = [entry.ready_at for entry in self._queue.values() if entry.ready_at <= now]
+                if ready:
+                    deadline = min(ready) + self._max_wait_s
+                    break
+                retries = [entry.ready_at for entry in self._queue.values()]
+                self._cond.wait(min(retries) - now if retries else None)
+        while True:
+            with self._cond:
+                seen = self._arrivals
+            self._fill(batch)
+            with self._cond:
+                if self._closing:
+                    closed = True
+                else:
+                    closed = False
+                    remaining = deadline - time.monotonic()
+                    if batch.full or not batch.texts or remaining <= 0:
+                        return batch
+                    self._wait_for_arrival(seen, remaining)
+            if closed:  # texts in hand are dropped: their pages stay pending, their requests fail
+                for part in batch.requests.values():
+                    _resolve(part.request.future, error=BatcherClosedError("the embedding batcher is closed"))
+                return None
+
+    def _wait_for_arrival(self, seen: int, timeout_s: float) -> None:
+        """With the lock held: wait until something arrives after `seen`, close, or the timeout."""
+        self._cond.wait_for(lambda: self._closing or self._arrivals != seen, timeout_s)
+
+    def _fill(self, batch: _Batch) -> None:
+        """Take texts into `batch`: a fair share for each entry not yet in it (or notified again since),
+        then the room left to entries that had more, in FIFO order."""
+        while True:
+            with self._cond:
+                if self._closing:
+                    return
+                first, complete = self._new_entries(batch)
+            waiting = len(first)
+            for entry in first:
+                if batch.full or self._is_closing():
+                    return
+                share = max(1, (self._max_size - len(batch.texts)) // waiting)
+                waiting -= 1
+                if isinstance(entry, _Request):
+                    self._take_request(batch, entry, share)
+                elif entry.failures:  # retried after a failure: alone (`_new_entries` offers it only then)
+                    self._take_source(batch, entry, self._max_size)
+                    batch.full = bool(batch.texts)
+                else:
+                    self._take_source(batch, entry, share)
+            if complete or batch.full:
+                break
+        more: list[_Entry] = [
+            part.entry for part in batch.sources.values() if not part.drained and part.error is None
+        ]
+        more += [part.request for part in batch.requests.values()]
+        for entry in more:
+            if batch.full or self._is_closing():
+                return
+            room = self._max_size - len(batch.texts)
+            if isinstance(entry, _Source):
+                self._take_source(batch, entry, room)
+            else:
+                self._take_request(batch, entry, room)
+
+    def _new_entries(self, batch: _Batch) -> tuple[list[_Entry], bool]:
+        """With the lock held: ready entries with nothing in `batch` yet (or notified again since), in FIFO
+        order, and whether that is all of them. At most the batch's room is listed: beyond it every share
+        is one text anyway, and a queue of thousands of spaces is not walked for each batch."""
+        now = time.monotonic()
+        room = self._max_size - len(batch.texts)
+        found: list[_Entry] = []
+        for entry in self._queue.values():
+            if len(found) >= room:
+                return found, False
+            if entry.ready_at > now:
+                continue  # backing off
+            if isinstance(entry, _Request):
+                if not entry.failed and id(entry) not in batch.requests:
+                    found.append(entry)
+                continue
+            if entry.failures and (batch.texts or found):
+                continue  # a source retried after a failure goes alone, into an empty batch
+            part = batch.sources.get(id(entry.source))
+            if part is None or (part.error is None and part.stamp != entry.stamp):
+                found.append(entry)
+                if entry.failures:
+                    return found, False
+        return found, True
+
+    def _is_closing(self) -> bool:
+        with self._cond:
+            return self._closing
+
+    def _take_source(self, batch: _Batch, entry: _Source, want: int) -> None:
+        """Ask the source for up to `want` texts besides those the batch holds of it already (outside the
+        lock: the source reads its store). A source found drained leaves the queue after the batch, so it is
+        asked once, not once more to learn that it has nothing."""
+        key = id(entry.source)
+        with self._cond:
+            stamp = entry.stamp  # read before asking: a notify meanwhile means it may have more
+        part = batch.sources.get(key)
+        if part is None:
+            part = batch.sources[key] = _SourcePart(entry, stamp)
+        part.stamp = stamp
+        held = set(part.page_ids)
+        asked = want + len(held) + 1  # one more than wanted says whether anything is left behind
+        try:
+            rows = entry.source.pending_texts(asked)
+        except Exception as error:
+            log.warning(
+                "embedding batcher: a source failed to list its pending pages (%s)", type(error).__name__
+            )
+            part.error = error
+            with self._cond:
+                self._apply_failures += 1
+            return
+        fresh = [(page_id, text) for page_id, text in rows if page_id not in held][:want]
+        taken = 0
+        for page_id, text in fresh:
+            tokens = estimate_tokens(text)
+            if not self._fits(batch, tokens):
+                batch.full = True
+                break
+            part.page_ids.append(page_id)
+            part.indices.append(self._add(batch, text, tokens))
+            taken += 1
+            if batch.full:
+                break
+        part.drained = len(rows) < asked and taken == len(fresh)
+
+    def _take_request(self, batch: _Batch, request: _Request, want: int) -> None:
+        with self._cond:
+            if request.failed:
+                return
+            if not request.started:
+                request.started = True
+                if not request.future.set_running_or_notify_cancel():  # cancelled by its caller
+                    self._queue.pop(id(request), None)
+                    return
+            part = batch.requests.setdefault(id(request), _RequestPart(request))
+            while request.taken < len(request.texts) and want > 0 and not batch.full:
+                text = request.texts[request.taken]
+                tokens = estimate_tokens(text)
+                if not self._fits(batch, tokens):
+                    batch.full = True
+                    break
+                part.offsets.append(request.taken)
+                part.indices.append(self._add(batch, text, tokens))
+                request.taken += 1
+                want -= 1
+            if request.taken == len(request.texts):
+                self._queue.pop(id(request), None)
+
+    def _fits(self, batch: _Batch, tokens: int) -> bool:
+        """Whether one more text fits; a text over the token budget alone still goes, in a batch of its own."""
+        if not batch.texts:
+            return True
+        return len(batch.texts) < self._max_size and batch.tokens + tokens <= self._max_tokens
+
+    def _add(self, batch: _Batch, text: str, tokens: int) -> int:
+        batch.texts.append(text)
+        batch.tokens += tokens
+        if len(batch.texts) >= self._max_size or batch.tokens >= self._max_tokens:
+            batch.full = True
+        return len(batch.texts) - 1
+
+    def _process(self, batch: _Batch) -> None:
+        """Encode the batch (after any waiting query), hand the vectors out, then requeue or drop each
+        entry: drained sources leave, served ones go to the back, failed ones back off."""
+        vectors: np.ndarray | None = None
+        error: BaseException | None = None
+        if batch.texts:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queries_waiting == 0)
+            vectors, error = self._encode(batch)
+        outcomes: list[tuple[_Request, np.ndarray | None, BaseException | None]] = []
+        for part in batch.sources.values():
+            if part.error is not None or not part.page_ids:
+                continue
+            if vectors is None:
+                part.error = error
+                continue
+            try:
+                part.entry.source.apply_vectors(part.page_ids, vectors[part.indices])
+            except Exception as apply_error:
+                part.error = apply_error
+                log.warning(
+                    "embedding batcher: a source failed to store %d vectors (%s)",
+                    len(part.page_ids),
+                    type(apply_error).__name__,
+                )
+                with self._cond:
+                    self._apply_failures += 1
+        for request_part in batch.requests.values():
+            request = request_part.request
+            if not request_part.offsets:
+                continue  # its next text did not fit: it waits for the next batch
+            if vectors is None:
+                request.failed = True
+                outcomes.append((request, None, error))
+                continue
+            if request.vectors is None:
+                request.vectors = np.empty((len(request.texts), vectors.shape[1]), dtype=np.float32)
+            request.vectors[request_part.offsets] = vectors[request_part.indices]
+            request.done += len(request_part.offsets)
+            if request.done == len(request.texts):
+                outcomes.append((request, request.vectors, None))
+        for part in batch.sources.values():
+            if part.error is not None:
+                try:
+                    part.entry.source.embedding_failed(part.error)
+                except Exception as callback_error:
+                    log.warning(
+                        "embedding batcher: embedding_failed of a source raised %s",
+                        type(callback_error).__name__,
+                    )
+        self._requeue(batch)
+        for request, result, request_error in outcomes:
+            _resolve(request.future, result, request_error)
+
+    def _encode(self, batch: _Batch) -> tuple[np.ndarray | None, BaseException | None]:
+        """One encode call, longest text first, vectors back in batch order.
+
+        Longest first is sentence-transformers' own order (it sorts so before cutting its sub-batches, so
+        its sort finds nothing to move), and it runs the largest padded shape first: an out-of-memory error
+        comes at the start of the call rather than after most of the work, and the CUDA allocator's first,
+        largest blocks serve the smaller sub-batches after.
+        """
+        texts = batch.texts
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)  # stable
+        with self._cond:
+            self._batches += 1
+            self._texts += len(texts)
+            self._largest = max(self._largest, len(texts))
+            self._tokens += batch.tokens
+        try:
+            encoded = np.asarray(self._embedder.encode([texts[i] for i in order]), dtype=np.float32)
+            if encoded.ndim != 2 or encoded.shape[0] != len(texts):
+                raise ValueError(f"the embedder returned shape {encoded.shape} for {len(texts)} texts")
+        except Exception as error:
+            log.warning(
+                "embedding batcher: a batch of %d texts (%d sources, %d requests) failed (%s); "
+                "its sources retry after a backoff",
+                len(texts),
+                sum(1 for part in batch.sources.values() if part.page_ids),
+                len(batch.requests),
+                type(error).__name__,
+            )
+            with self._cond:
+                self._failures += 1
+            return None, error
+        vectors = np.empty_like(encoded)
+        vectors[order] = encoded
+        log.debug(
+            "embedding batcher: encoded %d texts (%d sources, %d requests, ~%d tokens)",
+            len(texts),
+            len(batch.sources),
+            len(batch.requests),
+            batch.tokens,
+        )
+        return vectors, None
+
+    def _requeue(self, batch: _Batch) -> None:
+        with self._cond:
+            now = time.monotonic()
+            for key, part in batch.sources.items():
+                entry = part.entry
+                if self._queue.get(key) is not entry:
+                    continue
+                if part.error is not None:
+                    entry.failures += 1
+                    entry.ready_at = now + retry_delay_s(entry.failures)
+                    self._queue.move_to_end(key)
+                    continue
+                if part.page_ids:
+                    entry.failures = 0
+                if part.drained and part.stamp == entry.stamp:
+                    del self._queue[key]
+                elif part.page_ids:
+                    self._queue.move_to_end(key)  # served: to the back
+            for request_part in batch.requests.values():
+                request = request_part.request
+                key = id(request)
+                if self._queue.get(key) is not request:
+                    continue  # every text taken, or cancelled
+                if request.failed:
+                    del self._queue[key]
+                elif request_part.offsets:
+                    self._queue.move_to_end(key)  # served: to the back
+
+    def _fail_queued_requests(self) -> None:
+        with self._cond:
+            requests = [entry for entry in self._queue.values() if isinstance(entry, _Request)]
+            for request in requests:
+                request.failed = True
+                del self._queue[id(request)]
+        for request in requests:
+            _resolve(request.future, error=BatcherClosedError("the embedding batcher is closed"))
