@@ -48,7 +48,7 @@ R = TypeVar("R")
 
 
 def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Concatenate["MemorySpace", P], R]:
-    """Reads take the space's lock too: the background ingest thread shares the SQLite connection."""
+    """Reads take the space's lock too: the scheduler's threads share the SQLite connection."""
 
     @functools.wraps(method)
     def locked(self: "MemorySpace", *args: P.args, **kwargs: P.kwargs) -> R:

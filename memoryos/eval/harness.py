@@ -3,7 +3,7 @@
 Each conversation goes into its own space (user id = sample id) under a scratch directory, session by
 session as one `add_memories` batch each, as an agent would store a day's conversation; each session is
 flushed (embedded and consolidated, also in the background ingest mode) before the next, so a run does
-not depend on how the ingest thread happened to batch, and ingest time includes that work. Each question is
+not depend on how the scheduler happened to batch, and ingest time includes that work. Each question is
 retrieved once (top `max(ks)` pages); that one retrieval is scored for evidence recall and, when
 `answer_questions` is set, handed to the LLM as `Memoryos.get_response` would, except that the question
 and answer are not stored: questions asked later must not find earlier questions instead of the

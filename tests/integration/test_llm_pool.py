@@ -1,0 +1,55 @@
+"""LLM calls pooled across spaces (issue 10): 20 spaces consolidating at once keep the endpoint busy up
+to `llm_max_concurrency`, through the real `openai` async client against a local OpenAI-compatible server
+that records how many requests it is handling at once."""
+
+from pathlib import Path
+
+import pytest
+
+from memoryos import Memoryos
+from memoryos.config import MemoryConfig
+from memoryos.scheduler import Scheduler
+from tests.support.fakes import HashEmbedder
+from tests.support.openai_server import ScriptedOpenAIServer
+from tests.support.openai_server import openai_server as openai_server  # the fixture
+
+pytestmark = pytest.mark.integration
+
+EVERY_TASK_REPLY = 'no {"summary": "tea", "keywords": ["tea"], "user_facts": ["likes tea"], "assistant_facts": []}'
+"""Parses for every consolidation task: continuity reads the first word, topic and facts the JSON object,
+chain summary and profile take the text."""
+
+
+def test_twenty_spaces_consolidating_keep_the_llm_bound_busy(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer
+) -> None:
+    concurrency = 8
+    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.3)
+    config = MemoryConfig(
+        data_dir=tmp_path,
+        faiss_use_gpu="never",
+        short_term_capacity=2,
+        openai_api_key="test-key",
+        openai_base_url=openai_server.base_url,
+        llm_max_concurrency=concurrency,
+    )
+    scheduler = Scheduler(config, name="pool-test")
+    embedder = HashEmbedder()
+    try:
+        memories = [
+            Memoryos.from_config(f"user{i}", config, embedder=embedder, scheduler=scheduler) for i in range(20)
+        ]
+        for i, memory in enumerate(memories):
+            memory.add_memories(
+                [{"user_input": f"user{i} turn {j} about topic{j}", "agent_response": "ok"} for j in range(6)]
+            )
+        for memory in memories:
+            memory.flush()
+        assert concurrency // 2 <= openai_server.max_in_flight <= concurrency
+        for memory in memories:
+            stats = memory.stats()
+            assert (stats.short_term_pages, stats.mid_term_pages) == (2, 4)  # every overflow page filed
+        for memory in memories:
+            memory.close()
+    finally:
+        scheduler.close()
