@@ -15,7 +15,9 @@ from tests.support.openai_server import openai_server as openai_server  # the fi
 
 pytestmark = pytest.mark.integration
 
-EVERY_TASK_REPLY = 'no {"summary": "tea", "keywords": ["tea"], "user_facts": ["likes tea"], "assistant_facts": []}'
+EVERY_TASK_REPLY = (
+    'no {"summary": "tea", "keywords": ["tea"], "user_facts": ["likes tea"], "assistant_facts": []}'
+)
 """Parses for every consolidation task: continuity reads the first word, topic and facts the JSON object,
 chain summary and profile take the text."""
 
@@ -37,7 +39,8 @@ def test_twenty_spaces_consolidating_keep_the_llm_bound_busy(
     embedder = HashEmbedder()
     try:
         memories = [
-            Memoryos.from_config(f"user{i}", config, embedder=embedder, scheduler=scheduler) for i in range(20)
+            Memoryos.from_config(f"user{i}", config, embedder=embedder, scheduler=scheduler)
+            for i in range(20)
         ]
         for i, memory in enumerate(memories):
             memory.add_memories(
