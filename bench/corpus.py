@@ -13,14 +13,27 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.embedding.base import Embedder
-from memoryos.eval.locomo import LocomoConversation, load_conversations
+from memoryos.eval.locomo import (
+    DEV_SAMPLE_IDS,
+    LOCOMO_FETCH,
+    LocomoConversation,
+    find_locomo_raw,
+    load_conversations,
+)
 
 _COPY_SUFFIX = re.compile(r" \(#(\d+)\)")
-LOCOMO_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo"
+
+
+def locomo_raw() -> Path:
+    """The raw LoCoMo file, or SystemExit with the line that fetches it."""
+    found = find_locomo_raw()
+    if found is None:
+        raise SystemExit(f"LoCoMo data not found; fetch it with: {LOCOMO_FETCH}")
+    return found
 
 
 def dev_conversations() -> list[LocomoConversation]:
-    return load_conversations(LOCOMO_DIR / "pairs")
+    return load_conversations(locomo_raw(), DEV_SAMPLE_IDS)
 
 
 def exchanges(count: int, conversations: Sequence[LocomoConversation]) -> list[dict[str, str]]:

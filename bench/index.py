@@ -35,12 +35,13 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from bench.corpus import locomo_raw
 from bench.report import index_markdown
 from memoryos.config import MemoryConfig
 from memoryos.embedding.shared import shared_embedder
+from memoryos.eval.locomo import DEV_SAMPLE_IDS
 from memoryos.storage.faiss_index import FaissIndex
 
-LOCOMO_RAW = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 OUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 CACHE_DIR = Path(__file__).resolve().parent / "out"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
@@ -56,7 +57,7 @@ _DIA_ID = re.compile(r"D\d+:\d+")
 
 def real_texts() -> tuple[list[str], list[str]]:
     """(corpus texts, question texts) from the LoCoMo dev conversations, deduplicated, questions held out."""
-    samples = json.loads(LOCOMO_RAW.read_text())
+    samples = [s for s in json.loads(locomo_raw().read_text()) if s["sample_id"] in DEV_SAMPLE_IDS]
     texts: list[str] = []
     questions: list[str] = []
     for sample in samples:

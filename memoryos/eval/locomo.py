@@ -6,6 +6,7 @@ full upstream `locomo10.json` is converted the same way.
 """
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -202,3 +203,25 @@ def normalize_evidence(evidence: Iterable[str], known_ids: set[str]) -> list[str
             if dia_id in known_ids and dia_id not in normalized:
                 normalized.append(dia_id)
     return normalized
+
+
+DEV_SAMPLE_IDS = ("conv-26", "conv-30", "conv-41")
+"""The three conversations every figure in the README is measured on."""
+LOCOMO_FETCH = (
+    "curl -L --create-dirs -o data/locomo10.json "
+    "https://raw.githubusercontent.com/snap-research/LoCoMo/main/data/locomo10.json"
+)
+"""LoCoMo (CC BY-NC 4.0) is not redistributed with MemoryOS; this one line fetches the upstream file."""
+
+
+def find_locomo_raw() -> Path | None:
+    """The raw upstream LoCoMo file benchmarks and tests read, or None: `$MEMORYOS_LOCOMO` (a raw file), the
+    workplace's `../shared/data/locomo/locomo_dev.json` beside a checkout, or `data/locomo10.json` in the
+    working directory (where `LOCOMO_FETCH` puts it). Callers select `DEV_SAMPLE_IDS` from it."""
+    configured = os.environ.get("MEMORYOS_LOCOMO")
+    candidates = [
+        Path(configured) if configured else None,
+        Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev.json",
+        Path("data") / "locomo10.json",
+    ]
+    return next((path for path in candidates if path is not None and path.is_file()), None)

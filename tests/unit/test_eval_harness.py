@@ -13,8 +13,7 @@ from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, token_f1
 from memoryos.eval.results import ConversationResult
 from memoryos.llm.offline import OfflineLLM
 from tests.support.fakes import HashEmbedder
-
-LOCOMO_PAIRS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "pairs"
+from tests.support.locomo_data import SKIP_REASON, locomo_source
 
 FILLER = [
     ("Morning! Coffee first.", "Always. Espresso or latte?"),
@@ -126,9 +125,11 @@ def test_answers_are_scored_and_questions_are_not_stored(tmp_path: Path) -> None
     assert result.answer_ms is not None and result.answer_ms.count == 2
 
 
-@pytest.mark.skipif(not LOCOMO_PAIRS.exists(), reason=f"LoCoMo dev data not found at {LOCOMO_PAIRS}")
+@pytest.mark.skipif(locomo_source() is None, reason=SKIP_REASON)
 def test_a_slice_of_conv26_has_the_full_schema(tmp_path: Path) -> None:
-    (conversation,) = load_conversations(LOCOMO_PAIRS / "conv-26.json")
+    source = locomo_source()
+    assert source is not None
+    (conversation,) = load_conversations(source, ["conv-26"])
     sliced = slice_conversation(conversation, sessions=2, questions=10)
     assert {pair.session for pair in sliced.pairs} == {1, 2}
     known = {dia_id for pair in sliced.pairs for dia_id in pair.dia_ids}

@@ -18,7 +18,9 @@ DEV_SAMPLE_IDS = ["conv-26", "conv-30", "conv-41"]
 
 needs_locomo = pytest.mark.skipif(
     not (LOCOMO_DIR / "locomo_dev.json").exists(),
-    reason=f"LoCoMo dev data not found at {LOCOMO_DIR} (the repo's parent holds shared/data/locomo)",
+    reason=f"checks the raw-to-pairs conversion against the workplace's copy of both at {LOCOMO_DIR}, "
+    "which is not distributed with the repository (LoCoMo is CC BY-NC); the converter's rules are tested "
+    "above on a hand-made sample",
 )
 
 

@@ -1,0 +1,22 @@
+"""The LoCoMo conversations the benchmark tests need, or why they skip.
+
+LoCoMo (CC BY-NC 4.0) is not in this repository: `memoryos.eval.locomo.find_locomo_raw` looks at
+`$MEMORYOS_LOCOMO`, the workplace's `../shared/data/locomo`, and `data/locomo10.json` (which
+`LOCOMO_FETCH`, one curl line, downloads). Without any, those tests skip and `pytest -rs` prints the line.
+`tests/data/own_conversation.json`, a conversation of our own, runs the same pipeline everywhere.
+"""
+
+from pathlib import Path
+
+from memoryos.eval.locomo import LOCOMO_FETCH, find_locomo_raw
+
+
+def locomo_source() -> Path | None:
+    """The raw LoCoMo file found, else None."""
+    return find_locomo_raw()
+
+
+SKIP_REASON = (
+    "LoCoMo data not found ($MEMORYOS_LOCOMO, ../shared/data/locomo/locomo_dev.json or data/locomo10.json); "
+    f"fetch it with: {LOCOMO_FETCH}"
+)
