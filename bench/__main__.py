@@ -1,5 +1,6 @@
 """`python -m bench`: run the benchmark suite and write docs/benchmarks/: results.{json,md} (engine and
-recall), the PNG plots, and index.{json,md} (vector indexes, also `python -m bench.index`)."""
+recall), the PNG plots, scheduler.{json,md} (many spaces, a slow LLM) and index.{json,md} (vector
+indexes, also `python -m bench.index`)."""
 
 import argparse
 import json
@@ -7,19 +8,34 @@ import os
 import platform
 from pathlib import Path
 
+from bench.corpus import locomo_raw
 from bench.engine import run_engine
 from bench.index import DEFAULT_SIZES, run_index_bench, write_index_results
 from bench.plots import write_plots
 from bench.recall import run_recall
 from bench.report import markdown
+from bench.scheduler import run_scheduler, scheduler_markdown
 from memoryos.config import MemoryConfig
+from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
+from memoryos.eval.locomo import load_conversations
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+SCHEDULER_CONVERSATION = "conv-26"
 
 
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def write_scheduler_results(config: MemoryConfig, model: Embedder, out: Path) -> None:
+    """The scheduler part: scheduler.{json,md}."""
+    (conversation,) = load_conversations(locomo_raw(), [SCHEDULER_CONVERSATION])
+    results = {"machine": machine(), **run_scheduler(config, model, conversation)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scheduler.json").write_text(json.dumps(results, indent=2))
+    (out / "scheduler.md").write_text(scheduler_markdown(results))
+    print(scheduler_markdown(results))
 
 
 def main() -> None:
@@ -30,7 +46,7 @@ def main() -> None:
         default=",".join(str(s) for s in DEFAULT_SIZES),
         help="vectors for the index runs",
     )
-    parser.add_argument("--only", choices=["engine", "recall", "index"], default=None)
+    parser.add_argument("--only", choices=["engine", "recall", "index", "scheduler"], default=None)
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()
     if args.only == "index":
@@ -39,6 +55,9 @@ def main() -> None:
     config = MemoryConfig(torch_threads=1)
     model = shared_embedder(config)
     model.encode(["warm up the query encoder"], is_query=True)  # its one-time export is not a timed call
+    if args.only == "scheduler":
+        write_scheduler_results(config, model, args.out)
+        return
     results: dict[str, object] = {"machine": machine(), "torch_threads": 1}
     if args.only in (None, "engine"):
         results["engine"] = run_engine([int(s) for s in args.sizes.split(",")], config, model)
@@ -52,6 +71,7 @@ def main() -> None:
         write_plots(results, args.out)
     print(markdown(results))
     if args.only is None:
+        write_scheduler_results(config, model, args.out)
         write_index_results(run_index_bench([int(s) for s in args.index_sizes.split(",")]), args.out)
 
 

@@ -10,12 +10,15 @@
   tokenizer's, and the vectors mean nothing. Every such row says so (`ARCHITECTURE_NOTE`).
 - Texts: LoCoMo exchanges, embedded as the engine embeds a page (`exchange_text`), from the dev data's
   `pairs/` directory or a JSON file of pairs copied next to the model.
+- `MemoryPages`: a `PageSource` over texts in memory, for timing the engine's `EmbeddingBatcher` without
+  SQLite.
 """
 
 import functools
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,3 +227,70 @@ def sample_texts(pairs: Sequence[tuple[str, str]], count: int, words: int) -> li
     vocabulary = np.array(" ".join(u + " " + a for u, a in pairs).split() or _FALLBACK_WORDS)
     rng = np.random.default_rng(0)
     return [" ".join(rng.choice(vocabulary, size=words)) for _ in range(count)]
+
+
+def distinct_pairs(pairs: Sequence[tuple[str, str]], count: int) -> list[tuple[str, str]]:
+    """`count` exchanges, all different: the exchanges in order, and from the second pass over them on,
+    each answer with its pass number appended (" (2)"). Repeated texts would be encoded once per batch
+    (the embedder drops duplicates, and its cache keeps them), so a pooled batch must not hold any."""
+    if not pairs:
+        pairs = [(" ".join(_FALLBACK_WORDS[:12]), " ".join(_FALLBACK_WORDS[12:]))]
+    cycle = len(pairs)
+    chosen = []
+    for i in range(count):
+        user, agent = pairs[i % cycle]
+        chosen.append((user, agent if i < cycle else f"{agent} ({i // cycle + 1})"))
+    return chosen
+
+
+def distinct_page_texts(pairs: Sequence[tuple[str, str]], count: int) -> list[str]:
+    """The page texts of `distinct_pairs`, as the engine embeds them."""
+    from memoryos.types import exchange_text
+
+    return [exchange_text(user, agent) for user, agent in distinct_pairs(pairs, count)]
+
+
+class Countdown:
+    """Set once `count` vectors have been applied across every source sharing it."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        self.finished_at = 0.0
+        if count <= 0:
+            self.done.set()
+
+    def applied(self, count: int, at: float) -> None:
+        with self._lock:
+            self._left -= count
+            if self._left <= 0 and not self.done.is_set():
+                self.finished_at = at
+                self.done.set()
+
+
+class MemoryPages:
+    """A `PageSource` (memoryos.scheduler.batcher) holding its pending texts in memory: what one space's
+    store gives the batcher, without SQLite. It records the vectors it is given and counts them down."""
+
+    def __init__(self, texts: Sequence[str], countdown: Countdown, clock: Callable[[], float]) -> None:
+        self._pending = dict(enumerate(texts))
+        self._lock = threading.Lock()
+        self._countdown = countdown
+        self._clock = clock
+        self.vectors: dict[int, np.ndarray] = {}
+        self.errors: list[BaseException] = []
+
+    def pending_texts(self, limit: int) -> list[tuple[int, str]]:
+        with self._lock:
+            return list(self._pending.items())[:limit]
+
+    def apply_vectors(self, page_ids: list[int], vectors: np.ndarray) -> None:
+        with self._lock:
+            for page_id, vector in zip(page_ids, vectors, strict=True):
+                if self._pending.pop(page_id, None) is not None:
+                    self.vectors[page_id] = vector
+        self._countdown.applied(len(page_ids), self._clock())
+
+    def embedding_failed(self, error: BaseException) -> None:
+        self.errors.append(error)

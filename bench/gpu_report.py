@@ -13,6 +13,17 @@ byte copied). Then:
   LoCoMo page texts in chunks of `embedding_batch_size`, as background ingest calls it, against the raw
   `model.encode` of the same texts at several batch sizes. The embedder's LRU cache is off so repeated
   passes reach the model (the pages are 4 passes over the 756 LoCoMo dev exchanges).
+- Batcher: the engine's `EmbeddingBatcher` fed by many sources at once (`MemoryPages`, in-memory page
+  sources of 3 LoCoMo pages each, all notified together), timed from the notifications to the last vector
+  applied, with the engine's default limits and larger ones; beside it, on the same texts, the raw
+  `model.encode` at batch 1, at several batch sizes (all texts in one call, sorted by length: the best
+  case) and called per chunk of 64 (what padding costs a batch whose texts arrive together), and the
+  engine embedder's own `encode` per chunk of 64, with and without the tokenizers' thread pool and with
+  the truncation check of before the fix (every batch tokenized a second time) emulated.
+- Spaces: the whole engine, `Memoryos` spaces (offline LLM, data under a temporary directory) sharing one
+  embedder and one scheduler, each adding its turns at once from its own thread and then reading them
+  back with `retrieve` (which waits for their vectors): turns/s until every space finds its turns, and
+  the batcher's counters.
 - FAISS flat inner-product search on the CPU (fp32 `IndexFlatIP`, and the engine's fp16
   `IndexScalarQuantizer` for small batches), and on the GPU when faiss has one: one query batch reads
   the whole database once, n × dim × bytes, so the bandwidth floor is that over the measured bandwidth;
@@ -25,14 +36,18 @@ and the CPU, finishing in under a minute: that is how it is tested where there i
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +55,10 @@ import numpy as np
 
 from bench.gpu_models import (
     ARCHITECTURES,
+    Countdown,
+    MemoryPages,
+    distinct_page_texts,
+    distinct_pairs,
     load_locomo_pairs,
     load_named_model,
     model_loaders,
@@ -53,7 +72,7 @@ TINY_MODELS = ("all-MiniLM-L6-v2",)
 OUT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "gpu_report.json"
 TINY_OUT = OUT.with_name("gpu_report-tiny.json")
 """A smoke run never overwrites the real report."""
-SECTIONS = ("embedding", "engine", "faiss", "torch_flat")
+SECTIONS = ("embedding", "engine", "batcher", "spaces", "faiss", "torch_flat")
 """Measured in this order, after the ceilings (always measured: every fraction is against them)."""
 TORCH_SEARCH_CHUNK = 1024
 """Queries per matmul in the torch flat search: bounds the score matrix (1024 × 1M fp32 = 4 GB)."""
@@ -81,6 +100,21 @@ class Sizes:
         """The fp16 scalar-quantizer scan has no BLAS path: larger batches would take minutes on a CPU."""
         self.repeats = 3 if tiny else 5
         self.search_repeats = 3
+        self.batcher_sources = 8 if tiny else 1000
+        self.pages_per_source = 3
+        self.batch1_texts = 8 if tiny else 300
+        """Texts for the raw batch-1 row (one forward pass each): a prefix of the batcher's texts."""
+        self.batcher_raw_batch_sizes: tuple[int, ...] = (8, 24) if tiny else (64, 256, 1024, 3000)
+        self.chunk = 8 if tiny else 64
+        """Texts per call of the per-chunk rows: the engine's default `embedding_batch_size`."""
+        self.batcher_limits: tuple[tuple[int | None, int | None], ...] = (
+            ((None, None), (16, None)) if tiny else ((None, None), (256, None), (1024, 131072))
+        )
+        """(max_batch_size, max_batch_tokens) of each batcher row; None: the engine's default."""
+        self.spaces = 3 if tiny else 200
+        self.turns_per_space = 2 if tiny else 5
+        self.timeout_s = 300.0
+        """Longest wait for a pooled run or the spaces to finish: a stuck batcher fails the section."""
 
 
 def best_seconds(
@@ -287,6 +321,319 @@ def _throughput_row(path: str, batch_size: int, seconds: float, common: dict[str
         "texts_per_s": common["texts"] / seconds,
         "tokens_per_s": common["tokens"] / seconds,
     }
+
+
+@contextlib.contextmanager
+def tokenizers_parallelism(value: str | None) -> Iterator[None]:
+    """`TOKENIZERS_PARALLELISM` set to `value` (None: unset, the tokenizers' default of a thread pool) while
+    inside; the tokenizers read it on every call, so a loaded model follows it."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    if value is None:
+        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+    else:
+        os.environ["TOKENIZERS_PARALLELISM"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def _engine_parallelism(device: str) -> str | None:
+    """What the engine's embedder leaves `TOKENIZERS_PARALLELISM` at on `device` (a value set beforehand
+    wins there, so the bench sets it explicitly for every row)."""
+    return None if device.startswith("cuda") else "false"
+
+
+def batcher_rows(
+    spec: str, device: str, sizes: Sizes, pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The engine's `EmbeddingBatcher` over many in-memory sources, next to the raw model and the engine
+    embedder on the same texts (see the module docstring)."""
+    import torch
+
+    from memoryos.config import MemoryConfig
+    from memoryos.embedding import create_embedder
+    from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
+
+    label, location = parse_model_spec(spec)
+    texts = distinct_page_texts(pairs, sizes.batcher_sources * sizes.pages_per_source)
+    threads = torch.get_num_threads()  # the embedder sets torch's threads at load; restored below
+    sync = _sync(device)
+    rows: list[dict[str, Any]] = []
+    try:
+        raw = load_named_model(location, device)
+        tokens = _count_tokens(raw, texts)
+        common = {"model": label, "device": device, "texts": len(texts), "tokens": tokens}
+        with torch.inference_mode(), tokenizers_parallelism(None):
+            first = texts[: sizes.batch1_texts]
+            single = {**common, "texts": len(first), "tokens": _count_tokens(raw, first)}
+            run = functools.partial(raw.encode, first, batch_size=1, show_progress_bar=False)
+            seconds = best_seconds(run, max(1, sizes.repeats - 2), sync)
+            rows.append(_throughput_row("model.encode", 1, seconds, single) | {"parallelism": "default"})
+            raw_rows = []
+            for batch_size in sizes.batcher_raw_batch_sizes:
+                run = functools.partial(raw.encode, texts, batch_size=batch_size, show_progress_bar=False)
+                seconds = best_seconds(run, max(1, sizes.repeats - 2), sync)
+                raw_rows.append(_throughput_row("model.encode", batch_size, seconds, common))
+            best = max(raw_rows, key=lambda row: row["texts_per_s"])
+            rows += [row | {"parallelism": "default", "best": row is best} for row in raw_rows]
+
+            def raw_chunks(model: Any = raw) -> None:
+                for start in range(0, len(texts), sizes.chunk):
+                    model.encode(
+                        texts[start : start + sizes.chunk], batch_size=sizes.chunk, show_progress_bar=False
+                    )
+
+            seconds = best_seconds(raw_chunks, max(1, sizes.repeats - 2), sync)
+            rows.append(
+                _throughput_row("model.encode per chunk", sizes.chunk, seconds, common)
+                | {"parallelism": "default"}
+            )
+        del raw
+        _release(device)
+        config = MemoryConfig(
+            embedding_device=device,
+            embedding_model_name=location,
+            embedding_batch_size=sizes.chunk,
+            embedding_cache_size=0,
+        )
+        embedder = create_embedder(config)
+        assert isinstance(embedder, SentenceTransformerEmbedder)
+        assert embedder.dim > 0  # loads the model outside the timing
+        rows += _engine_chunk_rows(embedder, texts, sizes, common, sync)
+        with tokenizers_parallelism(_engine_parallelism(device)):
+            reference = embedder.encode(texts)
+            for max_size, max_tokens, reuse in [(*limit, False) for limit in sizes.batcher_limits] + [
+                (None, None, True)
+            ]:
+                rows.append(
+                    _pooled_row(embedder, texts, sizes, config, max_size, max_tokens, common, sync, reuse)
+                )
+                rows[-1]["max_abs_diff_vs_engine"] = float(np.abs(rows[-1].pop("vectors") - reference).max())
+                rows[-1]["parallelism"] = _engine_parallelism(device) or "default"
+        del embedder
+        _release(device)
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+def _engine_chunk_rows(
+    embedder: Any, texts: list[str], sizes: Sizes, common: dict[str, Any], sync: Callable[[], None]
+) -> list[dict[str, Any]]:
+    """The engine embedder per chunk of `sizes.chunk`: as fixed, with and without the tokenizers' pool,
+    and with the check before the fix (every chunk tokenized again, no pool) emulated."""
+    model = embedder._loaded_model()
+
+    def fixed() -> None:
+        for start in range(0, len(texts), sizes.chunk):
+            embedder.encode(texts[start : start + sizes.chunk])
+
+    def before_fix() -> None:
+        for start in range(0, len(texts), sizes.chunk):
+            chunk = texts[start : start + sizes.chunk]
+            embedder._count_truncated(model, chunk, model.max_seq_length)  # what it did for every batch
+            embedder.encode(chunk)
+
+    def in_a_new_thread() -> None:  # as each pooled run's batcher thread (a diagnostic)
+        worker = threading.Thread(target=fixed, name="gpu-report-chunks")
+        worker.start()
+        worker.join()
+
+    rows = []
+    for path, run, parallelism in (
+        ("engine embedder, check before the fix (emulated)", before_fix, "false"),
+        ("engine embedder", fixed, "false"),
+        ("engine embedder", fixed, None),
+        ("engine embedder, each run in a new thread", in_a_new_thread, None),
+    ):
+        with tokenizers_parallelism(parallelism):
+            seconds = best_seconds(run, max(1, sizes.repeats - 2), sync)
+        rows.append(
+            _throughput_row(path, sizes.chunk, seconds, common) | {"parallelism": parallelism or "default"}
+        )
+    return rows
+
+
+def _pooled_row(
+    embedder: Any,
+    texts: list[str],
+    sizes: Sizes,
+    config: Any,
+    max_size: int | None,
+    max_tokens: int | None,
+    common: dict[str, Any],
+    sync: Callable[[], None],
+    reuse: bool = False,
+) -> dict[str, Any]:
+    """The fastest of a few pooled runs: every source notified at once, timed to the last vector applied.
+    `config` is the embedder's (its `embedding_batch_size` is the sub-batch of each encode call). Each run
+    starts a new batcher (and so a new thread), unless `reuse`: then one batcher serves the warm-up and
+    every timed run, as the engine's one batcher thread per model does."""
+    from memoryos.config import MemoryConfig
+    from memoryos.scheduler.batcher import EmbeddingBatcher
+
+    defaults = MemoryConfig()  # the engine's own limits, as its scheduler passes them
+    limits: dict[str, Any] = {
+        "max_batch_size": max_size or defaults.embedding_batch_size,
+        "max_batch_tokens": max_tokens or defaults.embedding_max_batch_tokens,
+        "max_wait_ms": defaults.embedding_max_wait_ms,
+    }
+    per = sizes.pages_per_source
+    shared = EmbeddingBatcher(embedder, name="gpu-report-embed", **limits) if reuse else None
+
+    def pooled() -> tuple[float, dict[str, float], np.ndarray]:
+        countdown = Countdown(len(texts))
+        clock = time.perf_counter
+        sources = [MemoryPages(texts[i : i + per], countdown, clock) for i in range(0, len(texts), per)]
+        batcher = shared or EmbeddingBatcher(embedder, name="gpu-report-embed", **limits)
+        before = batcher.stats()
+        try:
+            started = clock()
+            for source in sources:
+                batcher.notify(source)
+            if not countdown.done.wait(sizes.timeout_s):
+                raise TimeoutError(f"the batcher did not embed {len(texts)} pages in {sizes.timeout_s} s")
+            sync()
+            after = batcher.stats()
+        finally:
+            if shared is None:
+                batcher.close()
+        failed = sum(len(source.errors) for source in sources)
+        if failed:
+            raise RuntimeError(f"{failed} batches failed: {sources[0].errors[:1]}")
+        vectors = np.stack([source.vectors[i] for source in sources for i in sorted(source.vectors)])
+        batches = after.batches - before.batches
+        counted = {
+            "batches": batches,
+            "mean_batch_size": (after.texts - before.texts) / batches if batches else 0.0,
+            "largest_batch": after.largest_batch,
+        }
+        return countdown.finished_at - started, counted, vectors
+
+    try:
+        pooled()  # warm-up
+        seconds, counted, vectors = min(
+            (pooled() for _ in range(max(1, sizes.repeats - 2))), key=lambda r: r[0]
+        )
+    finally:
+        if shared is not None:
+            shared.close()
+    path = "EmbeddingBatcher, one thread for every run" if reuse else "EmbeddingBatcher"
+    return {
+        **_throughput_row(path, limits["max_batch_size"], seconds, common),
+        **limits,
+        "sources": len(texts) // per,
+        "pages_per_source": per,
+        "embedder_batch_size": config.embedding_batch_size,
+        **counted,
+        "vectors": vectors,
+    }
+
+
+def spaces_rows(
+    spec: str, device: str, sizes: Sizes, pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """`sizes.spaces` real `Memoryos` spaces sharing one embedder and one scheduler, each adding
+    `sizes.turns_per_space` turns at once from its own thread, then `retrieve` until it finds them."""
+    import torch
+
+    from memoryos import Memoryos
+    from memoryos.config import MemoryConfig
+    from memoryos.embedding import create_embedder
+    from memoryos.llm.offline import OfflineLLM
+    from memoryos.scheduler import Scheduler
+
+    label, location = parse_model_spec(spec)
+    per = sizes.turns_per_space
+    chosen = distinct_pairs(pairs, sizes.spaces * per)
+    threads = torch.get_num_threads()
+    data_dir = Path(tempfile.mkdtemp(prefix="gpu-report-spaces-"))
+    try:
+        config = MemoryConfig(data_dir=data_dir, embedding_device=device, embedding_model_name=location)
+        embedder = create_embedder(config)
+        embedder.encode(["warm-up page"])
+        embedder.encode(["warm-up query"], is_query=True)
+        scheduler = Scheduler(config, name="gpu-report")
+        llm = OfflineLLM()
+        started = time.perf_counter()
+        spaces = [
+            Memoryos.from_config(f"user-{i}", config, embedder=embedder, llm=llm, scheduler=scheduler)
+            for i in range(sizes.spaces)
+        ]
+        opened = time.perf_counter() - started
+        go = threading.Barrier(sizes.spaces + 1)
+        results: list[tuple[float, float, bool] | BaseException] = [RuntimeError("not run")] * sizes.spaces
+
+        def write_then_read(index: int) -> None:
+            memory = spaces[index]
+            turns = [
+                {"user_input": u, "agent_response": a} for u, a in chosen[index * per : (index + 1) * per]
+            ]
+            try:
+                go.wait()
+                page_ids = memory.add_memories(turns)
+                written = time.perf_counter()
+                context = memory.retrieve(turns[0]["user_input"])
+                found = {page.page_id for page in context.short_term_memory + context.retrieved_pages}
+                results[index] = (written, time.perf_counter(), set(page_ids) <= found)
+            except BaseException as error:
+                results[index] = error
+
+        workers = [
+            threading.Thread(target=write_then_read, args=(i,), name=f"gpu-report-space-{i}")
+            for i in range(sizes.spaces)
+        ]
+        with tokenizers_parallelism(_engine_parallelism(device)):
+            for worker in workers:
+                worker.start()
+            go.wait()
+            started = time.perf_counter()
+            for worker in workers:
+                worker.join(sizes.timeout_s)
+            stats = scheduler.batcher(embedder).stats()
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise RuntimeError(f"{len(failures)} spaces failed, e.g. {failures[0]!r}")
+        done = [r for r in results if not isinstance(r, BaseException)]
+        searchable = max(r[1] for r in done) - started
+        closing = time.perf_counter()
+        for memory in spaces:
+            memory.close()
+        scheduler.close()
+        closed = time.perf_counter() - closing
+        turns = sizes.spaces * per
+        return [
+            {
+                "model": label,
+                "device": device,
+                "path": "Memoryos spaces",
+                "spaces": sizes.spaces,
+                "turns_per_space": per,
+                "turns": turns,
+                "parallelism": _engine_parallelism(device) or "default",
+                "open_seconds": opened,
+                "written_seconds": max(r[0] for r in done) - started,
+                "seconds": searchable,
+                "turns_per_s": turns / searchable,
+                "all_found": all(r[2] for r in done),
+                "close_seconds": closed,
+                "max_batch_size": config.embedding_batch_size,
+                "max_batch_tokens": config.embedding_max_batch_tokens,
+                "max_wait_ms": config.embedding_max_wait_ms,
+                "batches": stats.batches,
+                "batched_texts": stats.texts,
+                "queries": stats.queries,
+                "mean_batch_size": stats.mean_batch_size,
+                "largest_batch": stats.largest_batch,
+            }
+        ]
+    finally:
+        torch.set_num_threads(threads)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def faiss_gpus() -> int:
@@ -513,6 +860,13 @@ def run(
         except Exception as error:  # reported, not fatal: the search sections still run
             report["engine"] = [{"skipped": f"{type(error).__name__}: {str(error)[:300]}"}]
         done("engine")
+    for section, measure in (("batcher", batcher_rows), ("spaces", spaces_rows)):
+        if section in sections:
+            try:
+                report[section] = measure(_engine_spec(models), device, sizes, pairs)
+            except Exception as error:  # reported, not fatal: the next sections still run
+                report[section] = [{"skipped": f"{type(error).__name__}: {str(error)[:300]}"}]
+            done(section)
     if "faiss" in sections:
         report["faiss"] = faiss_rows(sizes, report["ceilings"])
         done("faiss")
@@ -530,17 +884,31 @@ def _engine_spec(models: Sequence[str]) -> str:
 def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report from several runs (a device lease too short for every section at once): each section
     from the last run that measured it, every run's machine, ceilings and command kept under `runs`.
-    Each row's fractions stay against its own run's ceilings."""
+    Each row's fractions stay against its own run's ceilings. A report merged before counts as its runs
+    (their rows and notes kept), so a new run is merged into the published report."""
     merged: dict[str, Any] = {"machine": reports[0]["machine"], "tiny": any(r["tiny"] for r in reports)}
     merged["ceilings"] = reports[0]["ceilings"]
     merged["runs"] = []
-    for number, report in enumerate(reports, 1):
+    notes: list[str] = []
+    for report in reports:
+        offset = len(merged["runs"])
+        if "runs" in report:  # merged before: keep its runs, renumbered after those already here
+            notes += report.get("notes", [])
+            for earlier in report["runs"]:
+                merged["runs"].append({**earlier, "run": earlier["run"] + offset})
+            for section in SECTIONS:
+                if section in report:
+                    merged[section] = [{**row, "run": row["run"] + offset} for row in report[section]]
+            continue
+        number = offset + 1
         sections = [section for section in SECTIONS if section in report]
         for section in sections:
             merged[section] = [{**row, "run": number} for row in report[section]]
         run: dict[str, Any] = {"run": number, "sections": sections}
         run |= {key: report[key] for key in ("command", "machine", "ceilings") if key in report}
         merged["runs"].append(run)
+    if notes:
+        merged = {"notes": notes, **merged}
     return merged
 
 
@@ -556,6 +924,8 @@ def table(report: dict[str, Any]) -> str:
         lines += [f"Machine: {json.dumps(report['machine'])}", "", *_ceiling_lines(report["ceilings"])]
     lines += _embedding_table(report.get("embedding", []))
     lines += _engine_table(report.get("engine", []))
+    lines += _batcher_table(report.get("batcher", []))
+    lines += _spaces_table(report.get("spaces", []))
     lines += _search_table("faiss flat", report.get("faiss", []))
     lines += _search_table("torch flat search", report.get("torch_flat", []))
     return "\n".join(lines) + "\n"
@@ -608,6 +978,51 @@ def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {row['path']} | {row['model']} | {row['batch_size']} | {row['texts']:,} "
             f"| {row['texts_per_s']:,.0f} | {row['tokens_per_s']:,.0f} |"
+        )
+    return lines
+
+
+def _batcher_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| pooled page embedding | model | batch | texts | texts/s | tokens/s | batches, mean size "
+        "| tokenizers pool |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| skipped: {row['skipped']} | | | | | | | |")
+            continue
+        path = row["path"] + (" (best)" if row.get("best") else "")
+        batches = f"{row['batches']:,}, {row['mean_batch_size']:.1f}" if "batches" in row else ""
+        if "max_batch_tokens" in row:
+            path += f" ≤{row['max_batch_tokens']:,} tokens, {row['max_wait_ms']:g} ms"
+        lines.append(
+            f"| {path} | {row['model']} | {row['batch_size']} | {row['texts']:,} | {row['texts_per_s']:,.0f} "
+            f"| {row['tokens_per_s']:,.0f} | {batches} | {row.get('parallelism', '')} |"
+        )
+    return lines
+
+
+def _spaces_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| Memoryos spaces | turns | written (s) | all searchable (s) | turns/s | batches, mean size "
+        "| all found |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| skipped: {row['skipped']} | | | | | | |")
+            continue
+        lines.append(
+            f"| {row['spaces']} × {row['turns_per_space']} turns, {row['model']} | {row['turns']:,} "
+            f"| {row['written_seconds']:.2f} | {row['seconds']:.2f} | {row['turns_per_s']:,.0f} "
+            f"| {row['batches']:,}, {row['mean_batch_size']:.1f} | {row['all_found']} |"
         )
     return lines
 
@@ -667,6 +1082,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--faiss-dims", type=int, nargs="+", default=None, help="flat-search dimensions")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement")
+    parser.add_argument("--sources", type=int, default=None, help="batcher: page sources (3 pages each)")
+    parser.add_argument("--spaces", type=int, default=None, help="spaces: Memoryos spaces")
     parser.add_argument(
         "--merge", type=Path, nargs="+", default=None, help="measure nothing: merge these reports into --out"
     )
@@ -687,7 +1104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.merge:
         merged = merge([json.loads(path.read_text(encoding="utf-8")) for path in args.merge])
         if args.note:
-            merged = {"notes": args.note, **merged}
+            merged = {"notes": [*merged.pop("notes", []), *args.note], **merged}
         write(merged, out)
         print(table(merged), end="")
         return 0
@@ -697,6 +1114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes.faiss_dims = tuple(args.faiss_dims)
     if args.repeats:
         sizes.repeats = sizes.search_repeats = args.repeats
+    if args.sources:
+        sizes.batcher_sources = args.sources
+        sizes.batch1_texts = min(sizes.batch1_texts, args.sources * sizes.pages_per_source)
+    if args.spaces:
+        sizes.spaces = args.spaces
     report = run(
         models,
         args.tiny,

@@ -1,105 +1,165 @@
 """The `memoryos` command. Heavy modules (torch via sentence-transformers, faiss) are imported inside the
-commands that need them, so `memoryos --help` answers at once."""
+commands that need them, so `memoryos --help` answers at once.
+
+Every failure a user can cause is one line on stderr, `error: ...`, naming the flag, file and line, or
+field, and a non-zero exit status (`EXIT_CODES`); Ctrl-C is exit 130 (`cli_session.py`).
+"""
 
 import argparse
-import json
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from memoryos.memoryos import Memoryos
+from memoryos.cli_output import (
+    empty_context,
+    empty_stats,
+    erased_summary,
+    note_missing,
+    print_context,
+    print_json,
+    print_stats,
+)
+from memoryos.cli_session import EXIT_INTERRUPTED, InterruptHandling, config_of, exit_now, opened
 
-
-def _open(args: argparse.Namespace) -> "Memoryos":
-    from memoryos.config import MemoryConfig
-    from memoryos.memoryos import Memoryos
-
-    config = MemoryConfig(**({"data_dir": args.data_dir} if args.data_dir is not None else {}))
-    return Memoryos.from_config(args.user, config, assistant_id=args.assistant)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+EXIT_CODES = {
+    0: "done",
+    1: "the environment failed: a data directory that cannot be created or written, an unreadable store, "
+    "an LLM that keeps failing",
+    2: "bad input: a flag, a file or one of its lines, a field, the configuration",
+    3: "no memory for that user, assistant and data directory (a read creates nothing)",
+    4: "the memory space is busy: another process holds it (the message names the pids)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); what was stored is kept",
+}
+NO_SPACE_HINT = "check --user, --assistant and --data-dir (or MEMORYOS_DATA_DIR), or add a memory first"
 
 
 def cmd_add(args: argparse.Namespace) -> None:
-    with _open(args) as memory:
-        if args.file:
-            turns = [json.loads(line) for line in Path(args.file).read_text().splitlines() if line.strip()]
-            ids = memory.add_memories(turns)
-        else:
-            meta = json.loads(args.meta) if args.meta else None
-            ids = [memory.add_memory(args.user_input, args.agent_response, args.timestamp, meta)]
-        _print_json({"page_ids": ids})
+    """Every turn is checked before the space is opened: a bad file or flag creates nothing."""
+    from datetime import UTC, datetime
+
+    from memoryos.cli_input import TurnsFile, check_add_flags, named_by_flag, parse_meta
+    from memoryos.errors import InvalidInputError
+    from memoryos.validation import validate_turn
+
+    check_add_flags(args)
+    config = config_of(args)
+    config.space_dir(args.user, args.assistant)  # the ids, checked
+    now, limit = datetime.now(UTC), config.max_text_chars
+    if args.file is not None:
+        turns_file = TurnsFile(args.file)
+        turns = turns_file.turns
+        try:
+            for i, turn in enumerate(turns):
+                validate_turn(turn, f"turns[{i}].", limit, now)
+        except InvalidInputError as error:
+            raise turns_file.locate(error) from None
+    else:
+        turns = [
+            {
+                "user_input": args.user_input,
+                "agent_response": args.agent_response,
+                "timestamp": args.timestamp,
+                "meta_data": parse_meta(args.meta),
+            }
+        ]
+        try:
+            validate_turn(turns[0], "", limit, now)
+        except InvalidInputError as error:
+            raise named_by_flag(error, single_turn=True) from None
+    with opened(args, create=True, config=config) as memory:
+        ids = memory.add_memories(turns)
+        print_json({"page_ids": ids})  # acknowledged: durable now; embedded before the close returns
 
 
 def cmd_retrieve(args: argparse.Namespace) -> None:
-    with _open(args) as memory:
-        context = memory.retrieve(args.query, top_k=args.top_k)
-        if args.json:
-            _print_json(context.model_dump())
-            return
-        for page in context.retrieved_pages:
-            print(
-                f"[{page.score:6.2f}] {page.timestamp}  user: {page.user_input}\n{'':30}assistant: {page.agent_response}"
-            )
-        for fact in context.retrieved_user_knowledge:
-            print(f"user fact: {fact.knowledge}")
+    from memoryos.errors import SpaceNotFoundError
+    from memoryos.validation import validate_text
+
+    try:
+        with opened(args, create=False) as memory:
+            context = memory.retrieve(args.query, top_k=args.top_k)
+    except SpaceNotFoundError as missing:
+        if not args.json:
+            raise
+        query = validate_text("query", args.query, config_of(args).max_text_chars)
+        note_missing(missing)
+        print_json(empty_context(query))
+        return
+    if args.json:
+        print_json({"space_exists": True, **context.model_dump()})
+    else:
+        print_context(context)
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
-    with _open(args) as memory:
+    with opened(args, create=False) as memory:
         print(memory.get_user_profile_summary() or "(no profile yet)")
         if args.knowledge:
-            _print_json(
+            print_json(
                 {"user": memory.get_user_knowledge(), "assistant": memory.get_assistant_knowledge_summary()}
             )
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
-    with _open(args) as memory:
-        stats = memory.stats()
-        if args.json:
-            _print_json(stats.model_dump())
-            return
-        print(
-            f"short-term pages: {stats.short_term_pages}  mid-term pages: {stats.mid_term_pages}  "
-            f"archived pages: {stats.archived_pages}"
-        )
-        print(
-            f"user facts: {stats.user_knowledge}  assistant facts: {stats.assistant_knowledge}  "
-            f"profile versions: {stats.profile_versions}  model: {stats.embedding_model} ({stats.embedding_dim}-d)"
-        )
-        for segment in sorted(stats.segments, key=lambda s: -s.heat):
-            print(
-                f"  segment {segment.segment_id:>5}  heat {segment.heat:6.2f}  pages {segment.page_count:>4}  {segment.summary[:70]}"
-            )
+    from memoryos.errors import SpaceNotFoundError
+
+    try:
+        with opened(args, create=False) as memory:
+            stats = memory.stats()
+    except SpaceNotFoundError as missing:
+        if not args.json:
+            raise
+        note_missing(missing)
+        print_json(empty_stats(args.user, args.assistant))
+        return
+    if args.json:
+        print_json({"space_exists": True, **stats.model_dump()})
+    else:
+        print_stats(stats)
 
 
 def cmd_chat(args: argparse.Namespace) -> None:
-    with _open(args) as memory:
-        print(f"Chatting as {args.user}; memory in {memory.space.directory}. Empty line or /quit ends.")
-        for line in sys.stdin:
-            text = line.strip()
-            if not text or text == "/quit":
-                break
-            if text == "/profile":
-                print(memory.get_user_profile_summary() or "(no profile yet)")
-                continue
-            print(f"assistant: {memory.get_response(text)}", flush=True)
+    """The conversation is `memoryos/chat.py`'s; Ctrl-C ends it with exit 130, end of input with 0."""
+    from memoryos.chat import chat_loop
+
+    with opened(args, create=True) as memory, contextlib.suppress(EOFError):
+        chat_loop(memory, input, print)
+
+
+def cmd_forget(args: argparse.Namespace) -> None:
+    from memoryos.errors import InvalidInputError, SpaceNotFoundError
+    from memoryos.memoryos import forget_space
+    from memoryos.space import STORE_FILE
+
+    config = config_of(args)
+    directory = config.space_dir(args.user, args.assistant)
+    if not (directory / STORE_FILE).is_file():
+        raise SpaceNotFoundError(directory)
+    what = f"all memory of user {args.user!r} (assistant {args.assistant!r}) in {config.data_dir}"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidInputError(
+                "--yes", f"forget erases {what}; confirm with --yes (stdin is not a terminal)"
+            )
+        if input(f"Erase {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing erased", file=sys.stderr)
+            return
+    contents = forget_space(args.user, config, args.assistant)
+    print(erased_summary(what, contents) + f"; removed {directory}")
 
 
 def cmd_reindex(args: argparse.Namespace) -> None:
-    from memoryos.config import MemoryConfig
+    from memoryos.errors import SpaceNotFoundError
     from memoryos.reindex import reindex_space
+    from memoryos.space import STORE_FILE
 
-    config = MemoryConfig(
-        **({"data_dir": args.data_dir} if args.data_dir else {}), embedding_model_name=args.model
-    )
-    report = reindex_space(config, args.user, args.assistant, show_progress=True)
-    _print_json(report)
+    config = config_of(args).model_copy(update={"embedding_model_name": args.model})
+    directory = config.space_dir(args.user, args.assistant)
+    if not (directory / STORE_FILE).is_file():
+        raise SpaceNotFoundError(directory)  # before the model loads
+    print_json(reindex_space(config, args.user, args.assistant, show_progress=True))
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -108,11 +168,26 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.data_dir or Path("./memoryos_demo_data"))
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memoryos", description="Long-term memory for LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="memoryos",
+        description="Long-term memory for LLM agents.",
+        epilog="exit status: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
+    )
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="root of the memory store (env MEMORYOS_DATA_DIR)"
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does (INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Any, help_text: str, needs_user: bool = True) -> argparse.ArgumentParser:
@@ -134,12 +209,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     retrieve = command("retrieve", cmd_retrieve, "show what memory returns for a query")
     retrieve.add_argument("query")
-    retrieve.add_argument("--top-k", type=int, default=None)
-    retrieve.add_argument("--json", action="store_true")
+    retrieve.add_argument("--top-k", type=_positive_int, default=None)
+    retrieve.add_argument(
+        "--json", action="store_true", help="JSON; an unknown user gives an empty result, space_exists false"
+    )
     profile = command("profile", cmd_profile, "show the user profile")
     profile.add_argument("--knowledge", action="store_true", help="also list user and assistant facts")
     stats = command("stats", cmd_stats, "tier counts and segments with their heat")
-    stats.add_argument("--json", action="store_true")
+    stats.add_argument(
+        "--json", action="store_true", help="JSON; an unknown user gives zero counts, space_exists false"
+    )
+    forget = command("forget", cmd_forget, "erase everything remembered about a user (with one assistant)")
+    forget.add_argument(
+        "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)"
+    )
     reindex = command("reindex", cmd_reindex, "re-embed a space from its stored text with another model")
     reindex.add_argument("--model", required=True, help="embedding model name, e.g. BAAI/bge-m3")
     command("demo", cmd_demo, "store a short conversation and query it, offline", needs_user=False)
@@ -150,15 +233,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from memoryos.errors import MemoryOSError
+    """Run one command; returns its exit status. `argv=None` is the process's own entry point (`memoryos`,
+    `python -m memoryos.cli`): after Ctrl-C it then ends the process at once (`cli_session.exit_now`)."""
+    with InterruptHandling() as interrupts:
+        try:
+            args = build_parser().parse_args(argv)
+            _configure_logging(args.verbose)
+            code = _run(args)
+        except KeyboardInterrupt:
+            interrupts.note_interrupted()
+            code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED and argv is None:
+        exit_now(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every error a user can cause turned into one line and an exit status."""
+    import sqlite3
+
+    from memoryos.cli_input import named_by_flag
+    from memoryos.errors import InvalidInputError, LLMError, MemoryOSError, SpaceNotFoundError, StorageError
+    from memoryos.storage.space_lock import SpaceBusyError
 
     try:
         args.handler(args)
-    except (MemoryOSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+    except SpaceNotFoundError as error:
+        return _fail(f"{error} — {NO_SPACE_HINT}", 3)
+    except SpaceBusyError as error:
+        return _fail(str(error), 4)
+    except (StorageError, LLMError) as error:
+        return _fail(str(error), 1)
+    except InvalidInputError as error:
+        return _fail(str(named_by_flag(error)), 2)
+    except (MemoryOSError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+        return _fail(_one_line(error), 2)
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        return _fail(f"{where}{(error.strerror or str(error)).lower()}", 1)
+    except sqlite3.Error as error:
+        return _fail(f"memory store: {error}", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _one_line(error: Exception) -> str:
+    """pydantic's multi-line `ValidationError` as `field: reason; field: reason`."""
+    errors = getattr(error, "errors", None)
+    if callable(errors) and type(error).__name__ == "ValidationError":
+        parts = []
+        for item in errors():
+            field = ".".join(str(part) for part in item.get("loc", ()))
+            reason = str(item.get("msg", "")).removeprefix("Value error, ")
+            parts.append(reason if reason.startswith(f"{field}:") else f"{field}: {reason}")
+        return "; ".join(parts)
+    return str(error)
+
+
+def _configure_logging(verbose: bool) -> None:
+    """`--verbose`: the engine's INFO lines (the LLM backend chosen, models loaded) on stderr."""
+    if verbose:
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr)
+        logging.getLogger("memoryos").setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

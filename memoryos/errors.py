@@ -1,5 +1,7 @@
 """One exception hierarchy for the engine, so front ends map errors to HTTP codes in one place."""
 
+from pathlib import Path
+
 
 class MemoryOSError(Exception):
     """Base of every error the engine raises on purpose."""
@@ -36,3 +38,22 @@ class LLMError(MemoryOSError):
 
 class SchedulerClosedError(MemoryOSError):
     """Work asked of the process's scheduler while it closes (or while the process exits)."""
+
+
+class SpaceNotFoundError(MemoryOSError, LookupError):
+    """An open of an existing space only (`Memoryos(..., create=False)`, the CLI's reads) found no memory
+    space there. Nothing was created: no directory, no file."""
+
+    def __init__(self, directory: Path) -> None:
+        """`directory` is the space's, `<data_dir>/<tenant>/<user_id>/<assistant_id>`: the message names
+        the user, the assistant and the data directory, and says when the data directory itself is missing."""
+        self.directory = directory
+        self.assistant_id = directory.name
+        self.user_id = directory.parent.name
+        self.tenant = directory.parent.parent.name
+        self.data_dir = directory.parent.parent.parent
+        where = f"{self.data_dir}" + ("" if self.tenant == "default" else f" (tenant {self.tenant!r})")
+        missing = "" if self.data_dir.is_dir() else f": the data directory {self.data_dir} does not exist"
+        super().__init__(
+            f"no memory for user {self.user_id!r} (assistant {self.assistant_id!r}) in {where}{missing}"
+        )

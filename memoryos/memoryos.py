@@ -6,7 +6,6 @@ process's scheduler (`memoryos/scheduler/`), pooled with every other open space;
 vectors of the writes before it, not for consolidation. One instance may be shared by threads.
 """
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,19 +16,22 @@ from typing import Any
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder
 from memoryos.embedding.shared import shared_embedder
-from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, SpaceNotFoundError
 from memoryos.generation import answer_request
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.ops import AddTurns
 from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
-from memoryos.space import MemorySpace
+from memoryos.space import STORE_FILE, MemorySpace, erase_space, make_data_root, remove_empty_parents
 from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn
-from memoryos.validation import format_timestamp, parse_timestamp, validate_id, validate_text
+from memoryos.validation import validate_id, validate_text, validate_turn
 
 log = logging.getLogger(__name__)
+
+_PENDING_COUNT_LIMIT = 10_000_000
+"""Pending pages counted at open (`pending_pages_at_open`): every one, in any space that fits on a disk."""
 
 
 class Memoryos:
@@ -57,12 +59,20 @@ class Memoryos:
         llm: MemoryLLM | None = None,
         clock: Callable[[], float] = time.time,
         scheduler: Scheduler | None = None,
+        create: bool = True,
     ) -> None:
         """Arguments up to `embedding_model_kwargs` are the reference's, with its defaults. `config`
         supplies every other setting (env `MEMORYOS_*`); `embedder`, `llm`, `clock` and `scheduler` (default:
         the process's) let tests and services inject shared or deterministic parts. `embedding_model_kwargs` goes to `SentenceTransformer(...)` as
         in the reference (JSON values only; None keeps `config.embedding_model_kwargs`); a `device` in it
-        wins over `config.embedding_device`."""
+        wins over `config.embedding_device`.
+
+        `create=False` opens an existing space only: if there is none, `SpaceNotFoundError` is raised
+        before anything is loaded or created (no directory, no file) — what a read-only tool wants, so a
+        mistyped user id or data directory is an error rather than a new empty store.
+
+        `pending_pages_at_open` tells how many pages were stored but not yet embedded when the space was
+        opened (left by an interrupted run, or being embedded by another process): reads wait for them."""
         self.user_id = validate_id("user_id", user_id)
         self.assistant_id = validate_id("assistant_id", assistant_id)
         overrides: dict[str, Any] = {
@@ -82,19 +92,21 @@ class Memoryos:
             overrides["embedding_model_kwargs"] = embedding_model_kwargs
         base = config or MemoryConfig()
         self.config = MemoryConfig.model_validate({**base.model_dump(), **overrides})
+        directory = self.config.space_dir(self.user_id, self.assistant_id)
+        if not create and not (directory / STORE_FILE).is_file():
+            raise SpaceNotFoundError(directory)  # before a model, an LLM client or a directory is made
         self.clock = clock
         self.embedder = embedder or shared_embedder(self.config)
         self.llm = llm or create_llm(self.config)
+        if create:
+            make_data_root(self.config.data_dir)
         self.space = MemorySpace(
-            self.config.space_dir(self.user_id, self.assistant_id),
-            self.config,
-            self.embedder.name,
-            lambda: self.embedder.dim,
-            clock,
+            directory, self.config, self.embedder.name, lambda: self.embedder.dim, clock, create=create
         )
         self._scheduler = scheduler or shared_scheduler(self.config)
         self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)
-        if self.space.pending_page_ids(1):
+        self.pending_pages_at_open = len(self.space.pending_page_ids(_PENDING_COUNT_LIMIT))
+        if self.pending_pages_at_open:
             self._work.pages_written()  # acknowledged before a crash, not yet embedded
 
     @classmethod
@@ -172,27 +184,8 @@ class Memoryos:
         self._work.flush()
 
     def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
-        if not isinstance(raw, Mapping):
-            raise InvalidInputError(
-                prefix.rstrip(".") or "turn", "must be a mapping with user_input and agent_response"
-            )
-        meta_data = raw.get("meta_data")
-        if meta_data is not None and not isinstance(meta_data, Mapping):
-            raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
-        try:
-            json.dumps(dict(meta_data or {}))
-        except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
-            raise InvalidInputError(f"{prefix}meta_data", f"must be JSON-serializable: {error}") from None
-        limit = self.config.max_text_chars
-        moment = parse_timestamp(
-            f"{prefix}timestamp", raw.get("timestamp"), datetime.fromtimestamp(self.clock(), UTC)
-        )
-        return Turn(
-            user_input=validate_text(f"{prefix}user_input", raw.get("user_input"), limit),
-            agent_response=validate_text(f"{prefix}agent_response", raw.get("agent_response"), limit),
-            timestamp=format_timestamp(moment),
-            meta_data=dict(meta_data or {}),
-        )
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        return validate_turn(raw, prefix, self.config.max_text_chars, now)
 
     # --- reading --------------------------------------------------------------------------------------
     def retrieve(
@@ -305,30 +298,47 @@ class Memoryos:
 
         The `<tenant>/<user_id>/` directories above it go too once nothing else is in them, so a forgotten
         user's id does not stay on disk as a directory name. `rmdir` removes only empty directories, so
-        other users' and assistants' spaces are never touched; the data root itself is kept."""
-        self._work.close()
+        other users' and assistants' spaces are never touched. The data directory goes when MemoryOS
+        created it and nothing is left in it; a data directory that existed before is kept
+        (`remove_empty_parents`)."""
+        self._close_work()
         try:
             self.space.erase()
         except SpaceBusyError:  # nothing was erased: the instance keeps working
             self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, self.clock)
             raise
-        user_dir = self.space.directory.parent  # `space_dir` is <data_dir>/<tenant>/<user_id>/<assistant_id>
-        for directory in (user_dir, user_dir.parent):
-            try:
-                directory.rmdir()
-            except FileNotFoundError:
-                continue  # already gone (another process forgot it too)
-            except OSError:
-                break  # not empty: another space lives here
+        remove_empty_parents(self.space.directory)
 
     def close(self) -> None:
         """Let a running consolidation pass finish, apply buffered visits, snapshot the index and close the
-        store; a second call does nothing. Pages not yet embedded stay durable: the next open embeds them."""
-        self._work.close()
+        store; a second call does nothing. Pages not yet embedded stay durable: the next open embeds them.
+
+        Once the scheduler is closed (the process is exiting: it closes at interpreter exit, before atexit
+        hooks registered earlier than the first open; or `memoryos` stopped it on Ctrl-C), only the space is
+        closed: waiting for work that no thread will do would never end."""
+        self._close_work()
         self.space.close()
+
+    def _close_work(self) -> None:
+        if not self._scheduler.closed:
+            self._work.close()
 
     def __enter__(self) -> "Memoryos":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def forget_space(
+    user_id: str, config: MemoryConfig, assistant_id: str = "default_assistant_profile"
+) -> dict[str, int] | None:
+    """Erase one space, as `Memoryos.forget_user`, without opening it: no model is loaded and pages still
+    pending are not embedded first. Returns what the space held (`erase_space`).
+
+    Raises `SpaceNotFoundError` if there is no such space (nothing is created) and `SpaceBusyError`
+    (nothing erased) while another process has it open; its message names their pids."""
+    directory = config.space_dir(validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
+    contents = erase_space(directory, config)
+    remove_empty_parents(directory)
+    return contents

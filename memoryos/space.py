@@ -11,8 +11,10 @@ each catches its page index up with the others' vectors inside the write transac
 (`space_index.py`). In a process, one lock serializes a space; different spaces never share state.
 """
 
+import contextlib
 import functools
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ import numpy as np
 
 from memoryos import policy
 from memoryos.config import MemoryConfig
-from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, StorageError
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, MemoryOSError, StorageError
 from memoryos.ops import (
     AddKnowledge,
     AddTurns,
@@ -37,7 +39,7 @@ from memoryos.ops import (
 )
 from memoryos.score_sample import ScoreSample
 from memoryos.space_index import SpacePageIndex
-from memoryos.storage.space_lock import SpaceHold
+from memoryos.storage.space_lock import SpaceHold, creation_error, make_directory
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.storage.vector_blobs import from_blobs
 from memoryos.storage.vector_index import VectorIndex
@@ -59,6 +61,9 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
 
 
 STORE_FILE = "memory.sqlite"
+ROOT_MARKER = ".created-by-memoryos"
+"""In a data directory that MemoryOS created itself: such a directory is removed when its last space is
+forgotten. A data directory that existed before (the user's own) is never removed."""
 
 
 class MemorySpace:
@@ -71,18 +76,24 @@ class MemorySpace:
         embedding_model: str,
         model_dim: Callable[[], int],
         clock: Callable[[], float] = time.time,
+        *,
+        create: bool = True,
     ) -> None:
-        """Open (or create) the space. `model_dim` is called only when the dimension is not yet recorded or
-        the recorded model differs, so reopening a space does not load the embedding model.
+        """Open the space, creating it unless `create` is False. `model_dim` is called only when the
+        dimension is not yet recorded or the recorded model differs, so reopening a space does not load the
+        embedding model.
 
-        Raises `SpaceBusyError` when another process has the space to itself (a forget or reindex in
-        progress, or a Chroma-backed space open elsewhere) for longer than `space_lock_timeout_s`.
+        `create=False` opens only an existing space (one whose store file is there): otherwise it raises
+        `SpaceNotFoundError` and creates nothing, also when a forget erased the space while this open
+        waited for it. Raises `SpaceBusyError` when another process has the space to itself (a forget or
+        reindex in progress, or a Chroma-backed space open elsewhere) for longer than
+        `space_lock_timeout_s`.
         """
         self.directory = directory
         self.config = config
         self.clock = clock
         self.lock = threading.RLock()
-        self._hold = SpaceHold(directory, config.space_lock_timeout_s)
+        self._hold = SpaceHold(directory, config.space_lock_timeout_s, require=None if create else STORE_FILE)
         try:
             if config.vector_backend == "chroma":
                 # Chroma's persistent files are not safe to write from two processes at once.
@@ -472,3 +483,89 @@ class MemorySpace:
             )
             for i in order
         ]
+
+
+# --- the layout around spaces ------------------------------------------------------------------------------
+def make_data_root(data_dir: Path) -> None:
+    """Create the data directory if it is missing, marked (`ROOT_MARKER`) as made by MemoryOS, so that
+    forgetting its last space removes it too; raises `StorageError` if it cannot be made."""
+    if data_dir.is_dir():
+        return
+    make_directory(data_dir.parent)
+    try:
+        data_dir.mkdir()
+    except FileExistsError:
+        return  # another process made it first (or it is a file: the space's mkdir says so)
+    except OSError as error:
+        raise creation_error(error, data_dir) from None
+    with contextlib.suppress(OSError):  # unmarked, the directory is merely kept
+        (data_dir / ROOT_MARKER).write_text(
+            "This directory was created by MemoryOS; it is removed when its last memory space is forgotten.\n"
+        )
+
+
+def remove_empty_parents(space_directory: Path) -> None:
+    """After a space was erased: remove its user and tenant directories once nothing else is in them (a
+    forgotten user's id does not stay on disk as a directory name), then the data directory if MemoryOS
+    created it and nothing but its marker is left. `rmdir` removes only empty directories, so other users'
+    and assistants' spaces, and whatever else a user keeps in a data directory, are never touched."""
+    user_dir = space_directory.parent  # <data_dir>/<tenant>/<user_id>/<assistant_id>
+    for directory in (user_dir, user_dir.parent):
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            continue  # already gone (another process forgot it too)
+        except OSError:
+            return  # not empty: another space lives here
+    data_dir = user_dir.parent.parent
+    try:
+        if [entry.name for entry in data_dir.iterdir()] != [ROOT_MARKER]:
+            return
+        (data_dir / ROOT_MARKER).unlink()
+    except OSError:
+        return
+    try:
+        data_dir.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:  # a space was created meanwhile: the directory stays MemoryOS's
+        with contextlib.suppress(OSError):
+            (data_dir / ROOT_MARKER).touch()
+
+
+def erase_space(directory: Path, config: MemoryConfig) -> dict[str, int] | None:
+    """Erase the space in `directory` without opening its index or loading a model; returns what it held
+    (pages by tier, facts, profile versions; None if its store could not be read — it is erased anyway).
+
+    Needs the space to itself, as `MemorySpace.erase`: raises `SpaceBusyError` naming the other processes
+    that have it open, and `SpaceNotFoundError` if there is no space there. Does not touch the
+    directories above it (`remove_empty_parents`)."""
+    hold = SpaceHold(directory, config.space_lock_timeout_s, require=STORE_FILE)
+    try:
+        hold.claim("forget")
+        contents = _contents(directory / STORE_FILE, config)
+        shutil.rmtree(directory)
+    finally:
+        hold.release()
+    return contents
+
+
+def _contents(path: Path, config: MemoryConfig) -> dict[str, int] | None:
+    try:
+        store = SqliteStore(path, config.store_busy_timeout_s)
+    except (MemoryOSError, sqlite3.Error):
+        return None
+    try:
+        pages = store.count_pages()
+        return {
+            "short_term_pages": pages.get("stm", 0),
+            "mid_term_pages": pages.get("mtm", 0),
+            "archived_pages": pages.get("archived", 0),
+            "user_facts": len(store.active_knowledge("user")),
+            "assistant_facts": len(store.active_knowledge("assistant")),
+            "profile_versions": store.profile_version_count(),
+        }
+    except (MemoryOSError, sqlite3.Error):
+        return None
+    finally:
+        store.close()

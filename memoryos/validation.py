@@ -3,10 +3,13 @@
 Each check raises `InvalidInputError` (a `ValueError`) naming the field, before anything is stored.
 """
 
+import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from memoryos.errors import InvalidInputError
+from memoryos.types import Turn
 
 MAX_ID_CHARS = 128
 """Ids become directory names; 128 keeps paths far below every filesystem's limits."""
@@ -27,7 +30,7 @@ def validate_id(field: str, value: object) -> str:
     if len(value) > MAX_ID_CHARS:
         raise InvalidInputError(field, f"must be at most {MAX_ID_CHARS} characters, got {len(value)}")
     if "\x00" in value or "/" in value or "\\" in value or ".." in value:
-        raise InvalidInputError(field, "must not contain '/', '\\\\', '..' or NUL")
+        raise InvalidInputError(field, "must not contain '/', '\\', '..' or NUL")
     if not _ID_PATTERN.fullmatch(value):
         raise InvalidInputError(
             field, "may contain only letters, digits and . _ @ + -, and must start with a letter or digit"
@@ -53,6 +56,36 @@ def validate_text(field: str, value: object, max_chars: int) -> str:
             field, f"is {len(text)} characters; the limit is {max_chars} (max_text_chars)"
         )
     return text
+
+
+TURN_KEYS = ("user_input", "agent_response", "timestamp", "meta_data")
+"""The keys of one turn (`add_memories`); any other key is refused, naming it."""
+
+
+def validate_turn(raw: object, prefix: str, max_chars: int, now: datetime) -> Turn:
+    """One turn as stored: texts checked and stripped, the timestamp parsed (`now` when absent), meta_data a
+    JSON object. `prefix` ("turns[3].") starts the field names of errors; an unknown key is an error too,
+    so a misspelt "timestamp" or "meta_data" is not dropped without a word."""
+    field = prefix.rstrip(".") or "turn"
+    if not isinstance(raw, Mapping):
+        raise InvalidInputError(field, "must be a mapping with user_input and agent_response")
+    unknown = sorted(str(key) for key in raw if key not in TURN_KEYS)
+    if unknown:
+        raise InvalidInputError(field, f"unknown key {unknown[0]!r}; a turn has {', '.join(TURN_KEYS)}")
+    meta_data = raw.get("meta_data")
+    if meta_data is not None and not isinstance(meta_data, Mapping):
+        raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
+    try:
+        json.dumps(dict(meta_data or {}))
+    except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
+        raise InvalidInputError(f"{prefix}meta_data", f"must be JSON-serializable: {error}") from None
+    moment = parse_timestamp(f"{prefix}timestamp", raw.get("timestamp"), now)
+    return Turn(
+        user_input=validate_text(f"{prefix}user_input", raw.get("user_input"), max_chars),
+        agent_response=validate_text(f"{prefix}agent_response", raw.get("agent_response"), max_chars),
+        timestamp=format_timestamp(moment),
+        meta_data=dict(meta_data or {}),
+    )
 
 
 def parse_timestamp(field: str, value: object, now: datetime | None = None) -> datetime:

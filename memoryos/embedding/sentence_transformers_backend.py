@@ -5,11 +5,12 @@ encoded (or `dim` is asked): `memoryos --help` and processes that never embed st
 downloaded at runtime; a model missing locally is a configuration error with the fix in its message.
 """
 
+import contextlib
 import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,63 @@ def _onnx_importable() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
+MARKER_SLACK = 1
+"""Tokens an ASCII text can yield beyond one per character: the word-start marker a byte-level BPE
+(`add_prefix_space`) or SentencePiece (`Metaspace`) tokenizer may prepend. See `_may_exceed`."""
+
+
+def _may_exceed(text: str, max_tokens: int, special_tokens: int) -> bool:
+    """Whether `text` could tokenize to more than `max_tokens` tokens; False only when it cannot.
+
+    A cheap bound instead of a tokenizer run. For an ASCII text, every token covers at least one of its
+    characters: WordPiece (BERT, MiniLM) splits on whitespace, which it drops, and on punctuation, and each
+    piece of a word holds one character or more ([UNK] stands for a whole word); byte-level BPE (GPT-2,
+    Qwen) has one byte per ASCII character and at least one byte per token; SentencePiece (XLM-R, T5) maps
+    each character to one symbol and each piece holds one symbol or more. On top of that come at most one
+    word-start marker (`MARKER_SLACK`) and the special tokens the tokenizer adds (2 for [CLS] ... [SEP]).
+    So `len(text) + special_tokens + MARKER_SLACK` bounds the count. Non-ASCII text has no such bound
+    (Unicode normalization expands one code point to up to 18, a byte-level tokenizer spends up to 4 tokens
+    on one character), so it is always checked. Getting this wrong would only lose a log line, never change
+    a vector: the model truncates whatever this says.
+    """
+    return not text.isascii() or len(text) + special_tokens + MARKER_SLACK > max_tokens
+
+
+class _WidthProbe:
+    """Whether any batch sentence-transformers tokenized inside `model.encode` reached `max_tokens`.
+
+    sentence-transformers pads each batch to its longest text and truncates at `max_seq_length`, so a batch
+    narrower than the limit holds no truncated text. A forward pre-hook on the first module reads the width
+    of the attention mask it is given (no GPU work, no sync). Where there is no 2-D attention mask to read
+    (unpadded flash-attention inputs, another first module), it answers "reached", and the caller tokenizes
+    as before. Used with the model lock held: no other encode runs on the module meanwhile.
+    """
+
+    def __init__(self, model: "SentenceTransformer", max_tokens: int) -> None:
+        self.reached = False
+        self._max_tokens = max_tokens
+        self._model = model
+        self._handle: Any = None
+
+    def __enter__(self) -> "_WidthProbe":
+        try:
+            self._handle = self._model[0].register_forward_pre_hook(self._see)
+        except (AttributeError, IndexError, TypeError, RuntimeError):
+            self.reached = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+    def _see(self, module: object, args: tuple[Any, ...]) -> None:
+        features = args[0] if args else None
+        mask = features.get("attention_mask") if isinstance(features, Mapping) else None  # a BatchEncoding
+        shape: tuple[int, ...] = tuple(getattr(mask, "shape", ()))
+        if len(shape) != 2 or shape[1] >= self._max_tokens:
+            self.reached = True
+
+
 def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
     """L2-normalize rows in float32; an all-zero row stays zero rather than becoming NaN."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -81,6 +139,7 @@ class SentenceTransformerEmbedder:
         self._lock = threading.Lock()
         self._model: SentenceTransformer | None = None
         self._dim: int | None = None
+        self._special_tokens: int | None = None
 
     @property
     def name(self) -> str:
@@ -123,20 +182,37 @@ class SentenceTransformerEmbedder:
         # Every model has a "query" entry in `prompts` (empty unless its config defines one), so only a
         # non-empty prompt means the model encodes queries differently.
         prompt = (model.prompts.get("query") or "") if is_query else ""
+        max_tokens = model.max_seq_length
+        # Texts that might be truncated, by a bound on their token count (most pages and queries are not).
+        suspects = [] if max_tokens is None else self._truncation_suspects(model, prompt, texts, max_tokens)
         query_encoder = self._onnx_query_encoder(model, prompt) if is_query else None
         if query_encoder is not None:
-            self._warn_if_truncated(model, [prompt + text for text in texts])
+            self._warn_if_truncated(model, suspects, len(texts), max_tokens)
             return _normalize_rows(query_encoder.encode(texts))
         with self._lock:
-            self._warn_if_truncated(model, [prompt + text for text in texts])
-            vectors = model.encode(
-                texts,
-                prompt_name="query" if prompt else None,
-                batch_size=self._batch_size,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-            )
+            probe = _WidthProbe(model, max_tokens or 0)
+            with probe if suspects else contextlib.nullcontext():
+                vectors = model.encode(
+                    texts,
+                    prompt_name="query" if prompt else None,
+                    batch_size=self._batch_size,
+                    show_progress_bar=False,
+                    convert_to_numpy=True,
+                )
+            if probe.reached:  # a batch reached the limit: count exactly how many suspects went over it
+                self._warn_if_truncated(model, suspects, len(texts), max_tokens)
         return _normalize_rows(vectors)
+
+    def _truncation_suspects(
+        self, model: "SentenceTransformer", prompt: str, texts: list[str], max_tokens: int
+    ) -> list[str]:
+        """The texts, prompt included, that `_may_exceed` cannot rule out."""
+        if self._special_tokens is None:
+            count = getattr(model.tokenizer, "num_special_tokens_to_add", None)
+            self._special_tokens = int(count(pair=False)) if callable(count) else max_tokens
+        special = self._special_tokens
+        prompted = (prompt + text for text in texts) if prompt else texts
+        return [text for text in prompted if _may_exceed(text, max_tokens, special)]
 
     def _onnx_query_encoder(self, model: "SentenceTransformer", prompt: str) -> OnnxQueryEncoder | None:
         """The ONNX Runtime query encoder, built on first use; None when PyTorch serves queries."""
@@ -168,22 +244,28 @@ class SentenceTransformerEmbedder:
         logger.info("embedding: queries of %s run on ONNX Runtime", self._name)
         return encoder
 
-    def _warn_if_truncated(self, model: "SentenceTransformer", texts: list[str]) -> None:
-        """Log how many texts exceed the model's token limit (the model keeps only their beginning)."""
-        max_tokens = model.max_seq_length
-        if max_tokens is None:
+    def _warn_if_truncated(
+        self, model: "SentenceTransformer", suspects: list[str], total: int, max_tokens: int | None
+    ) -> None:
+        """Log how many of a call's `total` texts exceed the model's limit of `max_tokens` (the model keeps
+        only their beginning). Only `suspects` can: the others were ruled out without the tokenizer."""
+        if not suspects or max_tokens is None:
             return
-        # Tokenizing one token past the limit tells "too long" apart without the tokenizer's own warning.
-        tokens = model.tokenizer(texts, truncation=True, max_length=max_tokens + 1, return_length=True)
-        truncated = sum(1 for length in tokens["length"] if length > max_tokens)
+        truncated = self._count_truncated(model, suspects, max_tokens)
         if truncated:
             logger.warning(
                 "embedding: %d of %d texts exceed %s's limit of %d tokens and were truncated",
                 truncated,
-                len(texts),
+                total,
                 self._name,
                 max_tokens,
             )
+
+    def _count_truncated(self, model: "SentenceTransformer", texts: list[str], max_tokens: int) -> int:
+        """How many of `texts` tokenize to more than `max_tokens` (special tokens included)."""
+        # Tokenizing one token past the limit tells "too long" apart without the tokenizer's own warning.
+        tokens = model.tokenizer(texts, truncation=True, max_length=max_tokens + 1, return_length=True)
+        return sum(1 for length in tokens["length"] if length > max_tokens)
 
     def _loaded_model(self) -> "SentenceTransformer":
         if self._model is not None:
@@ -199,9 +281,6 @@ class SentenceTransformerEmbedder:
         return self._model
 
     def _load(self) -> "SentenceTransformer":
-        # The tokenizers thread pool keeps competing with torch after a batch encode: on 2 cores one query
-        # encode went from 12 to 17 ms. Tokenizing a query is microseconds; parallelism buys nothing here.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         from sentence_transformers import SentenceTransformer
 
@@ -213,6 +292,11 @@ class SentenceTransformerEmbedder:
             )
         else:
             device = select_device(self._requested_device, torch.cuda.is_available())
+        if not device.startswith("cuda"):
+            # On CPU the tokenizers thread pool keeps competing with torch after a batch encode: on 2 cores
+            # one query encode went from 12 to 17 ms. On a GPU the forward pass leaves the cores idle, and the
+            # pool tokenizes each page batch in parallel (the environment variable is read on every call).
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         location = resolve_model_location(self._name)
         try:
             model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)

@@ -1,11 +1,15 @@
-"""A local OpenAI-compatible chat server that answers every request at once with fixed text.
+"""A local OpenAI-compatible chat server that answers every request with fixed text, at once or after a
+fixed delay.
 
 It stands in for the LLM of a system under evaluation when no key is wanted, above all the reference
 `memoryos-pro`, which cannot be given an in-process LLM: it only talks to an OpenAI-compatible endpoint.
 Every POST to `.../chat/completions` gets a 200 with the fixed reply (or the reply of the first rule
 whose marker appears in the request's messages) and a word-count `usage`, so client code that reads
-usage works. It is a real HTTP server on 127.0.0.1 (a free port, a background thread); requests are only
-counted, never logged, since they carry conversation text.
+usage works. With `delay_s`, each request is answered that long after it arrived, requests in parallel
+(a thread each): a slow model endpoint for benchmarks (`bench/scheduler.py`). `MEMORY_TASK_RULES` gives
+every consolidation task of MemoryOS's own `OpenAILLM` a reply its parser accepts. It is a real HTTP
+server on 127.0.0.1 (a free port, a background thread); requests are only counted, never logged, since
+they carry conversation text.
 """
 
 import json
@@ -19,6 +23,25 @@ from typing import Any
 DEFAULT_REPLY = "ok"
 """What the reference's LLM calls get: not "true" (no continuity), not JSON (no topic themes), so every
 page is filed under its fallback segment. The README's reference figures were measured this way."""
+
+MEMORY_TASK_RULES: tuple[tuple[str, str], ...] = (
+    ("Reply with one word: yes or no.", "yes"),
+    ("say what this conversation is about", "The two friends catch up on family, work and their plans."),
+    (
+        "Name the single main topic of this conversation",
+        '{"summary": "Catching up on family, work and plans.", "keywords": ["family", "work", "plans"]}',
+    ),
+    ("Update the user profile", "- Talks with a close friend about family, work and plans."),
+    (
+        "Extract the facts worth remembering",
+        '{"user_facts": ["The user has a close friend."], '
+        '"assistant_facts": ["The assistant listened to the user."]}',
+    ),
+)
+"""(marker, reply) per consolidation task of MemoryOS's prompts (`memoryos/prompts.py`): continuity
+(yes), chain summary (text), topic (JSON summary and keywords), profile (text), knowledge (JSON facts).
+Each marker is a phrase of its task's instruction only; any other request (an answer) gets the fixed
+reply. `tests/unit/test_bench_scheduler.py` checks both against the prompts and parsers."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -36,6 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
         messages = body.get("messages") if isinstance(body, dict) else None
         prompt = " ".join(str(m.get("content", "")) for m in messages or [] if isinstance(m, dict))
         reply = self.server.reply_for(prompt)
+        if self.server.delay_s > 0:
+            time.sleep(self.server.delay_s)  # this request's own thread: others are answered meanwhile
         prompt_tokens, completion_tokens = len(prompt.split()), len(reply.split())
         self._send(
             200,
@@ -72,9 +97,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _StubServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256
+    """Listen backlog. The default (5) refuses connections when more than a handful arrive at once, as
+    they do from a client with many calls in flight (`llm_max_concurrency`)."""
 
-    def __init__(self, reply: str, rules: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, reply: str, rules: Sequence[tuple[str, str]], delay_s: float) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.delay_s = delay_s
         self._reply = reply
         self._rules = list(rules)
         self._lock = threading.Lock()
@@ -92,10 +121,15 @@ class _StubServer(ThreadingHTTPServer):
 
 class StubLLMServer:
     """The running server; use as a context manager. `rules` are (marker, reply): the first rule whose
-    marker occurs in a request's messages answers it, any other request gets `reply`."""
+    marker occurs in a request's messages answers it, any other request gets `reply`. `delay_s`: seconds
+    each completion is held before its answer is sent (0: at once)."""
 
-    def __init__(self, reply: str = DEFAULT_REPLY, rules: Sequence[tuple[str, str]] = ()) -> None:
-        self._server = _StubServer(reply, rules)
+    def __init__(
+        self, reply: str = DEFAULT_REPLY, rules: Sequence[tuple[str, str]] = (), delay_s: float = 0.0
+    ) -> None:
+        if delay_s < 0:
+            raise ValueError(f"delay_s must be >= 0, not {delay_s}")
+        self._server = _StubServer(reply, rules, delay_s)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="stub-llm", daemon=True
         )

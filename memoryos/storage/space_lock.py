@@ -17,6 +17,7 @@ the service's shard leases keep one writer per space (ARCHITECTURE §5).
 """
 
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -24,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from memoryos.errors import MemoryOSError
+from memoryos.errors import MemoryOSError, SpaceNotFoundError, StorageError
 
 LOCK_FILE = "space.lock"
 _POLL_S = 0.05
@@ -56,6 +57,28 @@ def _pids_holding(fd: int) -> list[int]:
     return sorted(pids)
 
 
+def _reason(error: OSError) -> str:
+    """An OS error's reason in the lower case of a message tail: "read-only file system"."""
+    text = error.strerror or str(error)
+    return text[:1].lower() + text[1:]
+
+
+def creation_error(error: OSError, directory: Path) -> StorageError:
+    """`StorageError` for a directory that could not be made, naming the directory that refused it (the
+    parent of the one being made, for a read-only or permission failure)."""
+    failed = Path(error.filename) if error.filename else directory
+    where = failed.parent if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else failed
+    return StorageError(f"cannot create memory in {where}: {_reason(error)}")
+
+
+def make_directory(directory: Path) -> None:
+    """`mkdir -p`, or `StorageError` (`creation_error`)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise creation_error(error, directory) from None
+
+
 def _describe(pids: list[int]) -> str:
     if not pids:
         return "another process"
@@ -65,24 +88,35 @@ def _describe(pids: list[int]) -> str:
 class SpaceHold:
     """This process's hold on one space directory: shared from open to close, exclusive on request."""
 
-    def __init__(self, directory: Path, timeout_s: float) -> None:
-        """Create the directory if needed and take the shared hold.
+    def __init__(self, directory: Path, timeout_s: float, *, require: str | None = None) -> None:
+        """Take the shared hold, creating the directory if needed — or, with `require` (the space's store
+        file name), only on a space that exists: a directory without that file raises `SpaceNotFoundError`,
+        and nothing is created (the lock file is made only inside an existing space that lacks one).
 
         Waits up to `timeout_s` while another process has the space to itself (a forget or a reindex
         running), then raises `SpaceBusyError` naming it. A forget that removed the directory while this
-        process waited is noticed (the lock file it holds is no longer the one at the path), and the space
-        is opened afresh.
+        process waited is noticed (the lock file it holds is no longer the one at the path): the space is
+        opened afresh, or, with `require`, `SpaceNotFoundError` is raised, never a space recreated. A
+        directory that cannot be created or opened (read-only, no permission) raises `StorageError`.
         """
         self.directory = directory
         self._path = directory / LOCK_FILE
         self._mutex = threading.Lock()
         deadline = time.monotonic() + timeout_s
         while True:
-            directory.mkdir(parents=True, exist_ok=True)
+            if require is None:
+                make_directory(directory)
+            elif not (directory / require).is_file():
+                raise SpaceNotFoundError(directory)
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = self._open_lock_file(create=require is None)
             except FileNotFoundError:
-                continue  # erased between mkdir and open: make it again
+                if require is None or not (directory / require).is_file():
+                    continue  # erased meanwhile: make it again, or (require) find it gone
+                try:
+                    fd = self._open_lock_file(create=True)  # a space stored before its lock file existed
+                except FileNotFoundError:
+                    continue
             try:
                 self._take_shared(fd, deadline)
             except BaseException:
@@ -92,6 +126,19 @@ class SpaceHold:
                 self._fd: int | None = fd
                 return
             os.close(fd)  # held a removed file: the space was erased meanwhile
+
+    def _open_lock_file(self, create: bool) -> int:
+        """The lock file's descriptor, read-write (read-only where the space's filesystem is)."""
+        flags = os.O_CREAT if create else 0
+        try:
+            return os.open(self._path, os.O_RDWR | flags, 0o600)
+        except (FileNotFoundError, NotADirectoryError):
+            raise FileNotFoundError(self._path) from None
+        except OSError as error:
+            if error.errno in (errno.EROFS, errno.EACCES) and not create:
+                with contextlib.suppress(OSError):
+                    return os.open(self._path, os.O_RDONLY)  # flock needs no write access
+            raise StorageError(f"cannot open memory space {self.directory}: {_reason(error)}") from None
 
     def _take_shared(self, fd: int, deadline: float) -> None:
         while True:

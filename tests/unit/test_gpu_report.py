@@ -105,6 +105,66 @@ def test_engine_rows_time_the_engine_embedder_against_the_raw_model() -> None:
     assert torch.get_num_threads() == threads
 
 
+def test_batcher_rows_pool_many_sources_next_to_the_raw_model_and_the_engine_embedder() -> None:
+    sizes = _small_sizes()
+    sizes.batcher_sources, sizes.batch1_texts, sizes.chunk = 4, 2, 4
+    sizes.batcher_raw_batch_sizes = (12,)
+    sizes.batcher_limits = ((None, None), (8, None))
+    threads = torch.get_num_threads()
+
+    rows = gpu_report.batcher_rows("all-MiniLM-L6-v2", "cpu", sizes, PAIRS)
+
+    assert [(row["path"], row["batch_size"], row["parallelism"]) for row in rows] == [
+        ("model.encode", 1, "default"),
+        ("model.encode", 12, "default"),
+        ("model.encode per chunk", 4, "default"),
+        ("engine embedder, check before the fix (emulated)", 4, "false"),
+        ("engine embedder", 4, "false"),
+        ("engine embedder", 4, "default"),
+        ("engine embedder, each run in a new thread", 4, "default"),
+        ("EmbeddingBatcher", 64, "false"),  # the engine's default max_batch_size
+        ("EmbeddingBatcher", 8, "false"),
+        ("EmbeddingBatcher, one thread for every run", 64, "false"),
+    ]
+    assert rows[0]["texts"] == 2 and rows[1]["best"] is True
+    for row in rows[1:]:
+        assert row["texts"] == 12 and row["tokens"] > 12 * 10
+        assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
+    default, small, reused = rows[-3:]
+    assert (default["sources"], default["pages_per_source"], default["embedder_batch_size"]) == (4, 3, 4)
+    assert default["batches"] == 1 and default["mean_batch_size"] == 12  # every source in one batch
+    assert small["batches"] == 2 and small["largest_batch"] == 8
+    assert reused["batches"] == 1 and reused["mean_batch_size"] == 12  # counted per run, not since start
+    for row in (default, small, reused):
+        assert row["max_abs_diff_vs_engine"] < 1e-5 and "vectors" not in row
+    assert torch.get_num_threads() == threads
+    table = gpu_report.table({"machine": {}, "ceilings": {}, "batcher": rows})
+    assert "| EmbeddingBatcher ≤16,384 tokens, 5 ms | all-MiniLM-L6-v2 | 8 | 12 |" in table
+    assert "| model.encode (best) |" in table
+
+
+def test_spaces_rows_write_from_threads_and_read_back() -> None:
+    sizes = _small_sizes()
+    sizes.spaces, sizes.turns_per_space = 3, 2
+
+    (row,) = gpu_report.spaces_rows("all-MiniLM-L6-v2", "cpu", sizes, PAIRS)
+
+    assert row["turns"] == 6 and row["all_found"] is True
+    assert row["batched_texts"] >= 6 and row["queries"] == 3 and row["batches"] >= 1
+    assert (
+        row["turns_per_s"] == pytest.approx(6 / row["seconds"]) and row["written_seconds"] <= row["seconds"]
+    )
+    assert "| 3 × 2 turns, all-MiniLM-L6-v2 | 6 |" in gpu_report.table(
+        {"machine": {}, "ceilings": {}, "spaces": [row]}
+    )
+
+
+def test_pages_and_pairs_for_pooling_are_distinct() -> None:
+    texts = gpu_models.distinct_page_texts(PAIRS[:2], 5)
+    assert len(set(texts)) == 5 and texts[2] == "User: " + PAIRS[0][0] + " Assistant: " + PAIRS[0][1] + " (2)"
+    assert gpu_models.distinct_pairs(PAIRS[:2], 3)[2] == (PAIRS[0][0], PAIRS[0][1] + " (2)")
+
+
 def test_torch_flat_search_rows() -> None:
     sizes = _small_sizes()
     ceilings = {
@@ -172,3 +232,20 @@ def test_merge_keeps_each_run_and_takes_each_section_from_the_run_that_measured_
     assert merged["engine"] == [{"skipped": "x", "run": 2}] and merged["notes"] == ["two leases"]
     printed = out.with_suffix(".md").read_text()
     assert printed.startswith("- two leases\n") and "Run 1: `one` measured embedding." in printed
+
+    third = {"command": "three", "machine": {"gpu": "C"}, "tiny": False, "ceilings": ceilings, "batcher": []}
+    paths.append(tmp_path / "3.json")
+    paths[-1].write_text(json.dumps(third))
+    again = tmp_path / "again.json"
+
+    assert (
+        gpu_report.main(["--merge", str(out), str(paths[-1]), "--note", "a third", "--out", str(again)]) == 0
+    )
+
+    merged = json.loads(again.read_text())
+    assert [(run["run"], run["sections"]) for run in merged["runs"]] == [
+        (1, ["embedding"]),
+        (2, ["engine", "faiss"]),
+        (3, ["batcher"]),
+    ]
+    assert merged["engine"] == [{"skipped": "x", "run": 2}] and merged["notes"] == ["two leases", "a third"]

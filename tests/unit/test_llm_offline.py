@@ -1,11 +1,19 @@
 import threading
 
+import pytest
 from pydantic import SecretStr
 
 from memoryos.config import MemoryConfig
 from memoryos.llm import create_llm
 from memoryos.llm.base import AnswerRequest
-from memoryos.llm.offline import MAX_PROFILE_LINES, MAX_SUMMARY_CHARS, NOT_IN_MEMORY, OfflineLLM
+from memoryos.llm.offline import (
+    ACKNOWLEDGED,
+    MAX_PROFILE_LINES,
+    MAX_SUMMARY_CHARS,
+    NOT_IN_MEMORY,
+    TOLD_ME,
+    OfflineLLM,
+)
 from memoryos.llm.openai_backend import OpenAILLM
 from memoryos.llm.usage import UsageCounter, estimate_tokens
 from memoryos.types import Page
@@ -100,6 +108,25 @@ class TestKnowledge:
         assert knowledge.user_facts == []
         assert knowledge.assistant_facts == []
 
+    def test_replies_that_hand_back_the_users_words_are_not_assistant_facts(self) -> None:
+        pages = [
+            page(1, "I'm vegetarian.", "Got it, I'll remember that you're vegetarian."),
+            page(2, "What is my job?", "You told me you are a nurse in Lyon."),
+            page(3, "Where do I work?", "[2024-05-01 10:00:00] User: I am a nurse in Lyon."),
+            page(4, "I love hiking in the Alps.", "I love hiking in the Alps too!"),
+            page(5, "Hi", "[2026-11-23 05:07:05] User: Hi, my name is Rui. I'm a nurse in Lyon."),
+            page(6, "Hello", "Hello! Noted: the train was late. I'll be glad to help."),
+        ]
+        assert OfflineLLM().extract_knowledge(pages).assistant_facts == []
+
+    def test_the_assistants_own_first_person_statements_stay_facts(self) -> None:
+        pages = [
+            page(1, "I'm vegetarian.", "Got it, I'll remember that you're vegetarian."),
+            page(2, "Any museum tips for Lyon?", "I recommend the Musée des Confluences in Lyon."),
+        ]
+        knowledge = OfflineLLM().extract_knowledge(pages)
+        assert knowledge.assistant_facts == ["Assistant: I recommend the Musée des Confluences in Lyon."]
+
     def test_repeated_facts_are_kept_once(self) -> None:
         knowledge = OfflineLLM().extract_knowledge([TEACHER, TEACHER])
         assert len(knowledge.user_facts) == 2
@@ -131,19 +158,152 @@ class TestProfile:
         assert "- trait 0" not in lines
 
 
-class TestAnswer:
-    def test_quotes_the_best_overlapping_sentences_with_timestamps(self) -> None:
-        reply = OfflineLLM().answer(request("Which subject do you teach to teenagers?", [MATH, TEACHER]))
-        first_line = reply.splitlines()[0]
-        assert first_line == "[2024-05-01 10:05:00] User: Yes, I teach math to teenagers in Lyon."
+def ask(query: str, *user_lines: str, agent: str = "OK.", **fields: object) -> str:
+    """The offline answer to `query` with one retrieved page per user line (each with `agent` as reply)."""
+    pages = [page(i + 1, line, agent, f"2024-05-01 10:{i:02d}:00") for i, line in enumerate(user_lines)]
+    return OfflineLLM().answer(request(query, pages).model_copy(update=fields))
 
-    def test_short_term_pages_are_searched_too(self) -> None:
-        reply = OfflineLLM().answer(request("Tell me that carbonara recipe again", [TEACHER], [PASTA]))
-        assert "carbonara" in reply
-        assert "[2024-05-02 19:00:00]" in reply
+
+class TestStatementOrQuestion:
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "Where do I live?",
+            "where do i live",
+            "What's my dog called",
+            "Do I have a pet",
+            "Is my sister older than me",
+            "Tell me what I do for work",
+            "Remind me where my mother lives",
+            "What do you remember about my job",
+            "Hi! Who is my best friend?",
+        ],
+    )
+    def test_questions_are_answered_from_memory(self, text: str) -> None:
+        assert not ask(text).startswith(ACKNOWLEDGED)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "I work as a data scientist.",
+            "When I was young I lived in Rome.",
+            "What I love most is sailing.",
+            "Remind me to buy milk.",
+            "My sister is older than me",
+        ],
+    )
+    def test_statements_are_acknowledged(self, text: str) -> None:
+        assert ask(text).startswith(ACKNOWLEDGED)
+
+
+class TestAcknowledgement:
+    def test_says_it_remembers_in_the_second_person(self) -> None:
+        assert ask("I work as a data scientist.") == (
+            "Got it, I'll remember that you work as a data scientist."
+        )
+        assert ask("We're moving to Grenoble in September!") == (
+            "Got it, I'll remember that you're moving to Grenoble in September."
+        )
+        assert ask("I am sure you are right about my plans.") == (
+            "Got it, I'll remember that you are sure I am right about your plans."
+        )
+
+    def test_greetings_and_store_requests_are_trimmed(self) -> None:
+        assert ask("Hi, I'm Tom.") == "Hello! Got it, I'll remember that you're Tom."
+        assert ask("Remember that my locker code is 4512.") == (
+            "Got it, I'll remember that your locker code is 4512."
+        )
+
+    def test_a_statement_not_about_the_user_is_noted(self) -> None:
+        assert ask("The train was late again this morning.") == (
+            "Noted: the train was late again this morning."
+        )
+
+    def test_pleasantries_get_a_reply_in_kind(self) -> None:
+        assert ask("thanks!") == "You're welcome!"
+        assert ask("ok") == "OK."
+        assert ask("bye") == "Bye! I'll remember what you told me."
+
+    def test_never_says_it_has_nothing_in_memory(self) -> None:
+        for text in ["I'm vegetarian.", "My cat is called Miso.", "Nice weather today.", "hello"]:
+            assert NOT_IN_MEMORY not in ask(text)
+
+
+class TestAnswer:
+    def test_quotes_the_best_matching_statement_in_the_second_person(self) -> None:
+        reply = ask("Which subject do you teach to teenagers?", MATH.user_input, TEACHER.user_input)
+        assert reply == "You told me you teach math to teenagers in Lyon."
+
+    @pytest.mark.parametrize(
+        ("question", "said", "expected"),
+        [
+            ("What do I do for a living?", "I work as a data scientist.", "data scientist"),
+            ("What's my profession?", "I am a nurse at the children's hospital.", "nurse"),
+            ("Do I have a pet?", "My cat is called Miso.", "Miso"),
+            ("Where do I live?", "I live in Manchester with my partner Sam.", "Manchester"),
+            ("Where am I from?", "I grew up in Pune.", "Pune"),
+            ("What's my favorite food?", "My favourite food is ramen.", "ramen"),
+            ("What language am I studying?", "I'm learning German at an evening class.", "German"),
+            ("When is my wedding?", "I'm getting married on 12 October.", "12 October"),
+            ("What are my plans for December?", "I'm going to visit Osaka in December.", "Osaka"),
+            ("Do I have a boat?", "I own a small sailboat.", "sailboat"),
+            ("What did I buy?", "I bought a green gravel bike.", "bike"),
+            ("What's my name?", "Hi, I'm Tom.", "Tom"),
+        ],
+    )
+    def test_paraphrased_questions_find_the_statement(self, question: str, said: str, expected: str) -> None:
+        distractors = ["I drive an old blue Volvo.", "The weather was awful.", "My birthday is in March."]
+        reply = ask(question, *distractors, said)
+        assert reply.startswith(TOLD_ME) and expected in reply
+
+    def test_a_person_asked_about_must_be_named(self) -> None:
+        said = ("My name is Ann.", "My husband works at the bank.", "I live in Lyon.")
+        assert ask("What is my sister's name?", *said) == NOT_IN_MEMORY
+        assert ask("Where does my mother live?", *said) == NOT_IN_MEMORY
+        assert "bank" in ask("What does my husband do?", *said)
+
+    def test_a_name_asked_about_must_be_said(self) -> None:
+        assert ask("Where does Maria live?", "My sister Ann lives in Porto.") == NOT_IN_MEMORY
+        assert "Porto" in ask("Where does Ann live?", "My sister Ann lives in Porto.")
+
+    def test_padding_words_alone_do_not_answer(self) -> None:
+        assert ask("Where did I go to university?", "I'm going to visit my aunt.") == NOT_IN_MEMORY
 
     def test_says_so_when_memory_holds_nothing(self) -> None:
         assert OfflineLLM().answer(request("Who won the chess tournament?", [TEACHER, MATH])) == NOT_IN_MEMORY
+
+    def test_facts_and_profile_lines_of_this_backend_are_evidence(self) -> None:
+        reply = ask("Am I allergic to anything?", user_knowledge=["User: I'm allergic to peanuts."])
+        assert reply == "You told me you're allergic to peanuts."
+        reply = ask("Where do I work?", user_profile="- User: I work at the aquarium.\n- Likes tea")
+        assert reply == "You told me you work at the aquarium."
+
+    def test_statements_in_the_same_message_count(self) -> None:
+        reply = ask("I have a dog called Rex. What's my dog called?")
+        assert reply == (
+            "Got it, I'll remember that you have a dog called Rex. You told me you have a dog called Rex."
+        )
+
+    def test_earlier_answers_are_never_quoted(self) -> None:
+        earlier = [
+            page(1, "I am a nurse in Lyon.", "Got it, I'll remember that you are a nurse in Lyon."),
+            page(2, "What is my job?", "You told me you are a nurse in Lyon."),
+            page(3, "Where do I work?", "[2024-05-01 10:00:00] User: I am a nurse in Lyon."),
+        ]
+        reply = OfflineLLM().answer(request("What is my job?", earlier))
+        assert reply == "You told me you are a nurse in Lyon."
+
+    def test_the_assistants_own_words_when_no_statement_matches(self) -> None:
+        reply = OfflineLLM().answer(request("Tell me that carbonara recipe again", [TEACHER], [PASTA]))
+        assert reply == "Earlier I said: Try carbonara: eggs, pecorino, guanciale."
+
+    def test_short_term_pages_are_searched_too(self) -> None:
+        reply = OfflineLLM().answer(request("Where do I teach math?", [TEACHER], [PASTA, MATH]))
+        assert "math to teenagers" in reply
+
+    def test_the_same_request_gives_the_same_answer(self) -> None:
+        question = request("Where do I live?", [TEACHER, MATH, PASTA])
+        assert OfflineLLM().answer(question) == OfflineLLM().answer(question)
 
 
 class TestUsage:
