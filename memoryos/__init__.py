@@ -9,8 +9,10 @@ from memoryos.errors import (
     InvalidInputError,
     LLMError,
     MemoryOSError,
+    SpaceNotFoundError,
     StorageError,
 )
+from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.memoryos import Memoryos
 from memoryos.types import RetrievedContext
 
@@ -22,6 +24,8 @@ __all__ = [
     "MemoryOSError",
     "Memoryos",
     "RetrievedContext",
+    "SpaceBusyError",
+    "SpaceNotFoundError",
     "StorageError",
 ]
 __version__ = "0.1.0"
