@@ -12,8 +12,8 @@ from memoryos.errors import (
     SpaceNotFoundError,
     StorageError,
 )
-from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.memoryos import Memoryos
+from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import RetrievedContext
 
 __all__ = [

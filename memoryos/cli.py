@@ -187,7 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="root of the memory store (env MEMORYOS_DATA_DIR)"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does (INFO)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log what the engine does (INFO: the LLM backend, the embedding runtime and why) and show the "
+        "model-loading progress bar",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Any, help_text: str, needs_user: bool = True) -> argparse.ArgumentParser:
@@ -295,7 +301,8 @@ def _one_line(error: Exception) -> str:
 
 
 def _configure_logging(verbose: bool) -> None:
-    """`--verbose`: the engine's INFO lines (the LLM backend chosen, models loaded) on stderr."""
+    """`--verbose`: the engine's INFO lines (the LLM backend chosen, the embedding runtime and why, models
+    loaded) on stderr; `config_of` also turns the model-loading progress bar on."""
     if verbose:
         import logging
 

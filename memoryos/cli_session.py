@@ -31,9 +31,16 @@ EXIT_INTERRUPTED = 130
 
 
 def config_of(args: "argparse.Namespace") -> "MemoryConfig":
+    """The configuration (env `MEMORYOS_*`) with the command's flags: `--data-dir`, and `--verbose`, which
+    also shows the model-loading progress bar (`show_progress`)."""
     from memoryos.config import MemoryConfig
 
-    return MemoryConfig(**({"data_dir": args.data_dir} if args.data_dir is not None else {}))
+    overrides: dict[str, Any] = {}
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    if getattr(args, "verbose", False):
+        overrides["show_progress"] = True
+    return MemoryConfig(**overrides)
 
 
 @contextlib.contextmanager
@@ -48,12 +55,7 @@ def opened(
     memory = Memoryos.from_config(args.user, config, assistant_id=args.assistant, create=create)
     try:
         if memory.pending_pages_at_open:
-            print(
-                f"embedding {memory.pending_pages_at_open} pages left pending by an earlier run "
-                "(interrupted?) first; this can take a while on CPU",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(pending_message(memory), file=sys.stderr, flush=True)
         yield memory
     except KeyboardInterrupt:
         close_interrupted(memory)
@@ -62,6 +64,18 @@ def opened(
         close(memory)
         raise
     close(memory)
+
+
+def pending_message(memory: "Memoryos") -> str:
+    """What a command says before it embeds pages an earlier run left pending: the count, and whether that
+    loads PyTorch (only when the model has no verified ONNX export for this process to run without it)."""
+    message = (
+        f"embedding {memory.pending_pages_at_open} pages left pending by an earlier run (interrupted?) first"
+    )
+    will_load = getattr(memory.embedder, "will_load_pytorch", None)
+    if callable(will_load) and will_load():
+        return f"{message}; no verified ONNX export of the model yet, so this loads PyTorch (seconds) and can take a while on CPU"
+    return f"{message}; this can take a while on CPU"
 
 
 def close(memory: "Memoryos") -> None:

@@ -138,8 +138,9 @@ class MemoryConfig(BaseSettings):
     embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
     embedding_runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto",
-        description="Query encodes on CPU. auto: ONNX Runtime when installed and its export matches PyTorch "
-        "(3x faster per query), else PyTorch. Page batches always run on PyTorch.",
+        description="On CPU. auto: ONNX Runtime when installed and its export matches PyTorch (3x faster per "
+        "query); once the export is verified, queries and pages run on it without importing PyTorch. "
+        "onnx: the same, but an error if queries cannot run on ONNX Runtime. torch: PyTorch only.",
     )
     model_cache_dir: Path | None = Field(
         None,
@@ -147,6 +148,11 @@ class MemoryConfig(BaseSettings):
     )
     torch_threads: int | None = Field(
         None, gt=0, description="None: one per core, at most 4 (oversubscription made encodes 15x slower)."
+    )
+    show_progress: bool = Field(
+        False,
+        description="Show the libraries' progress bars while a model loads (transformers' 'Loading weights' "
+        "bar); off by default, so a command's output is only its own. The CLI's --verbose turns it on.",
     )
 
     # LLM. No API key selects the offline extractive backend.

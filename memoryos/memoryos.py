@@ -23,7 +23,8 @@ from memoryos.ops import AddTurns
 from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
-from memoryos.space import STORE_FILE, MemorySpace, erase_space, make_data_root, remove_empty_parents
+from memoryos.space import MemorySpace
+from memoryos.space_layout import STORE_FILE, erase_space, make_data_root, remove_empty_parents
 from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn
 from memoryos.validation import validate_id, validate_text, validate_turn

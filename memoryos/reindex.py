@@ -20,7 +20,7 @@ from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import InvalidInputError
-from memoryos.space import STORE_FILE
+from memoryos.space_layout import STORE_FILE
 from memoryos.storage.index_factory import remove_page_index_files
 from memoryos.storage.space_lock import SpaceHold
 from memoryos.storage.sqlite_store import SqliteStore

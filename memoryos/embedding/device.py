@@ -5,6 +5,8 @@ without a GPU and this module never imports torch: the backend asks torch at loa
 answers in.
 """
 
+import os
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 DEVICE_REQUESTS = ("auto", "cpu", "cuda")
@@ -74,3 +76,45 @@ def use_onnx_queries(
             f"got device {device!r}, onnx importable: {onnx_importable}"
         )
     return possible
+
+
+GPU_DEVICE_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidia0", "/dev/kfd")
+"""What a host with a GPU torch could use shows without importing torch: the NVIDIA driver's list of GPUs
+and device nodes, and ROCm's kernel driver node (torch's "cuda" on AMD)."""
+
+
+def gpu_may_be_present(
+    environ: Mapping[str, str] | None = None, paths: Sequence[str] = GPU_DEVICE_PATHS
+) -> bool:
+    """Whether torch might see a GPU, decided without importing torch (a few stat calls).
+
+    False only when no GPU can be there: none of `paths` exists (an empty NVIDIA GPU list counts as
+    absent), or CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES hides every device ("" or "-1"). A True is
+    only a "maybe": the caller then lets torch decide, as before.
+    """
+    env = os.environ if environ is None else environ
+    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if env.get(variable, None) is not None and env[variable].strip() in ("", "-1"):
+            return False
+    for path in paths:
+        try:
+            if os.path.isdir(path):
+                if os.listdir(path):
+                    return True
+            elif os.path.exists(path):
+                return True
+        except OSError:
+            return True  # cannot tell: let torch decide
+    return False
+
+
+def cpu_without_torch(
+    requested: str, kwargs_device: str | None, environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether the embedding model will run on the CPU, known without importing torch: a `device` in
+    `embedding_model_kwargs` (which wins) or `embedding_device` of "cpu", or "auto" on a host where no GPU
+    can be (`gpu_may_be_present`). "cuda" and any other device name leave the choice to torch."""
+    device = kwargs_device if kwargs_device is not None else requested
+    if device == "cpu":
+        return True
+    return device == "auto" and not gpu_may_be_present(environ)

@@ -1,14 +1,19 @@
-"""Query encodes on ONNX Runtime: the model's transformer exported once, pooled by the model's own modules.
+"""The ONNX export of a model's transformer, made and checked with PyTorch loaded.
 
 A one-query MiniLM encode took 19–23 ms in eager PyTorch on one thread here and 7.5 ms in ONNX Runtime,
 with the same vectors (largest difference 2e-7): for a short text, PyTorch's per-operator dispatch costs
-more than the arithmetic. The query encode is most of a retrieve, so queries take this path on CPU; page
-batches stay on PyTorch, where the two measured the same throughput.
+more than the arithmetic. The export serves two encoders:
 
-Only the transformer is exported. Tokenization is sentence-transformers' own `preprocess`, and pooling and
-normalization are the loaded model's own modules, so the model's pipeline stays the one definition of
-its vectors. The export is cached under a fingerprint of the weights and library versions, and every
-load is checked against PyTorch on probe texts: a stale, foreign or wrongly traced export is never used.
+- `OnnxQueryEncoder`, in a process that loaded PyTorch anyway (the first run, a model without a verified
+  manifest): the export for the transformer, sentence-transformers' own `preprocess` and pooling modules
+  around it, checked against PyTorch on probe texts at every load.
+- `record_manifest` describes the whole pipeline (tokenizer, pooling, normalization, prompt, dimension)
+  and checks the torch-free encoder built from that description against PyTorch, once, when the export
+  is made or the model's files changed; later processes then embed without importing PyTorch
+  (`onnx_manifest.py`, `onnx_encoder.py`).
+
+Only the transformer is exported. The export is cached under a fingerprint of the weights and library
+versions: a stale, foreign or wrongly traced export is never used.
 """
 
 import hashlib
@@ -20,6 +25,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from memoryos.embedding.onnx_encoder import OnnxEncoder, runtime_versions
+from memoryos.embedding.onnx_manifest import (
+    FORMAT,
+    POOLING_MODES,
+    PROBES,
+    ExportManifest,
+    vectors_text,
+    write_manifest,
+)
 from memoryos.errors import MemoryOSError
 from memoryos.storage.atomic import atomic_write_bytes
 
@@ -45,9 +59,13 @@ class OnnxUnavailableError(MemoryOSError):
 
 
 class OnnxQueryEncoder:
-    """Encodes texts with an ONNX Runtime session over the exported transformer of a loaded model."""
+    """Encodes texts with an ONNX Runtime session over the exported transformer of a loaded model
+    (`path`: the export)."""
 
-    def __init__(self, model: "SentenceTransformer", session: Any, prompt: str) -> None:
+    def __init__(self, model: "SentenceTransformer", session: Any, prompt: str, path: Path) -> None:
+        self.path = path
+        self.exported = False
+        """Whether `build` made the export (rather than loading a cached one)."""
         self._model = model
         self._session = session
         self._input_names = [item.name for item in session.get_inputs()]
@@ -55,24 +73,34 @@ class OnnxQueryEncoder:
 
     @classmethod
     def build(
-        cls, model: "SentenceTransformer", cache_dir: Path, threads: int, prompt: str
+        cls, model: "SentenceTransformer", cache_dir: Path, threads: int, prompt: str, suspect: bool = False
     ) -> "OnnxQueryEncoder":
         """Load the cached export of `model` (exporting it first if absent) and check it against PyTorch.
 
+        A cached export that cannot be loaded is exported again; one that loads but disagrees with PyTorch
+        only when `suspect` (it no longer reproduced the vectors its manifest recorded: damaged since).
+        Otherwise the disagreement is the exporter's, and exporting again would only repeat it.
         Raises OnnxUnavailableError when this model cannot be served: the caller keeps PyTorch.
         """
         _check_supported(model, prompt)
         path = cache_dir / f"{_fingerprint(model)}.onnx"
-        session = None
         if path.exists():
             try:
                 session = _session(path, threads)
             except OnnxUnavailableError as error:
                 logger.warning("embedding: exporting the query encoder again: %s", error)
-        if session is None:
-            _export(model, path)
-            session = _session(path, threads)
-        encoder = cls(model, session, prompt)
+            else:
+                encoder = cls(model, session, prompt, path)
+                try:
+                    encoder._check_against(model)
+                    return encoder
+                except OnnxUnavailableError as error:
+                    if not suspect:
+                        raise
+                    logger.warning("embedding: exporting the query encoder again: %s", error)
+        _export(model, path)
+        encoder = cls(model, _session(path, threads), prompt, path)
+        encoder.exported = True
         encoder._check_against(model)
         return encoder
 
@@ -187,3 +215,163 @@ def _session(path: Path, threads: int) -> Any:
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # a truncated or foreign file
         raise OnnxUnavailableError(f"cannot load {path}: {error}") from error
+
+
+def record_manifest(
+    model: "SentenceTransformer",
+    export: Path,
+    path: Path,
+    *,
+    name: str,
+    model_dir: Path,
+    kwargs: dict[str, Any],
+    fingerprint: str,
+    prompt: str,
+    threads: int,
+) -> ExportManifest:
+    """Describe `model`'s pipeline for the torch-free encoder, build that encoder from the description and
+    `export`, compare it with PyTorch on every probe, and write the manifest to `path`: `verified` when it
+    matched within `MAX_PROBE_DIFFERENCE`, else with the reason (a pooling mode the encoder does not
+    implement, a tokenizer it cannot read, vectors that differ). Returns what was written."""
+    import sentence_transformers
+    import torch
+    import transformers
+
+    texts = [text for text, _ in PROBES]
+    flags = [is_query for _, is_query in PROBES]
+    expected = _probe_vectors(model, prompt, texts, flags)
+    tokenizer_file = f"{path.stem}.tokenizer.json"
+    base: dict[str, Any] = {
+        "format": FORMAT,
+        "verified": False,
+        "model_name": name,
+        "model_dir": str(model_dir),
+        "model_kwargs": kwargs,
+        "fingerprint": fingerprint,
+        "export": export.name,
+        "export_size": export.stat().st_size,
+        "tokenizer": tokenizer_file,
+        "query_prompt": prompt,
+        "truncate_dim": model.truncate_dim,
+        "dim": int(expected.shape[1]),
+        "versions": {
+            **runtime_versions(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "sentence_transformers": sentence_transformers.__version__,
+        },
+        "probe_texts": texts,
+        "probe_is_query": flags,
+        "torch_vectors": vectors_text(expected),
+        "onnx_vectors": "",
+        "max_difference": None,
+    }
+    try:
+        pipeline, tokenizer_json = _pipeline(model, prompt)
+    except OnnxUnavailableError as error:
+        unsupported: dict[str, Any] = {
+            "input_names": [],
+            "max_seq_length": None,
+            "truncation_side": "right",
+            "pad_id": 0,
+            "pad_type_id": 0,
+            "padding_side": "right",
+            "pooling": None,
+            "normalize": False,
+        }
+        manifest = ExportManifest(**{**base, **unsupported, "reason": str(error)})
+        write_manifest(path, manifest)
+        return manifest
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path.parent / tokenizer_file, tokenizer_json.encode())
+    candidate = ExportManifest(**base, **pipeline)
+    try:
+        got = OnnxEncoder.open(candidate, export.parent, threads).encode_probes()
+        difference = float(np.abs(got - expected).max())
+    except Exception as error:  # files that do not load, inputs the export does not take: not verified
+        manifest = candidate.model_copy(update={"reason": f"{type(error).__name__}: {error}"})
+    else:
+        verified = difference <= MAX_PROBE_DIFFERENCE
+        reason = (
+            "" if verified else f"differs from PyTorch by {difference:.1e} (limit {MAX_PROBE_DIFFERENCE:.0e})"
+        )
+        manifest = candidate.model_copy(
+            update={
+                "verified": verified,
+                "reason": reason,
+                "onnx_vectors": vectors_text(got),
+                "max_difference": difference,
+            }
+        )
+    write_manifest(path, manifest)
+    return manifest
+
+
+def _probe_vectors(
+    model: "SentenceTransformer", prompt: str, texts: list[str], flags: list[bool]
+) -> np.ndarray:
+    """PyTorch's vectors for the probes, as the embedder's PyTorch path makes them (queries and pages each
+    as one batch: padding is part of what is compared)."""
+    vectors: np.ndarray | None = None
+    for is_query in (True, False):
+        rows = [i for i, flag in enumerate(flags) if flag == is_query]
+        if not rows:
+            continue
+        encoded = model.encode(
+            [texts[i] for i in rows],
+            prompt_name="query" if is_query and prompt else None,
+            batch_size=len(rows),
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        if vectors is None:
+            vectors = np.empty((len(texts), encoded.shape[1]), dtype=np.float32)
+        vectors[rows] = encoded
+    assert vectors is not None  # PROBES holds both kinds
+    return vectors
+
+
+def _pipeline(model: "SentenceTransformer", prompt: str) -> tuple[dict[str, Any], str]:
+    """The manifest fields describing `model`'s tokenizer and modules, and its tokenizer as JSON; raises
+    OnnxUnavailableError for what the torch-free encoder does not implement."""
+    import tokenizers
+
+    _check_supported(model, prompt)
+    first, *rest = list(model)
+    if getattr(first, "do_lower_case", False):
+        raise OnnxUnavailableError("the Transformer module lowercases its input")
+    if "message" in (getattr(first, "modality_config", None) or {}):
+        raise OnnxUnavailableError("the model formats its input with a chat template")
+    kinds = [type(module).__name__ for module in rest]
+    if kinds not in (["Pooling"], ["Pooling", "Normalize"]):
+        raise OnnxUnavailableError(f"modules after the Transformer are {kinds}, not Pooling [+ Normalize]")
+    pooling: Any = rest[0]
+    mode = getattr(pooling, "pooling_mode", None)
+    if mode is None and callable(getattr(pooling, "get_pooling_mode_str", None)):
+        mode = pooling.get_pooling_mode_str()  # older sentence-transformers
+    if not isinstance(mode, str) or mode not in POOLING_MODES:
+        raise OnnxUnavailableError(f"pooling mode {mode!r} is not one of {', '.join(POOLING_MODES)}")
+    hf_tokenizer = model.tokenizer
+    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise OnnxUnavailableError(f"{type(hf_tokenizer).__name__} has no `tokenizers` backend")
+    # The backend as transformers runs it (normalizer, added tokens, post-processor), without the
+    # truncation and padding of its last call: the encoder sets those itself.
+    try:
+        tokenizer = tokenizers.Tokenizer.from_str(backend.to_str())
+    except Exception as error:  # a backend this version of `tokenizers` cannot read back
+        raise OnnxUnavailableError(f"the tokenizer cannot be saved for `tokenizers`: {error}") from error
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    max_length = model.max_seq_length
+    pipeline = {
+        "input_names": list(hf_tokenizer.model_input_names),
+        "max_seq_length": max_length if isinstance(max_length, int) and max_length < 1_000_000 else None,
+        "truncation_side": getattr(hf_tokenizer, "truncation_side", "right"),
+        "pad_id": int(hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0),
+        "pad_type_id": int(getattr(hf_tokenizer, "pad_token_type_id", 0) or 0),
+        "padding_side": getattr(hf_tokenizer, "padding_side", "right"),
+        "pooling": mode,
+        "normalize": kinds[-1] == "Normalize",
+    }
+    return pipeline, tokenizer.to_str()

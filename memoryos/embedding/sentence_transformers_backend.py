@@ -1,8 +1,11 @@
 """The sentence-transformers `Embedder`: MiniLM bundled offline, bge-m3 and Qwen3-Embedding from the HF cache.
 
-sentence-transformers and torch take ~6 s to import, so they are imported only when the first text is
-encoded (or `dim` is asked): `memoryos --help` and processes that never embed stay fast. Weights are never
-downloaded at runtime; a model missing locally is a configuration error with the fix in its message.
+sentence-transformers and torch take ~5 s to import, so nothing here imports them at module level, and on
+CPU they are not imported at all once the model's ONNX export has been checked against PyTorch: the
+embedder then runs the export with the model's tokenizer alone (`onnx_encoder.py`, `onnx_manifest.py`).
+PyTorch is loaded when there is no verified export yet (the first run makes one), when the model's files
+changed, on a GPU, or when `embedding_runtime="torch"`. Weights are never downloaded at runtime; a model
+missing locally is a configuration error with the fix in its message.
 """
 
 import contextlib
@@ -10,7 +13,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +21,28 @@ import numpy as np
 
 from memoryos.config import MemoryConfig
 from memoryos.embedding.cache import EmbeddingCache
-from memoryos.embedding.device import choose_torch_threads, select_device, use_fp16, use_onnx_queries
-from memoryos.embedding.onnx_queries import OnnxQueryEncoder, OnnxUnavailableError
+from memoryos.embedding.device import (
+    choose_torch_threads,
+    cpu_without_torch,
+    select_device,
+    use_fp16,
+    use_onnx_queries,
+)
+from memoryos.embedding.onnx_encoder import OnnxEncoder, TorchFreeUnavailableError, runtime_versions
+from memoryos.embedding.onnx_manifest import (
+    ExportManifest,
+    directory_fingerprint,
+    manifest_path,
+    model_directory,
+    read_manifest,
+    stale_because,
+)
 from memoryos.errors import MemoryOSError
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from memoryos.embedding.onnx_queries import OnnxQueryEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +69,10 @@ def model_cache_dir(configured: Path | None) -> Path:
 
 def _onnx_importable() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+def _torch_free_importable() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
 MARKER_SLACK = 1
@@ -119,10 +142,15 @@ def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
 class SentenceTransformerEmbedder:
     """`Embedder` over a local sentence-transformers model, with an LRU cache in front of it.
 
+    On first use it decides, once, what encodes: on CPU, with a verified ONNX export of this model whose
+    files have not changed, `OnnxEncoder` — queries and page batches, no PyTorch in the process; otherwise
+    the sentence-transformers model on PyTorch, which on CPU also (re)makes the export and its manifest for
+    the next process, and sends queries to ONNX Runtime (`OnnxQueryEncoder`) when `embedding_runtime`
+    allows. Why PyTorch was needed is logged once at INFO.
+
     Thread-safe: one lock serializes loading and PyTorch calls (torch already uses every configured thread
-    for one batch); the cache has its own lock, so cache hits never wait for a running batch. Query encodes
-    on CPU run on ONNX Runtime when `embedding_runtime` allows (`onnx_queries`), outside that lock, so a
-    query does not queue behind a page batch.
+    for one batch); the cache has its own lock, so cache hits never wait for a running batch. ONNX Runtime
+    encodes run outside that lock, so a query does not queue behind a page batch.
     """
 
     def __init__(self, config: MemoryConfig) -> None:
@@ -133,8 +161,12 @@ class SentenceTransformerEmbedder:
         self._torch_threads = config.torch_threads
         self._runtime = config.embedding_runtime
         self._model_cache_dir = config.model_cache_dir
+        self._show_progress = config.show_progress
         self._query_encoder: OnnxQueryEncoder | None = None
-        self._query_encoder_decided = False
+        self._torch_free: OnnxEncoder | None = None
+        self._torch_free_failed = False
+        self._export_suspect = False
+        self._decided = False
         self._cache = EmbeddingCache(config.embedding_cache_size)
         self._lock = threading.Lock()
         self._model: SentenceTransformer | None = None
@@ -148,21 +180,33 @@ class SentenceTransformerEmbedder:
 
     @property
     def dim(self) -> int:
-        """Vector dimension; loads the model on first access."""
-        self._loaded_model()
-        assert self._dim is not None  # set before the model is published
+        """Vector dimension: from the verified export's manifest on CPU, else from the loaded model."""
+        self._ready()
+        assert self._dim is not None  # set before the runtime is published
         return self._dim
 
     @property
     def query_runtime(self) -> str:
-        """ "onnx" or "torch": what encodes queries, once the first query has decided it."""
-        return "onnx" if self._query_encoder is not None else "torch"
+        """ "onnx" or "torch": what encodes queries, once the first use has decided it."""
+        return "onnx" if self._torch_free is not None or self._query_encoder is not None else "torch"
+
+    @property
+    def torch_free(self) -> bool:
+        """Whether this embedder runs without PyTorch (once the first use has decided it)."""
+        return self._torch_free is not None
+
+    def will_load_pytorch(self) -> bool:
+        """Whether encoding loads PyTorch, told without loading it (reads the manifest): for a message
+        before a long wait."""
+        if self._decided:
+            return self._torch_free is None and self._model is None
+        return self._torch_free_manifest()[0] is None
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """Return float32 unit rows of shape (len(texts), dim); cached texts do not reach the model.
 
-        Duplicates within one call are encoded once. Batches are not pre-sorted here: sentence-transformers
-        already sorts each call's texts by length to minimize padding.
+        Duplicates within one call are encoded once. Batches are not pre-sorted here: both runtimes sort
+        each call's texts by length to minimize padding.
         """
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
@@ -178,6 +222,12 @@ class SentenceTransformerEmbedder:
         )
 
     def _encode_with_model(self, texts: list[str], is_query: bool) -> np.ndarray:
+        torch_free = self._ready()
+        if torch_free is not None:
+            vectors, truncated = torch_free.encode(texts, is_query=is_query, batch_size=self._batch_size)
+            if truncated:
+                self._log_truncated(truncated, len(texts), torch_free.manifest.max_seq_length)
+            return _normalize_rows(vectors)
         model = self._loaded_model()
         # Every model has a "query" entry in `prompts` (empty unless its config defines one), so only a
         # non-empty prompt means the model encodes queries differently.
@@ -185,7 +235,7 @@ class SentenceTransformerEmbedder:
         max_tokens = model.max_seq_length
         # Texts that might be truncated, by a bound on their token count (most pages and queries are not).
         suspects = [] if max_tokens is None else self._truncation_suspects(model, prompt, texts, max_tokens)
-        query_encoder = self._onnx_query_encoder(model, prompt) if is_query else None
+        query_encoder = self._query_encoder if is_query else None
         if query_encoder is not None:
             self._warn_if_truncated(model, suspects, len(texts), max_tokens)
             return _normalize_rows(query_encoder.encode(texts))
@@ -203,6 +253,171 @@ class SentenceTransformerEmbedder:
                 self._warn_if_truncated(model, suspects, len(texts), max_tokens)
         return _normalize_rows(vectors)
 
+    # --- choosing the runtime -------------------------------------------------------------------------
+    def _ready(self) -> OnnxEncoder | None:
+        """Decide the runtime on first use: the torch-free encoder, or (None) the loaded PyTorch model."""
+        if not self._decided:
+            with self._lock:
+                if not self._decided:
+                    torch_free = self._open_torch_free()
+                    if torch_free is not None:
+                        self._dim = torch_free.dim
+                        self._torch_free = torch_free
+                    else:
+                        self._load_model_locked()
+                    self._decided = True
+        return self._torch_free
+
+    def _onnx_dir(self) -> Path:
+        return model_cache_dir(self._model_cache_dir) / "onnx"
+
+    def _torch_free_manifest(self) -> tuple[ExportManifest | None, str]:
+        """The verified manifest this process may use without PyTorch, or None and why not ("" when
+        PyTorch was asked for, or the model is not found: the PyTorch path says so)."""
+        if self._runtime == "torch":
+            return None, ""
+        kwargs_device = self._model_kwargs.get("device")
+        device = self._requested_device if kwargs_device is None else str(kwargs_device)
+        if not cpu_without_torch(self._requested_device, None if kwargs_device is None else device):
+            if device == "auto":
+                return None, "a GPU may be present (embedding_device 'auto'), so torch chooses the device"
+            return None, f"the device asked for is {device!r}"
+        if not _torch_free_importable():
+            return None, "onnxruntime or tokenizers is not installed"
+        model_dir = model_directory(resolve_model_location(self._name), self._model_kwargs)
+        if model_dir is None:
+            return None, ""
+        manifest, reason = read_manifest(manifest_path(self._onnx_dir(), model_dir, self._model_kwargs))
+        if manifest is None:
+            return None, reason
+        try:
+            stale = stale_because(manifest, directory_fingerprint(model_dir), runtime_versions())
+        except (OSError, ImportError) as error:  # an unreadable model file, a broken onnxruntime install
+            return None, f"{type(error).__name__}: {error}"
+        return (None, stale) if stale else (manifest, "")
+
+    def _open_torch_free(self) -> OnnxEncoder | None:
+        """The torch-free encoder when a verified manifest fits and its files reproduce the recorded
+        vectors; else None, with the reason logged at INFO."""
+        manifest, reason = self._torch_free_manifest()
+        encoder = None
+        if manifest is not None:
+            encoder, reason = self._checked_encoder(manifest)
+            self._torch_free_failed = encoder is None
+        if encoder is None:
+            if reason:
+                logger.info("embedding: loading PyTorch for %s: %s", self._name, reason)
+            return None
+        # As on the PyTorch path: on CPU the tokenizers pool competes with the model's threads.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return encoder
+
+    def _checked_encoder(self, manifest: ExportManifest) -> tuple[OnnxEncoder | None, str]:
+        threads = choose_torch_threads(self._torch_threads, os.cpu_count())
+        try:
+            encoder = OnnxEncoder.open(manifest, self._onnx_dir(), threads)
+        except TorchFreeUnavailableError as error:
+            return None, str(error)
+        try:
+            difference = encoder.check()
+        except TorchFreeUnavailableError as error:
+            self._export_suspect = True  # it reproduced these vectors when its manifest was written
+            return None, str(error)
+        logger.info(
+            "embedding: %s runs on ONNX Runtime without PyTorch (%s, checked against PyTorch when exported; "
+            "probes reproduced within %.0e)",
+            self._name,
+            manifest.export,
+            difference,
+        )
+        return encoder, ""
+
+    def _loaded_model(self) -> "SentenceTransformer":
+        """The sentence-transformers model, loaded on first call (also on the torch-free path: for tools
+        and tests that need the PyTorch model itself)."""
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    self._load_model_locked()
+        assert self._model is not None
+        return self._model
+
+    def _load_model_locked(self) -> None:
+        model = self._load()
+        dim = model.get_embedding_dimension()
+        if dim is None:
+            raise MemoryOSError(f"embedding_model_name: {self._name!r} does not report its dimension")
+        self._dim = dim
+        self._query_encoder = self._build_query_encoder(model)
+        self._model = model
+
+    def _build_query_encoder(self, model: "SentenceTransformer") -> "OnnxQueryEncoder | None":
+        """On CPU: the ONNX query encoder (exporting the model first if needed) and the manifest that lets
+        the next process go without PyTorch. None when PyTorch serves queries."""
+        from memoryos.embedding.onnx_queries import OnnxQueryEncoder, OnnxUnavailableError
+
+        device = str(model.device)
+        if not use_onnx_queries(self._runtime, device, _onnx_importable(), use_fp16(device)):
+            return None
+        prompt = model.prompts.get("query") or ""
+        threads = choose_torch_threads(self._torch_threads, os.cpu_count())
+        try:
+            encoder = OnnxQueryEncoder.build(model, self._onnx_dir(), threads, prompt, self._export_suspect)
+        except (OnnxUnavailableError, OSError) as error:
+            if self._runtime == "onnx":
+                raise MemoryOSError(
+                    f"embedding_runtime: ONNX Runtime cannot serve {self._name!r}: {error}"
+                ) from error
+            logger.warning("embedding: queries stay on PyTorch for %s: %s", self._name, error)
+            return None
+        logger.info("embedding: queries of %s run on ONNX Runtime", self._name)
+        if _torch_free_importable():
+            self._record_manifest(model, encoder, prompt, threads)
+        return encoder
+
+    def _record_manifest(
+        self, model: "SentenceTransformer", encoder: "OnnxQueryEncoder", prompt: str, threads: int
+    ) -> None:
+        """Write the torch-free manifest unless a verified one already describes these files and this
+        export, and did not fail in this process."""
+        from memoryos.embedding.onnx_queries import record_manifest
+
+        model_dir = model_directory(resolve_model_location(self._name), self._model_kwargs)
+        if model_dir is None:
+            return
+        path = manifest_path(self._onnx_dir(), model_dir, self._model_kwargs)
+        try:
+            fingerprint = directory_fingerprint(model_dir)
+            existing, _ = read_manifest(path)
+            if (
+                existing is not None
+                and existing.verified
+                and not encoder.exported
+                and not self._torch_free_failed
+                and existing.export == encoder.path.name
+                and existing.export_size == encoder.path.stat().st_size
+                and existing.fingerprint == fingerprint
+                and all(existing.versions.get(k) == v for k, v in runtime_versions().items())
+            ):
+                return
+            manifest = record_manifest(
+                model,
+                encoder.path,
+                path,
+                name=self._name,
+                model_dir=model_dir,
+                kwargs=self._model_kwargs,
+                fingerprint=fingerprint,
+                prompt=prompt,
+                threads=threads,
+            )
+        except Exception as error:  # a read-only cache, a library surprise: this process is served anyway
+            logger.warning("embedding: could not record the export's manifest for %s: %s", self._name, error)
+            return
+        if not manifest.verified:
+            logger.info("embedding: %s will keep loading PyTorch: %s", self._name, manifest.reason)
+
+    # --- truncation warnings --------------------------------------------------------------------------
     def _truncation_suspects(
         self, model: "SentenceTransformer", prompt: str, texts: list[str], max_tokens: int
     ) -> list[str]:
@@ -214,36 +429,6 @@ class SentenceTransformerEmbedder:
         prompted = (prompt + text for text in texts) if prompt else texts
         return [text for text in prompted if _may_exceed(text, max_tokens, special)]
 
-    def _onnx_query_encoder(self, model: "SentenceTransformer", prompt: str) -> OnnxQueryEncoder | None:
-        """The ONNX Runtime query encoder, built on first use; None when PyTorch serves queries."""
-        if self._query_encoder_decided:
-            return self._query_encoder
-        with self._lock:
-            if not self._query_encoder_decided:
-                self._query_encoder = self._build_query_encoder(model, prompt)
-                self._query_encoder_decided = True
-        return self._query_encoder
-
-    def _build_query_encoder(self, model: "SentenceTransformer", prompt: str) -> OnnxQueryEncoder | None:
-        device = str(model.device)
-        fp16 = use_fp16(device)
-        if not use_onnx_queries(self._runtime, device, _onnx_importable(), fp16):
-            return None
-        threads = choose_torch_threads(self._torch_threads, os.cpu_count())
-        try:
-            encoder = OnnxQueryEncoder.build(
-                model, model_cache_dir(self._model_cache_dir) / "onnx", threads, prompt
-            )
-        except (OnnxUnavailableError, OSError) as error:
-            if self._runtime == "onnx":
-                raise MemoryOSError(
-                    f"embedding_runtime: ONNX Runtime cannot serve {self._name!r}: {error}"
-                ) from error
-            logger.warning("embedding: queries stay on PyTorch for %s: %s", self._name, error)
-            return None
-        logger.info("embedding: queries of %s run on ONNX Runtime", self._name)
-        return encoder
-
     def _warn_if_truncated(
         self, model: "SentenceTransformer", suspects: list[str], total: int, max_tokens: int | None
     ) -> None:
@@ -251,10 +436,12 @@ class SentenceTransformerEmbedder:
         only their beginning). Only `suspects` can: the others were ruled out without the tokenizer."""
         if not suspects or max_tokens is None:
             return
-        truncated = self._count_truncated(model, suspects, max_tokens)
+        self._log_truncated(self._count_truncated(model, suspects, max_tokens), total, max_tokens)
+
+    def _log_truncated(self, truncated: int, total: int, max_tokens: int | None) -> None:
         if truncated:
             logger.warning(
-                "embedding: %d of %d texts exceed %s's limit of %d tokens and were truncated",
+                "embedding: %d of %d texts exceed %s's limit of %s tokens and were truncated",
                 truncated,
                 total,
                 self._name,
@@ -267,19 +454,7 @@ class SentenceTransformerEmbedder:
         tokens = model.tokenizer(texts, truncation=True, max_length=max_tokens + 1, return_length=True)
         return sum(1 for length in tokens["length"] if length > max_tokens)
 
-    def _loaded_model(self) -> "SentenceTransformer":
-        if self._model is not None:
-            return self._model
-        with self._lock:
-            if self._model is None:
-                model = self._load()
-                dim = model.get_embedding_dimension()
-                if dim is None:
-                    raise MemoryOSError(f"embedding_model_name: {self._name!r} does not report its dimension")
-                self._dim = dim
-                self._model = model
-        return self._model
-
+    # --- loading PyTorch ------------------------------------------------------------------------------
     def _load(self) -> "SentenceTransformer":
         import torch
         from sentence_transformers import SentenceTransformer
@@ -299,7 +474,8 @@ class SentenceTransformerEmbedder:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         location = resolve_model_location(self._name)
         try:
-            model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)
+            with _progress_bars(self._show_progress):
+                model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)
         except OSError as exc:
             raise MemoryOSError(
                 f"embedding_model_name: the weights of {self._name!r} must be in the local Hugging Face "
@@ -311,8 +487,25 @@ class SentenceTransformerEmbedder:
         fp16 = use_fp16(device, _names_dtype(kwargs))
         if fp16:
             model.half()
-        logger.info("embedding: loaded %s on %s (fp16=%s)", self._name, device, fp16)
+        logger.info("embedding: loaded %s on %s with PyTorch (fp16=%s)", self._name, device, fp16)
         return model
+
+
+@contextlib.contextmanager
+def _progress_bars(show: bool) -> Iterator[None]:
+    """transformers' "Loading weights ... 103/103" bar, shown only when asked (`show_progress`, the CLI's
+    `--verbose`): the global switch is turned off around the load and restored after it."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    if show or not enabled:
+        yield
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
 
 
 def _names_dtype(kwargs: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_runtime",
         "model_cache_dir",
         "torch_threads",
+        "show_progress",
     }
 )
 """Every setting the embedder reads: configs that differ in any of them never share a model."""

@@ -48,13 +48,20 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 import numpy as np
 
 from memoryos.embedding.base import Embedder
 from memoryos.errors import MemoryOSError
+from memoryos.scheduler.batch_fill import (
+    Batch,
+    BatchFilling,
+    PageSource,
+    QueuedSource,
+    QueuedWork,
+    TextRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,22 +73,6 @@ RETRY_MAX_S = 30.0
 
 class BatcherClosedError(MemoryOSError):
     """The batcher was closed before this work was encoded (pages stay pending in their store)."""
-
-
-class PageSource(Protocol):
-    """One space's pages waiting for vectors, as the batcher sees it. Called on the batcher thread."""
-
-    def pending_texts(self, limit: int) -> list[tuple[int, str]]:
-        """Up to `limit` (page_id, text) of pages still without a vector, oldest first; [] when none."""
-        ...
-
-    def apply_vectors(self, page_ids: list[int], vectors: np.ndarray) -> None:
-        """Store the vectors (row i for page_ids[i]); may raise."""
-        ...
-
-    def embedding_failed(self, error: BaseException) -> None:
-        """The batch holding this source's pages failed; the source decides what its readers see."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -100,76 +91,9 @@ class BatcherStats:
     tokens_estimated: int = 0
 
 
-def estimate_tokens(text: str) -> int:
-    """Characters / 4 + 2: about one token per 4 characters of English for WordPiece and BPE tokenizers,
-    plus the two special tokens. Cheap (no tokenizer on the batcher thread) and only a budget; the model
-    truncates at its own window whatever the estimate says."""
-    return len(text) // 4 + 2
-
-
 def retry_delay_s(failures: int) -> float:
     """Seconds before retrying a source after `failures` consecutive failures (>= 1)."""
     return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(max(failures, 1) - 1, 30))
-
-
-@dataclass(eq=False)
-class _Source:
-    """A queued source. `stamp` changes on every notify: a source notified again after its pages were
-    taken may have new ones. `ready_at` is when it was first notified, or when its backoff ends."""
-
-    source: PageSource
-    ready_at: float
-    stamp: int
-    failures: int = 0
-
-
-@dataclass(eq=False)
-class _Request:
-    """An `encode_texts` call; `taken` texts are in batches so far, `done` of them have vectors."""
-
-    texts: list[str]
-    future: "concurrent.futures.Future[np.ndarray]"
-    ready_at: float
-    taken: int = 0
-    done: int = 0
-    started: bool = False
-    failed: bool = False
-    vectors: np.ndarray | None = None
-
-
-@dataclass(eq=False)
-class _SourcePart:
-    """One source's share of a batch: its page ids and their positions in the batch."""
-
-    entry: _Source
-    stamp: int
-    page_ids: list[int] = field(default_factory=list)
-    indices: list[int] = field(default_factory=list)
-    drained: bool = False
-    """It returned fewer texts than asked and all were taken: nothing else was pending then."""
-    error: BaseException | None = None
-
-
-@dataclass(eq=False)
-class _RequestPart:
-    request: _Request
-    offsets: list[int] = field(default_factory=list)
-    """Positions of the texts in the request."""
-    indices: list[int] = field(default_factory=list)
-    """Positions of the same texts in the batch."""
-
-
-@dataclass(eq=False)
-class _Batch:
-    texts: list[str] = field(default_factory=list)
-    tokens: int = 0
-    full: bool = False
-    """No more texts go in: a limit is reached, or a retried source is in it alone."""
-    sources: dict[int, _SourcePart] = field(default_factory=dict)
-    requests: dict[int, _RequestPart] = field(default_factory=dict)
-
-
-_Entry = _Source | _Request
 
 
 def _resolve(
@@ -187,7 +111,7 @@ def _resolve(
         pass
 
 
-class EmbeddingBatcher:
+class EmbeddingBatcher(BatchFilling):
     """Encodes the pages of many sources, and other texts, in shared batches on one daemon thread.
 
     Thread-safe: `notify`, `encode_texts`, `encode_query`, `stats` and `close` may be called from any
@@ -214,7 +138,7 @@ class EmbeddingBatcher:
         self._max_wait_s = max_wait_ms / 1000.0
         self._cond = threading.Condition()
         # FIFO of waiting work, keyed by id(source) or id(request); served work moves to the back.
-        self._queue: OrderedDict[int, _Entry] = OrderedDict()
+        self._queue: OrderedDict[int, QueuedWork] = OrderedDict()
         self._arrivals = 0  # bumped by every notify and encode_texts
         self._queries_waiting = 0
         self._closing = False
@@ -232,10 +156,10 @@ class EmbeddingBatcher:
                 return
             self._arrivals += 1
             entry = self._queue.get(id(source))
-            if isinstance(entry, _Source):
+            if isinstance(entry, QueuedSource):
                 entry.stamp = self._arrivals
             else:
-                self._queue[id(source)] = _Source(source, time.monotonic(), self._arrivals)
+                self._queue[id(source)] = QueuedSource(source, time.monotonic(), self._arrivals)
             self._cond.notify_all()
 
     def encode_texts(self, texts: Sequence[str]) -> "concurrent.futures.Future[np.ndarray]":
@@ -249,7 +173,7 @@ class EmbeddingBatcher:
         with self._cond:
             closing = self._closing
             if not closing:
-                request = _Request(items, future, time.monotonic())
+                request = TextRequest(items, future, time.monotonic())
                 self._queue[id(request)] = request
                 self._arrivals += 1
                 self._cond.notify_all()
@@ -313,10 +237,10 @@ class EmbeddingBatcher:
                 self._closing = True
             self._fail_queued_requests()
 
-    def _collect(self) -> _Batch | None:
+    def _collect(self) -> Batch | None:
         """Wait for work, then take texts until the batch is full or `max_wait_ms` have passed since the
         oldest ready item; None once closing."""
-        batch = _Batch()
+        batch = Batch()
         with self._cond:
             while True:
                 if self._closing:
@@ -350,145 +274,7 @@ class EmbeddingBatcher:
         """With the lock held: wait until something arrives after `seen`, close, or the timeout."""
         self._cond.wait_for(lambda: self._closing or self._arrivals != seen, timeout_s)
 
-    def _fill(self, batch: _Batch) -> None:
-        """Take texts into `batch`: a fair share for each entry not yet in it (or notified again since),
-        then the room left to entries that had more, in FIFO order."""
-        while True:
-            with self._cond:
-                if self._closing:
-                    return
-                first, complete = self._new_entries(batch)
-            waiting = len(first)
-            for entry in first:
-                if batch.full or self._is_closing():
-                    return
-                share = max(1, (self._max_size - len(batch.texts)) // waiting)
-                waiting -= 1
-                if isinstance(entry, _Request):
-                    self._take_request(batch, entry, share)
-                elif entry.failures:  # retried after a failure: alone (`_new_entries` offers it only then)
-                    self._take_source(batch, entry, self._max_size)
-                    batch.full = bool(batch.texts)
-                else:
-                    self._take_source(batch, entry, share)
-            if complete or batch.full:
-                break
-        more: list[_Entry] = [
-            part.entry for part in batch.sources.values() if not part.drained and part.error is None
-        ]
-        more += [part.request for part in batch.requests.values()]
-        for entry in more:
-            if batch.full or self._is_closing():
-                return
-            room = self._max_size - len(batch.texts)
-            if isinstance(entry, _Source):
-                self._take_source(batch, entry, room)
-            else:
-                self._take_request(batch, entry, room)
-
-    def _new_entries(self, batch: _Batch) -> tuple[list[_Entry], bool]:
-        """With the lock held: ready entries with nothing in `batch` yet (or notified again since), in FIFO
-        order, and whether that is all of them. At most the batch's room is listed: beyond it every share
-        is one text anyway, and a queue of thousands of spaces is not walked for each batch."""
-        now = time.monotonic()
-        room = self._max_size - len(batch.texts)
-        found: list[_Entry] = []
-        for entry in self._queue.values():
-            if len(found) >= room:
-                return found, False
-            if entry.ready_at > now:
-                continue  # backing off
-            if isinstance(entry, _Request):
-                if not entry.failed and id(entry) not in batch.requests:
-                    found.append(entry)
-                continue
-            if entry.failures and (batch.texts or found):
-                continue  # a source retried after a failure goes alone, into an empty batch
-            part = batch.sources.get(id(entry.source))
-            if part is None or (part.error is None and part.stamp != entry.stamp):
-                found.append(entry)
-                if entry.failures:
-                    return found, False
-        return found, True
-
-    def _is_closing(self) -> bool:
-        with self._cond:
-            return self._closing
-
-    def _take_source(self, batch: _Batch, entry: _Source, want: int) -> None:
-        """Ask the source for up to `want` texts besides those the batch holds of it already (outside the
-        lock: the source reads its store). A source found drained leaves the queue after the batch, so it is
-        asked once, not once more to learn that it has nothing."""
-        key = id(entry.source)
-        with self._cond:
-            stamp = entry.stamp  # read before asking: a notify meanwhile means it may have more
-        part = batch.sources.get(key)
-        if part is None:
-            part = batch.sources[key] = _SourcePart(entry, stamp)
-        part.stamp = stamp
-        held = set(part.page_ids)
-        asked = want + len(held) + 1  # one more than wanted says whether anything is left behind
-        try:
-            rows = entry.source.pending_texts(asked)
-        except Exception as error:
-            log.warning(
-                "embedding batcher: a source failed to list its pending pages (%s)", type(error).__name__
-            )
-            part.error = error
-            with self._cond:
-                self._apply_failures += 1
-            return
-        fresh = [(page_id, text) for page_id, text in rows if page_id not in held][:want]
-        taken = 0
-        for page_id, text in fresh:
-            tokens = estimate_tokens(text)
-            if not self._fits(batch, tokens):
-                batch.full = True
-                break
-            part.page_ids.append(page_id)
-            part.indices.append(self._add(batch, text, tokens))
-            taken += 1
-            if batch.full:
-                break
-        part.drained = len(rows) < asked and taken == len(fresh)
-
-    def _take_request(self, batch: _Batch, request: _Request, want: int) -> None:
-        with self._cond:
-            if request.failed:
-                return
-            if not request.started:
-                request.started = True
-                if not request.future.set_running_or_notify_cancel():  # cancelled by its caller
-                    self._queue.pop(id(request), None)
-                    return
-            part = batch.requests.setdefault(id(request), _RequestPart(request))
-            while request.taken < len(request.texts) and want > 0 and not batch.full:
-                text = request.texts[request.taken]
-                tokens = estimate_tokens(text)
-                if not self._fits(batch, tokens):
-                    batch.full = True
-                    break
-                part.offsets.append(request.taken)
-                part.indices.append(self._add(batch, text, tokens))
-                request.taken += 1
-                want -= 1
-            if request.taken == len(request.texts):
-                self._queue.pop(id(request), None)
-
-    def _fits(self, batch: _Batch, tokens: int) -> bool:
-        """Whether one more text fits; a text over the token budget alone still goes, in a batch of its own."""
-        if not batch.texts:
-            return True
-        return len(batch.texts) < self._max_size and batch.tokens + tokens <= self._max_tokens
-
-    def _add(self, batch: _Batch, text: str, tokens: int) -> int:
-        batch.texts.append(text)
-        batch.tokens += tokens
-        if len(batch.texts) >= self._max_size or batch.tokens >= self._max_tokens:
-            batch.full = True
-        return len(batch.texts) - 1
-
-    def _process(self, batch: _Batch) -> None:
+    def _process(self, batch: Batch) -> None:
         """Encode the batch (after any waiting query), hand the vectors out, then requeue or drop each
         entry: drained sources leave, served ones go to the back, failed ones back off."""
         vectors: np.ndarray | None = None
@@ -497,7 +283,7 @@ class EmbeddingBatcher:
             with self._cond:
                 self._cond.wait_for(lambda: self._queries_waiting == 0)
             vectors, error = self._encode(batch)
-        outcomes: list[tuple[_Request, np.ndarray | None, BaseException | None]] = []
+        outcomes: list[tuple[TextRequest, np.ndarray | None, BaseException | None]] = []
         for part in batch.sources.values():
             if part.error is not None or not part.page_ids:
                 continue
@@ -542,7 +328,7 @@ class EmbeddingBatcher:
         for request, result, request_error in outcomes:
             _resolve(request.future, result, request_error)
 
-    def _encode(self, batch: _Batch) -> tuple[np.ndarray | None, BaseException | None]:
+    def _encode(self, batch: Batch) -> tuple[np.ndarray | None, BaseException | None]:
         """One encode call, longest text first, vectors back in batch order.
 
         Longest first is sentence-transformers' own order (it sorts so before cutting its sub-batches, so
@@ -584,7 +370,7 @@ class EmbeddingBatcher:
         )
         return vectors, None
 
-    def _requeue(self, batch: _Batch) -> None:
+    def _requeue(self, batch: Batch) -> None:
         with self._cond:
             now = time.monotonic()
             for key, part in batch.sources.items():
@@ -614,7 +400,7 @@ class EmbeddingBatcher:
 
     def _fail_queued_requests(self) -> None:
         with self._cond:
-            requests = [entry for entry in self._queue.values() if isinstance(entry, _Request)]
+            requests = [entry for entry in self._queue.values() if isinstance(entry, TextRequest)]
             for request in requests:
                 request.failed = True
                 del self._queue[id(request)]

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memoryos.cli import main
+from memoryos.embedding.device import gpu_may_be_present
 
 pytestmark = pytest.mark.e2e
 
@@ -93,21 +95,60 @@ def test_stats_lists_segments_with_their_heat_and_reads_the_data_dir_from_the_en
 
 
 def test_stats_and_profile_start_without_the_model_stack(tmp_path: Path) -> None:
-    """Reading a space needs no embedding model: `stats` and `profile` must not pay torch's import."""
+    """Reading a space needs no embedding model: `stats` and `profile` import none of torch,
+    sentence-transformers, transformers or onnxruntime; `retrieve` on CPU, once the model's export is
+    verified (the `add` before made it, if no earlier test had), runs on ONNX Runtime without the first
+    three."""
     subprocess.run(
         [sys.executable, "-m", "memoryos.cli", "--data-dir", str(tmp_path), "add", "--user", "lee",
          "--user-input", "I collect stamps.", "--agent-response", "Nice hobby."],
         check=True, capture_output=True,
     )  # fmt: skip
+    heavy = "['torch', 'sentence_transformers', 'transformers', 'onnxruntime']"
     probe = (
         "import sys; from memoryos.cli import main; "
         f"main(['--data-dir', {str(tmp_path)!r}, 'stats', '--user', 'lee']); "
         f"main(['--data-dir', {str(tmp_path)!r}, 'profile', '--user', 'lee']); "
-        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+        f"print('after reads:', [m for m in {heavy} if m in sys.modules]); "
+        f"main(['--data-dir', {str(tmp_path)!r}, 'retrieve', '--user', 'lee', 'What do I collect?']); "
+        f"print('after retrieve:', [m for m in {heavy} if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.split()[-2:] == ["False", "False"]
-    assert "short-term pages: 1" in out
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "short-term pages: 1" in result.stdout and "I collect stamps." in result.stdout
+    assert "after reads: []" in result.stdout
+    if not gpu_may_be_present():  # else torch chooses the device
+        assert "after retrieve: ['onnxruntime']" in result.stdout
+    assert result.stderr == ""
+
+
+def test_the_model_loading_bar_shows_only_with_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """transformers' "Loading weights" bar, on a PyTorch load (`embedding_runtime=torch`): quiet unless
+    `--verbose` (`show_progress`)."""
+    base = ["--data-dir", str(tmp_path)]
+    assert (
+        run(capsys, *base, "add", "--user", "kai", "--user-input", "I sail.", "--agent-response", "Nice.")[0]
+        == 0
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MEMORYOS_") or k == "MEMORYOS_MODEL_CACHE_DIR"
+    }
+    env["MEMORYOS_EMBEDDING_RUNTIME"] = "torch"
+    outputs = {}
+    for flags in ([], ["--verbose"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "memoryos.cli", *flags, *base, "retrieve", "--user", "kai", "Do I sail?"],
+            capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        assert "I sail." in result.stdout
+        outputs[bool(flags)] = result.stderr
+    assert outputs[False] == ""
+    assert (
+        "Loading weights" in outputs[True] and "loaded all-MiniLM-L6-v2 on cpu with PyTorch" in outputs[True]
+    )
 
 
 def test_bad_input_is_a_clear_error_with_exit_code_2(

@@ -20,7 +20,8 @@ from memoryos.cli import main
 from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError, SpaceNotFoundError
 from memoryos.ops import AddTurns
-from memoryos.space import ROOT_MARKER, MemorySpace
+from memoryos.space import MemorySpace
+from memoryos.space_layout import ROOT_MARKER
 from memoryos.storage.space_lock import SpaceHold
 from memoryos.types import Turn
 from tests.support.openai_server import ScriptedOpenAIServer

@@ -6,11 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from sentence_transformers import SentenceTransformer
 
 from memoryos.config import MemoryConfig
 from memoryos.embedding import create_embedder
 from memoryos.embedding.base import Embedder
+from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 from memoryos.errors import MemoryOSError
 
 pytestmark = pytest.mark.e2e
@@ -37,15 +37,15 @@ def cached() -> Embedder:
 
 @pytest.fixture
 def model_calls(monkeypatch) -> list[int]:
-    """Number of texts in each call that reached the model."""
+    """Number of texts in each call that reached the model (PyTorch or the torch-free ONNX encoder)."""
     calls: list[int] = []
-    original = SentenceTransformer.encode
+    original = SentenceTransformerEmbedder._encode_with_model
 
-    def counting(self, inputs, *args, **kwargs):
-        calls.append(len(inputs))
-        return original(self, inputs, *args, **kwargs)
+    def counting(self, texts, is_query):
+        calls.append(len(texts))
+        return original(self, texts, is_query)
 
-    monkeypatch.setattr(SentenceTransformer, "encode", counting)
+    monkeypatch.setattr(SentenceTransformerEmbedder, "_encode_with_model", counting)
     return calls
 
 

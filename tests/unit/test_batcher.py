@@ -15,13 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from memoryos.scheduler.batcher import (
-    RETRY_MAX_S,
-    BatcherClosedError,
-    EmbeddingBatcher,
-    estimate_tokens,
-    retry_delay_s,
-)
+from memoryos.scheduler.batch_fill import estimate_tokens
+from memoryos.scheduler.batcher import RETRY_MAX_S, BatcherClosedError, EmbeddingBatcher, retry_delay_s
 from tests.support.fakes import HashEmbedder
 
 HANG_GUARD_S = 10.0

@@ -1,0 +1,213 @@
+"""How each op changes a memory space: the body of `MemorySpace.apply`, one case per op kind.
+
+`MemorySpace` (`space.py`) owns the transaction, the idempotency log lookup and the page index; what an
+op does to the store inside that transaction is here — the staleness test of consolidation ops, segment
+placement and eviction, fact deduplication — so the rules of the state machine read in one place. Every
+function works on the store alone: no clock, no model, no index.
+"""
+
+import numpy as np
+
+from memoryos import policy
+from memoryos.config import MemoryConfig
+from memoryos.errors import InvalidInputError
+from memoryos.ops import (
+    AddKnowledge,
+    AddTurns,
+    AnyOp,
+    EmbedPages,
+    FileTopic,
+    LinkChain,
+    MarkAnalyzed,
+    RecordVisits,
+    UpdateProfile,
+)
+from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.vector_blobs import from_blobs
+from memoryos.types import Page
+
+
+class OpApplier:
+    """Applies ops to one space's store, inside a transaction the caller holds (`MemorySpace.apply`)."""
+
+    def __init__(self, store: SqliteStore, config: MemoryConfig, dim: int) -> None:
+        self.store = store
+        self.config = config
+        self.dim = dim
+
+    def apply(self, op: AnyOp) -> tuple[list[int], list[int]]:
+        """Apply `op` inside the caller's transaction and log it: (ids created, pages given vectors)."""
+        created: list[int] = []
+        embedded: list[int] = []
+        stale = self._stale_because(op)
+        detail: dict[str, object] = {}
+        match op:
+            case _ if stale is not None:
+                detail = {"stale": stale}
+            case AddTurns():
+                if op.vectors is not None:
+                    self._check_vectors("vectors", op.vectors, len(op.turns))
+                created = self.store.insert_pages(op.turns, op.vectors)
+                embedded = created if op.vectors is not None else []
+            case EmbedPages():
+                self._check_vectors("vectors", op.vectors, len(op.page_ids))
+                embedded = self.store.set_page_vectors(op.page_ids, op.vectors)
+                detail = {"page_ids": embedded}
+            case LinkChain():
+                self._link_chain(op)
+                detail = {"page_id": op.page_id, "continues": op.continues_previous}
+            case FileTopic():
+                self._check_vectors("vector", op.vector.reshape(1, -1), 1)
+                segment_id = self._file_topic(op)
+                detail = {"page_ids": op.page_ids, "segment_id": segment_id}
+            case RecordVisits():
+                for segment_id in op.segment_ids:
+                    self.store.add_segment_counters(segment_id, visits=1, interactions=0, at=op.at)
+                detail = {"segment_ids": op.segment_ids}
+            case UpdateProfile():
+                if op.text.strip() and op.text.strip() != self.store.latest_profile():
+                    self.store.insert_profile(op.text.strip(), op.at, op.source_segment_id)
+                detail = {"source_segment_id": op.source_segment_id}
+            case AddKnowledge():
+                self._check_vectors("vectors", op.vectors, len(op.texts))
+                created = self._add_knowledge(op, op.at)
+                detail = {"kind": op.knowledge_kind}
+            case MarkAnalyzed():
+                self.store.set_page_fields(op.page_ids, analyzed=1)
+                self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
+                detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
+        if created:
+            detail["created"] = created
+        write_id = op.write_id if isinstance(op, AddTurns) else None
+        self.store.log_op(op.kind, op.at, detail, op.op_id, write_id)
+        return created, embedded
+
+    def _stale_because(self, op: AnyOp) -> str | None:
+        """Why a consolidation op no longer fits the space (its pages moved since it was planned, by
+        another process or an earlier delivery of the same work), or None when it applies."""
+        match op:
+            case LinkChain():
+                pages = self.store.pages([op.page_id])
+                if not pages or pages[0].tier != "stm" or pages[0].chain_id is not None:
+                    return "page already linked or no longer in short-term memory"
+                last = self.store.get_meta("last_chained_page")
+                if op.previous_page_id is not None and op.previous_page_id != int(last or 0):
+                    return "another page was chained since the plan"
+            case FileTopic():
+                pages = self.store.pages(op.page_ids)
+                if len(pages) != len(op.page_ids) or any(p.tier != "stm" for p in pages):
+                    return "pages no longer all in short-term memory"
+            case MarkAnalyzed():
+                pages = self.store.pages(op.page_ids)
+                if len(pages) != len(op.page_ids) or any(
+                    p.segment_id != op.segment_id or p.analyzed for p in pages
+                ):
+                    return "pages analyzed already or not in the segment"
+        return None
+
+    def _check_vectors(self, field: str, vectors: np.ndarray, rows: int) -> None:
+        if vectors.ndim != 2 or vectors.shape != (rows, self.dim):
+            raise InvalidInputError(field, f"expected shape ({rows}, {self.dim}), got {vectors.shape}")
+
+    def _link_chain(self, op: LinkChain) -> None:
+        previous = last_chained_page(self.store)
+        chain_id = op.page_id
+        if op.continues_previous and previous is not None and previous.chain_id is not None:
+            chain_id = previous.chain_id
+        self.store.upsert_chain(chain_id, op.chain_summary)
+        self.store.set_page_fields([op.page_id], chain_id=chain_id)
+        self.store.set_meta("last_chained_page", str(op.page_id))
+
+    def _file_topic(self, op: FileTopic) -> int:
+        segments = self.store.active_segments()
+        ids = [s.segment_id for s in segments]
+        target = policy.choose_segment(
+            op.vector,
+            op.keywords,
+            ids,
+            self.store.segment_vectors(ids, self.dim),
+            [s.keywords for s in segments],
+            self.config.mid_term_similarity_threshold,
+        )
+        if target is None:
+            target = self.store.insert_segment(
+                op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at
+            )
+        else:
+            segment = next(s for s in segments if s.segment_id == target)
+            topics = self.store.segment_topic_count(target)
+            self.store.update_segment(
+                target,
+                summary=policy.merged_summary(segment.summary, op.summary),
+                keywords=policy.merged_keywords(segment.keywords, op.keywords),
+                vector=policy.merged_vector(
+                    self.store.segment_vectors([target], self.dim)[0], topics, op.vector
+                ),
+                topic_count=topics + 1,
+            )
+        self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
+        self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
+        self._evict_cold_segments(op.at, keep=target)
+        return target
+
+    def _evict_cold_segments(self, now: float, keep: int) -> None:
+        """Archive the coldest segments over capacity; their pages stay stored and searchable.
+
+        The segment just filed into is never the one archived: its pages would leave before analysis.
+        """
+        heats = segment_heats(self.store, self.config, now)
+        heats.pop(keep, None)
+        for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity - 1):
+            self.store.update_segment(segment_id, archived=1)
+            self.store.set_page_fields(self.store.segment_page_ids(segment_id), tier="archived")
+
+    def _add_knowledge(self, op: AddKnowledge, now: float) -> list[int]:
+        created: list[int] = []
+        for text, vector in zip(op.texts, op.vectors, strict=True):
+            rows = self.store.active_knowledge(op.knowledge_kind)
+            existing = from_blobs([row["vector"] for row in rows], self.dim)
+            same_text = [
+                i
+                for i, row in enumerate(rows)
+                if policy.normalized_fact(row["text"]) == policy.normalized_fact(text)
+            ]
+            duplicate = (
+                same_text[0]
+                if same_text
+                else policy.find_duplicate(vector, existing, self.config.knowledge_dedup_similarity)
+            )
+            if duplicate is not None and same_text:
+                self.store.touch_knowledge(rows[duplicate]["entry_id"], op.timestamp, now)
+                continue
+            entry_id = self.store.insert_knowledge(op.knowledge_kind, text, op.timestamp, vector, now)
+            created.append(entry_id)
+            if duplicate is not None:
+                self.store.retire_knowledge(rows[duplicate]["entry_id"], replaced_by=entry_id)
+        rows = self.store.active_knowledge(op.knowledge_kind)
+        for entry_id in policy.knowledge_to_drop(
+            {row["entry_id"]: row["updated_at"] for row in rows}, self.config.long_term_knowledge_capacity
+        ):
+            self.store.retire_knowledge(entry_id, replaced_by=None)
+        return created
+
+
+def last_chained_page(store: SqliteStore) -> Page | None:
+    """The page linked into a dialogue chain last: the one a new page may continue."""
+    previous = store.get_meta("last_chained_page")
+    found = store.pages([int(previous)]) if previous is not None else []
+    return found[0] if found else None
+
+
+def segment_heats(store: SqliteStore, config: MemoryConfig, now: float) -> dict[int, float]:
+    """The heat of every mid-term segment at `now`: what eviction and promotion rank by."""
+    weights = policy.HeatWeights(
+        config.heat_alpha, config.heat_beta, config.heat_gamma, config.heat_tau_hours
+    )
+    return {
+        s.segment_id: policy.heat_of(
+            policy.SegmentState(s.segment_id, s.visit_count, s.interaction_count, s.last_visit_at),
+            now,
+            weights,
+        )
+        for s in store.active_segments()
+    }

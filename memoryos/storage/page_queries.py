@@ -1,0 +1,230 @@
+"""`SqliteStore`'s queries over pages: storing turns, their vectors, and the full-text index.
+
+Pages are most of a space — every turn, its vector and its words in `pages_fts` — and most of the store's
+queries; they are kept apart from the smaller tables (`segment_queries.py`, `knowledge_queries.py`).
+"""
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memoryos.storage.store_queries import StoreQueries
+from memoryos.storage.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
+from memoryos.storage.vector_blobs import from_blobs, to_blob
+from memoryos.types import Page, Turn
+
+
+class PageQueries(StoreQueries):
+    """Pages: the turns of the conversation, their vectors (with their embedding sequence) and BM25 search."""
+
+    def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray | None) -> list[int]:
+        """Store pages in STM; without `vectors` they are pending (vector NULL) until `set_page_vectors`."""
+        ids: list[int] = []
+        next_seq = self.max_vector_seq() + 1
+        for i, turn in enumerate(turns):
+            cursor = self._db.execute(
+                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector, vector_seq) "
+                "VALUES (?,?,?,?,?,?)",
+                (
+                    turn.user_input,
+                    turn.agent_response,
+                    turn.timestamp,
+                    json.dumps(turn.meta_data) if turn.meta_data else None,
+                    None if vectors is None else to_blob(vectors[i]),
+                    None if vectors is None else next_seq + i,
+                ),
+            )
+            page_id = int(cursor.lastrowid or 0)
+            self._db.execute(
+                "INSERT INTO pages_fts(rowid, user_input, agent_response) VALUES (?, ?, ?)",
+                (page_id, turn.user_input, turn.agent_response),
+            )
+            ids.append(page_id)
+        return ids
+
+    def pages(self, page_ids: Sequence[int]) -> list[Page]:
+        """Pages in the order of `page_ids` (missing ids skipped)."""
+        if not page_ids:
+            return []
+        marks = ",".join("?" * len(page_ids))
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.page_id IN ({marks})", page_ids
+        )
+        by_id = {row[0]: page_from_row(row) for row in rows}
+        return [by_id[pid] for pid in page_ids if pid in by_id]
+
+    def pages_in_tier(self, tier: str) -> list[Page]:
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.tier = ? ORDER BY p.page_id", (tier,)
+        )
+        return [page_from_row(row) for row in rows]
+
+    def count_pages(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT tier, COUNT(*) FROM pages GROUP BY tier")
+        return {row[0]: row[1] for row in rows}
+
+    def page_vectors(self, page_ids: Sequence[int], dim: int) -> np.ndarray:
+        """Vectors of `page_ids`, in that order; every id must exist."""
+        return self._vectors_by_id("pages", "page_id", page_ids, dim)
+
+    def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
+        """(ids, vectors) of those `page_ids` that have a vector, in the order given: pages still waiting
+        for theirs (another thread's or process's fresh write) are left out, never read as NULL."""
+        found: dict[int, bytes] = {}
+        for start in range(0, len(page_ids), 900):
+            chunk = list(page_ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self._db.execute(
+                    f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks}) AND vector IS NOT NULL",
+                    chunk,
+                ).fetchall()
+            )
+        ids = [pid for pid in page_ids if pid in found]
+        return ids, from_blobs([found[pid] for pid in ids], dim)
+
+    def page_vectors_after(self, after_seq: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(ids, vectors, last seq) of pages embedded after vector sequence `after_seq`, in embedding
+        order, at most `limit`: index replay at open and catch-up with other processes' writes."""
+        rows = self._db.execute(
+            "SELECT page_id, vector, vector_seq FROM pages WHERE vector_seq > ? ORDER BY vector_seq LIMIT ?",
+            (after_seq, limit),
+        ).fetchall()
+        ids = np.array([row[0] for row in rows], dtype=np.int64)
+        return ids, from_blobs([row[1] for row in rows], dim), int(rows[-1][2]) if rows else after_seq
+
+    def max_vector_seq(self) -> int:
+        """The vector sequence of the page embedded last (0: none yet)."""
+        return int(self._one("SELECT COALESCE(MAX(vector_seq), 0) FROM pages"))
+
+    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
+        """Up to `size` page vectors spread evenly over the space (all of them when it is small)."""
+        total = int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NOT NULL"))
+        step = max(1, total // size)
+        rows = self._db.execute(
+            "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
+            "WHERE vector IS NOT NULL) "
+            "WHERE (n - 1) % ? = 0 LIMIT ?",
+            (step, size),
+        ).fetchall()
+        return from_blobs([row[0] for row in rows], dim)
+
+    def all_page_texts(self) -> list[tuple[int, str, str]]:
+        return [
+            tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
+        ]
+
+    def pending_page_ids(self, limit: int) -> list[int]:
+        rows = self._db.execute(
+            "SELECT page_id FROM pages WHERE vector IS NULL ORDER BY page_id LIMIT ?", (limit,)
+        )
+        return [row[0] for row in rows]
+
+    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> list[int]:
+        """Give pending pages their vectors, each with the next vector sequence; returns the ids set.
+
+        A page that already has a vector (another process embedded it first) or no longer exists is left
+        alone, so embedding the same page twice changes nothing.
+        """
+        pending = set(self.pending_among(page_ids))
+        chosen = [(pid, vector) for pid, vector in zip(page_ids, vectors, strict=True) if pid in pending]
+        self.assign_vectors(chosen)
+        return [pid for pid, _ in chosen]
+
+    def pending_among(self, page_ids: Sequence[int]) -> list[int]:
+        """Those of `page_ids` that exist and have no vector yet."""
+        found: list[int] = []
+        for start in range(0, len(page_ids), 900):
+            chunk = list(page_ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            found += [
+                row[0]
+                for row in self._db.execute(
+                    f"SELECT page_id FROM pages WHERE page_id IN ({marks}) AND vector IS NULL", chunk
+                )
+            ]
+        return found
+
+    def assign_vectors(self, vectors: Sequence[tuple[int, np.ndarray]]) -> None:
+        """Store vectors of pages under new vector sequences, in the given order (replacing any vector a
+        page had: `memoryos reindex`)."""
+        next_seq = self.max_vector_seq() + 1
+        self._db.executemany(
+            "UPDATE pages SET vector = ?, vector_seq = ? WHERE page_id = ?",
+            [(to_blob(vector), next_seq + i, pid) for i, (pid, vector) in enumerate(vectors)],
+        )
+
+    def max_page_id(self) -> int:
+        return int(self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages"))
+
+    def neighbour_ids(self, page_ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each page, the ids of the page stored just before and just after it.
+
+        Ids are consecutive unless pages were deleted, so id±1 is checked for all pages in one query and
+        only the gaps are looked up one by one.
+        """
+        probes = sorted({pid + step for pid in page_ids for step in (-1, 1)})
+        present: set[int] = set()
+        for start in range(0, len(probes), 900):
+            chunk = probes[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            present.update(
+                row[0]
+                for row in self._db.execute(f"SELECT page_id FROM pages WHERE page_id IN ({marks})", chunk)
+            )
+
+        def before(pid: int) -> int | None:
+            if pid - 1 in present:
+                return pid - 1
+            return self._one("SELECT MAX(page_id) FROM pages WHERE page_id < ?", (pid,))
+
+        def after(pid: int) -> int | None:
+            if pid + 1 in present:
+                return pid + 1
+            return self._one("SELECT MIN(page_id) FROM pages WHERE page_id > ?", (pid,))
+
+        return {pid: (before(pid), after(pid)) for pid in page_ids}
+
+    def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self._db.executemany(
+            f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
+        )
+
+    def document_frequency(self, match_expression: str, at_most: int | None = None) -> int:
+        """Pages matching the expression; with `at_most`, counting stops there (a bounded cost for words
+        found in most pages of a large space)."""
+        if at_most is None:
+            return int(
+                self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (match_expression,))
+            )
+        return int(
+            self._one(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM pages_fts WHERE pages_fts MATCH ? LIMIT ?)",
+                (match_expression, at_most),
+            )
+        )
+
+    def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float]:
+        """Each page's timestamp as a Julian day number (SQLite parses the stored text)."""
+        days: dict[int, float] = {}
+        for start in range(0, len(page_ids), 900):
+            chunk = page_ids[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            days.update(
+                self._db.execute(
+                    f"SELECT page_id, julianday(timestamp) FROM pages WHERE page_id IN ({marks})", chunk
+                ).fetchall()
+            )
+        return days
+
+    def lexical_search(self, match_expression: str, limit: int) -> list[tuple[int, float]]:
+        """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated."""
+        rows = self._db.execute(
+            "SELECT rowid, -bm25(pages_fts) AS score FROM pages_fts WHERE pages_fts MATCH ? "
+            "ORDER BY bm25(pages_fts) LIMIT ?",
+            (match_expression, limit),
+        )
+        return [(int(row[0]), float(row[1])) for row in rows]

@@ -1,0 +1,84 @@
+"""`SqliteStore`'s queries over mid-term memory: dialogue chains and topic segments."""
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memoryos.storage.store_queries import StoreQueries
+from memoryos.storage.store_rows import segment_from_row
+from memoryos.storage.vector_blobs import to_blob
+from memoryos.types import Segment
+
+
+class SegmentQueries(StoreQueries):
+    """Chains (a summary per dialogue chain) and segments (a topic, its vector, keywords and counters)."""
+
+    # --- chains ---------------------------------------------------------------------------------------
+    def upsert_chain(self, chain_id: int, summary: str) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO chains(chain_id, summary) VALUES (?, ?)", (chain_id, summary)
+        )
+
+    def chain_page_ids(self, chain_id: int) -> list[int]:
+        rows = self._db.execute("SELECT page_id FROM pages WHERE chain_id = ? ORDER BY page_id", (chain_id,))
+        return [row[0] for row in rows]
+
+    # --- segments -------------------------------------------------------------------------------------
+    def active_segments(self, count_pages: bool = False) -> list[Segment]:
+        """Segments in mid-term memory. Counting their pages reads every page's index entry, so only
+        `stats` asks for it; heat and placement do not need it."""
+        count = "(SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id)" if count_pages else "0"
+        rows = self._db.execute(
+            f"SELECT s.*, {count} AS page_count FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
+        )
+        return [segment_from_row(row) for row in rows]
+
+    def all_segment_ids(self) -> list[int]:
+        return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]
+
+    def segment_vectors(self, segment_ids: Sequence[int], dim: int) -> np.ndarray:
+        return self._vectors_by_id("segments", "segment_id", segment_ids, dim)
+
+    def segment_topic_count(self, segment_id: int) -> int:
+        return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))
+
+    def insert_segment(self, summary: str, keywords: list[str], vector: np.ndarray, at: float) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO segments(summary, keywords, vector, last_visit_at, created_at) VALUES (?,?,?,?,?)",
+            (summary, json.dumps(keywords), to_blob(vector), at, at),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def update_segment(self, segment_id: int, **fields: Any) -> None:
+        values = {
+            k: json.dumps(v) if k == "keywords" else to_blob(v) if k == "vector" else v
+            for k, v in fields.items()
+        }
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self._db.execute(
+            f"UPDATE segments SET {assignments} WHERE segment_id = ?", (*values.values(), segment_id)
+        )
+
+    def add_segment_counters(self, segment_id: int, visits: int, interactions: int, at: float) -> None:
+        self._db.execute(
+            "UPDATE segments SET visit_count = visit_count + ?, interaction_count = interaction_count + ?, "
+            "last_visit_at = MAX(last_visit_at, ?) WHERE segment_id = ?",
+            (visits, interactions, at, segment_id),
+        )
+
+    def unanalyzed_segment_ids(self) -> set[int]:
+        # One probe of the partial index `pages_unanalyzed` per segment, not a pass over every page.
+        rows = self._db.execute(
+            "SELECT s.segment_id FROM segments s WHERE s.archived = 0 AND EXISTS (SELECT 1 FROM pages p "
+            "WHERE p.segment_id = s.segment_id AND p.analyzed = 0 AND p.tier = 'mtm')"
+        )
+        return {row[0] for row in rows}
+
+    def segment_page_ids(self, segment_id: int, only_unanalyzed: bool = False) -> list[int]:
+        extra = " AND analyzed = 0" if only_unanalyzed else ""
+        rows = self._db.execute(
+            f"SELECT page_id FROM pages WHERE segment_id = ?{extra} ORDER BY page_id", (segment_id,)
+        )
+        return [row[0] for row in rows]
