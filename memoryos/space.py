@@ -144,7 +144,7 @@ class MemorySpace:
                     return list(logged.get("created", []))
                 created, embedded = self._ops.apply(op)
                 # Read inside the transaction: after COMMIT another process may add later sequences.
-                through_seq = self.store.max_vector_seq()
+                through_seq = self.store.max_vector_seq() if embedded else 0
                 stored = self.store.page_vectors(embedded, self.dim)
             if embedded:
                 self._pages.add(np.array(embedded, dtype=np.int64), stored, through_seq)
