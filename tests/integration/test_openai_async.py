@@ -6,15 +6,13 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
-from pydantic import SecretStr
 
-from memoryos.config import MemoryConfig
 from memoryos.errors import LLMError
 from memoryos.llm import LimitedLLM
 from memoryos.llm.base import AsyncMemoryLLM, ExtractedKnowledge, MemoryLLM, TopicSummary
 from memoryos.llm.openai_async import AsyncOpenAILLM
-from memoryos.llm.openai_backend import OpenAILLM
 from memoryos.types import Page
+from tests.integration.test_openai_backend import API_KEY, make_llm
 from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
 from tests.support.openai_server import openai_server as openai_server  # the fixture
 
@@ -22,7 +20,6 @@ pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 
-API_KEY = "sk-test-do-not-log"
 PAGES = [
     Page(
         page_id=1,
@@ -39,17 +36,6 @@ CONSOLIDATION_REPLIES = (
     "- Likes hiking\n- Plans an Alpine hike",
     '{"user_facts": ["The user plans a hike in the Alps."], "assistant_facts": "- Advised packing layers"}',
 )
-
-
-def make_llm(server: ScriptedOpenAIServer, *, retries: int = 2, timeout_s: float = 5.0) -> OpenAILLM:
-    config = MemoryConfig(
-        openai_api_key=SecretStr(API_KEY),
-        openai_base_url=server.base_url,
-        llm_model="test-model-7b",
-        llm_timeout_s=timeout_s,
-        llm_max_retries=retries,
-    )
-    return OpenAILLM(config)
 
 
 def run_on(view: AsyncOpenAILLM, work: Callable[[], Awaitable[T]]) -> T:
