@@ -31,9 +31,6 @@ from memoryos.validation import validate_id, validate_text, validate_turn
 
 log = logging.getLogger(__name__)
 
-_PENDING_COUNT_LIMIT = 10_000_000
-"""Pending pages counted at open (`pending_pages_at_open`): every one, in any space that fits on a disk."""
-
 
 class Memoryos:
     """Long-term memory for one user of one assistant."""
@@ -106,7 +103,7 @@ class Memoryos:
         )
         self._scheduler = scheduler or shared_scheduler(self.config)
         self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)
-        self.pending_pages_at_open = len(self.space.pending_page_ids(_PENDING_COUNT_LIMIT))
+        self.pending_pages_at_open = self.space.pending_page_count()
         if self.pending_pages_at_open:
             self._work.pages_written()  # acknowledged before a crash, not yet embedded
 

@@ -142,13 +142,12 @@ class MemorySpace:
                 logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
                 if logged is not None:
                     return list(logged.get("created", []))
-                created, embedded = self._ops.apply(op)
+                created, embedded, vectors = self._ops.apply(op)
                 # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0
-                stored = self.store.page_vectors(embedded, self.dim)
-            if embedded:
-                self._pages.add(np.array(embedded, dtype=np.int64), stored, through_seq)
-                self._sample.offer(stored)
+            if embedded and vectors is not None:
+                self._pages.add(np.array(embedded, dtype=np.int64), vectors, through_seq)
+                self._sample.offer(vectors)
             self._seen_data_version = self.store.data_version()
             return created
 
@@ -214,6 +213,10 @@ class MemorySpace:
     def pending_page_ids(self, limit: int) -> list[int]:
         """Pages stored but not yet embedded, oldest first."""
         return self.store.pending_page_ids(limit)
+
+    @_locked
+    def pending_page_count(self) -> int:
+        return self.store.count_pending()
 
     @_locked
     def max_page_id(self) -> int:

@@ -35,10 +35,12 @@ class OpApplier:
         self.config = config
         self.dim = dim
 
-    def apply(self, op: AnyOp) -> tuple[list[int], list[int]]:
-        """Apply `op` inside the caller's transaction and log it: (ids created, pages given vectors)."""
+    def apply(self, op: AnyOp) -> tuple[list[int], list[int], np.ndarray | None]:
+        """Apply `op` inside the caller's transaction and log it: (ids created, pages given vectors, those
+        vectors — the op's own, already at the store's precision)."""
         created: list[int] = []
         embedded: list[int] = []
+        vectors: np.ndarray | None = None
         stale = self._stale_because(op)
         detail: dict[str, object] = {}
         match op:
@@ -48,10 +50,11 @@ class OpApplier:
                 if op.vectors is not None:
                     self._check_vectors("vectors", op.vectors, len(op.turns))
                 created = self.store.insert_pages(op.turns, op.vectors)
-                embedded = created if op.vectors is not None else []
+                if op.vectors is not None:
+                    embedded, vectors = created, op.vectors
             case EmbedPages():
                 self._check_vectors("vectors", op.vectors, len(op.page_ids))
-                embedded = self.store.set_page_vectors(op.page_ids, op.vectors)
+                embedded, vectors = self.store.set_page_vectors(op.page_ids, op.vectors)
                 detail = {"page_ids": embedded}
             case LinkChain():
                 self._link_chain(op)
@@ -80,7 +83,7 @@ class OpApplier:
             detail["created"] = created
         write_id = op.write_id if isinstance(op, AddTurns) else None
         self.store.log_op(op.kind, op.at, detail, op.op_id, write_id)
-        return created, embedded
+        return created, embedded, vectors
 
     def _stale_because(self, op: AnyOp) -> str | None:
         """Why a consolidation op no longer fits the space (its pages moved since it was planned, by

@@ -118,22 +118,28 @@ class PageQueries(StoreQueries):
             tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
         ]
 
+    def count_pending(self) -> int:
+        """Pages stored but not yet embedded (read off the partial index of pending pages)."""
+        return int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NULL"))
+
     def pending_page_ids(self, limit: int) -> list[int]:
         rows = self._db.execute(
             "SELECT page_id FROM pages WHERE vector IS NULL ORDER BY page_id LIMIT ?", (limit,)
         )
         return [row[0] for row in rows]
 
-    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> list[int]:
-        """Give pending pages their vectors, each with the next vector sequence; returns the ids set.
+    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """Give pending pages their vectors, each with the next vector sequence; returns the ids set and
+        their vectors (for the in-memory index, which then needs no read back).
 
         A page that already has a vector (another process embedded it first) or no longer exists is left
         alone, so embedding the same page twice changes nothing.
         """
         pending = set(self.pending_among(page_ids))
-        chosen = [(pid, vector) for pid, vector in zip(page_ids, vectors, strict=True) if pid in pending]
-        self.assign_vectors(chosen)
-        return [pid for pid, _ in chosen]
+        rows = [i for i, pid in enumerate(page_ids) if pid in pending]
+        chosen = [page_ids[i] for i in rows]
+        self.assign_vectors(list(zip(chosen, vectors[rows], strict=True)))
+        return chosen, vectors[rows]
 
     def pending_among(self, page_ids: Sequence[int]) -> list[int]:
         """Those of `page_ids` that exist and have no vector yet."""
