@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memoryos.llm.offline_replies import NOT_IN_MEMORY
 from memoryos.memoryos import Memoryos
 
 CASES = Path(__file__).parent / "data" / "chat_pairs.json"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "chat.json"
-NOT_IN_MEMORY = "I don't have that in memory."
 NESTED = re.compile(r"\b(?:User|Assistant):|\[\d{4}-\d{2}-\d{2}")
 """What an answer quoting an earlier exchange looks like: a speaker label or a page timestamp."""
 

@@ -64,10 +64,16 @@ _STORE_REQUEST = re.compile(
     r"^(?:please\s+)?(?:remember|note|don't forget|do not forget)(?:\s+that)?\b[\s,:]*", re.IGNORECASE
 )
 """"Remember that my code is 4512": the words after it are the statement."""
+_I_AM_A = re.compile(r"\b(?:i'm|i am)\s+(?:a|an)\s+\w", re.IGNORECASE)
+"""A job said without a word for it: "I'm a nurse"."""
+_I_AM_NAME = re.compile(r"\b(?:I'm|I am)\s+[A-Z][a-z]+\b")
+"""A name said without a word for it: "I'm Tom"."""
 _GREETING = word_set("hi hello hey")
 _THANKS = word_set("thanks thank thx ty cheers")
 _FAREWELL = word_set("bye goodbye")
 _FIRST_PERSON = word_set("i me my mine myself we us our ours ourselves")
+_ASKER = word_set("i my me our we")
+"""Words that make a question one about the user."""
 _WHERE_FROM = re.compile(r"\bwhere\b.*\bfrom\b")
 _TRAILING_PUNCTUATION = re.compile(r"[\s.!…;,:]+$")
 _JOB = stem_of("job")
@@ -91,11 +97,16 @@ def is_question(sentence: str) -> bool:
     return bool(_RECALL_REQUEST.match(text))
 
 
+def _statement_core(sentence: str) -> str:
+    """The sentence without leading filler ("ok, so ...") and store request ("remember that ...")."""
+    return _STORE_REQUEST.sub("", _LEADING_FILLER.sub("", normalize_quotes(sentence).strip()))
+
+
 class _Evidence:
     """One sentence that may answer a question: its words, as stems, and its text as the reply quotes it."""
 
     def __init__(self, sentence: str, order: int, *, from_user: bool) -> None:
-        self.sentence = _STORE_REQUEST.sub("", _LEADING_FILLER.sub("", normalize_quotes(sentence).strip()))
+        self.sentence = _statement_core(sentence)
         self.order = order
         self.from_user = from_user
         self.stems = stems_of(self.sentence)
@@ -103,9 +114,9 @@ class _Evidence:
         self.subject = _subject(words)
         # What the sentence says without a word for it: "I'm a nurse" is a job, "I'm Tom" a name.
         self.tags: set[str] = set()
-        if from_user and re.search(r"\b(?:i'm|i am)\s+(?:a|an)\s+\w", self.sentence, re.IGNORECASE):
+        if from_user and _I_AM_A.search(self.sentence):
             self.tags.add(_JOB)
-        if from_user and re.search(r"\b(?:I'm|I am)\s+[A-Z][a-z]+\b", self.sentence):
+        if from_user and _I_AM_NAME.search(self.sentence):
             self.tags.add(_NAME)
 
     def match(self, term: str) -> float:
@@ -197,7 +208,7 @@ def answer_question(question: str, request: AnswerRequest, said_now: Sequence[st
     terms, required = _question_terms(question)
     if not terms:
         return None
-    about_user = bool({"i", "my", "me", "our", "we"} & set(lower_words(rephrase(question))))
+    about_user = not _ASKER.isdisjoint(lower_words(rephrase(question)))
     pages = list(
         {page.page_id: page for page in [*request.retrieved, *reversed(request.short_term)]}.values()
     )
@@ -238,9 +249,7 @@ def acknowledge(statements: Sequence[str]) -> str:
     words = {w for s in statements for w in lower_words(s)}
     greeting = "Hello! " if words & _GREETING else ""
     content = [
-        _TRAILING_PUNCTUATION.sub("", _STORE_REQUEST.sub("", _LEADING_FILLER.sub("", normalize_quotes(s))))
-        for s in statements
-        if content_words(s) - PHATIC
+        _TRAILING_PUNCTUATION.sub("", _statement_core(s)) for s in statements if content_words(s) - PHATIC
     ]
     content = [text for text in content if text]
     if not content:

@@ -7,6 +7,7 @@ one word first, and a small map of very common relations lets a question's word 
 ("living" → "work", "pet" → "dog"). The rules are general English, not phrases of any test set.
 """
 
+import functools
 import re
 
 from memoryos.llm.offline_text import content_words, normalize_quotes, word_set
@@ -102,9 +103,11 @@ _IRREGULAR = {
 }  # fmt: skip
 
 
+@functools.lru_cache(maxsize=65536)
 def stem_of(word: str) -> str:
     """A light English stemmer: plurals, -ed, -ing and a final e go and a final y becomes i, so "lives",
-    "living" and "lived" meet, and so do "movie" and "movies"."""
+    "living" and "lived" meet, and so do "movie" and "movies". Cached: every answer stems the same
+    vocabulary of every stored sentence again."""
     word = word.casefold()
     if word in _IRREGULAR:
         return stem_of(_IRREGULAR[word])

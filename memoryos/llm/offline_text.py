@@ -77,7 +77,10 @@ def dedupe(items: Iterable[str], key: Callable[[str], str] = str.casefold) -> li
     seen: set[str] = set()
     kept: list[str] = []
     for item in items:
-        if item and key(item) not in seen:
-            seen.add(key(item))
+        if not item:
+            continue
+        marker = key(item)
+        if marker not in seen:
+            seen.add(marker)
             kept.append(item)
     return kept
