@@ -170,6 +170,21 @@ def _llm_calls(memory: Memoryos) -> dict[str, int]:
     return {operation: usage.calls for operation, usage in sorted(memory.llm.usage.items())}
 
 
+def _open_conversation(
+    config: MemoryConfig,
+    embedder: Embedder,
+    conversation: LocomoConversation,
+    server: StubLLMServer,
+    concurrency: int,
+    directory: Path,
+) -> tuple[Scheduler, Memoryos]:
+    """A scheduler of its own and the conversation's space under `directory`, on the stub LLM."""
+    run_config = _llm_config(config, directory, server, concurrency)
+    scheduler = Scheduler(run_config, name=f"bench-{directory.name}")
+    memory = Memoryos.from_config(conversation.sample_id, run_config, embedder=embedder, scheduler=scheduler)
+    return scheduler, memory
+
+
 def consolidate(
     config: MemoryConfig,
     embedder: Embedder,
@@ -181,9 +196,9 @@ def consolidate(
 ) -> dict[str, Any]:
     """Add every pair of the conversation at once, then flush until it is all embedded and consolidated."""
     label = f"consolidate-c{concurrency}"
-    run_config = _llm_config(config, workdir / label, server, concurrency)
-    scheduler = Scheduler(run_config, name=f"bench-{label}")
-    memory = Memoryos.from_config(conversation.sample_id, run_config, embedder=embedder, scheduler=scheduler)
+    scheduler, memory = _open_conversation(
+        config, embedder, conversation, server, concurrency, workdir / label
+    )
     requests_before = server.requests_served
     started = time.perf_counter()
     memory.add_memories([_turn(pair, label) for pair in conversation.pairs])
@@ -237,9 +252,9 @@ def retrieve_while_consolidating(
     """Replay the conversation as a chat: each pair added, then a question retrieved at once; consolidation
     runs behind with the slow LLM. Latency of every read, and of the reads that began with a call in flight."""
     label = f"retrieve-c{concurrency}"
-    run_config = _llm_config(config, workdir / label, server, concurrency)
-    scheduler = Scheduler(run_config, name=f"bench-{label}")
-    memory = Memoryos.from_config(conversation.sample_id, run_config, embedder=embedder, scheduler=scheduler)
+    scheduler, memory = _open_conversation(
+        config, embedder, conversation, server, concurrency, workdir / label
+    )
     limited = _limited(scheduler, memory.llm)
     questions = [q.question for q in conversation.qa] or [pair.user_input for pair in conversation.pairs]
     reads: list[float] = []

@@ -10,6 +10,12 @@ import time
 from collections.abc import Callable
 
 
+def delay_s(failures: int, first_s: float, max_s: float) -> float:
+    """The pause after `failures` failures in a row (>= 1): `first_s` doubled per failure, at most `max_s`.
+    The exponent is clamped so that a unit failing for days cannot overflow the float."""
+    return min(max_s, first_s * 2.0 ** min(max(failures, 1) - 1, 64))
+
+
 class Backoff:
     """The retry schedule of one unit of work."""
 
@@ -26,7 +32,7 @@ class Backoff:
 
     def failed(self) -> None:
         self.failures += 1
-        self.retry_at = self._clock() + min(self._max_s, self._first_s * 2 ** (self.failures - 1))
+        self.retry_at = self._clock() + delay_s(self.failures, self._first_s, self._max_s)
 
     def succeeded(self) -> None:
         self.failures = 0

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memoryos import backoff
 from memoryos.embedding.base import Embedder
 from memoryos.errors import MemoryOSError
 from memoryos.scheduler.batch_fill import (
@@ -92,8 +93,9 @@ class BatcherStats:
 
 
 def retry_delay_s(failures: int) -> float:
-    """Seconds before retrying a source after `failures` consecutive failures (>= 1)."""
-    return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** min(max(failures, 1) - 1, 30))
+    """Seconds before retrying a source after `failures` consecutive failures (>= 1): the schedule of
+    `Backoff`, with the batcher's bounds."""
+    return backoff.delay_s(failures, RETRY_FIRST_S, RETRY_MAX_S)
 
 
 def _resolve(
