@@ -131,7 +131,7 @@ def cmd_chat(args: argparse.Namespace) -> None:
 def cmd_forget(args: argparse.Namespace) -> None:
     from memoryos.errors import InvalidInputError, SpaceNotFoundError
     from memoryos.memoryos import forget_space
-    from memoryos.space import STORE_FILE
+    from memoryos.space_layout import STORE_FILE
 
     config = config_of(args)
     directory = config.space_dir(args.user, args.assistant)
@@ -151,14 +151,9 @@ def cmd_forget(args: argparse.Namespace) -> None:
 
 
 def cmd_reindex(args: argparse.Namespace) -> None:
-    from memoryos.errors import SpaceNotFoundError
     from memoryos.reindex import reindex_space
-    from memoryos.space import STORE_FILE
 
     config = config_of(args).model_copy(update={"embedding_model_name": args.model})
-    directory = config.space_dir(args.user, args.assistant)
-    if not (directory / STORE_FILE).is_file():
-        raise SpaceNotFoundError(directory)  # before the model loads
     print_json(reindex_space(config, args.user, args.assistant, show_progress=True))
 
 
@@ -289,10 +284,11 @@ def _fail(message: str, code: int) -> int:
 
 def _one_line(error: Exception) -> str:
     """pydantic's multi-line `ValidationError` as `field: reason; field: reason`."""
-    errors = getattr(error, "errors", None)
-    if callable(errors) and type(error).__name__ == "ValidationError":
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
         parts = []
-        for item in errors():
+        for item in error.errors():
             field = ".".join(str(part) for part in item.get("loc", ()))
             reason = str(item.get("msg", "")).removeprefix("Value error, ")
             parts.append(reason if reason.startswith(f"{field}:") else f"{field}: {reason}")

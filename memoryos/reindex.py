@@ -19,13 +19,12 @@ from tqdm import tqdm
 from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
-from memoryos.errors import InvalidInputError
+from memoryos.errors import SpaceNotFoundError
 from memoryos.space_layout import STORE_FILE
 from memoryos.storage.index_factory import remove_page_index_files
 from memoryos.storage.space_lock import SpaceHold
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.types import exchange_text
-from memoryos.validation import validate_id
 
 REINDEX_BATCH = 256
 
@@ -34,11 +33,12 @@ def reindex_space(
     config: MemoryConfig, user_id: str, assistant_id: str, show_progress: bool = False
 ) -> dict[str, object]:
     """Re-embed pages, segments and facts of one space with `config.embedding_model_name`."""
-    directory = config.space_dir(validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
-    if not (directory / STORE_FILE).exists():
-        raise InvalidInputError("user_id", f"no memory space at {directory}")
+    directory = config.space_dir(user_id, assistant_id)  # the ids, checked
+    if not (directory / STORE_FILE).is_file():
+        raise SpaceNotFoundError(directory)  # before the model loads
     embedder = create_embedder(config)
-    hold = SpaceHold(directory, config.space_lock_timeout_s)
+    # `require`: a space forgotten while this process waited raises SpaceNotFoundError, never is recreated
+    hold = SpaceHold(directory, config.space_lock_timeout_s, require=STORE_FILE)
     try:
         hold.claim("reindex")
         return _reindex_held(directory, config, embedder, show_progress)
@@ -49,8 +49,6 @@ def reindex_space(
 def _reindex_held(
     directory: Path, config: MemoryConfig, embedder: Embedder, show_progress: bool
 ) -> dict[str, object]:
-    if not (directory / STORE_FILE).exists():  # forgotten while this process waited for it
-        raise InvalidInputError("user_id", f"no memory space at {directory}")
     store = SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s)
     try:
         pages = store.all_page_texts()

@@ -72,11 +72,12 @@ def validate_turn(raw: object, prefix: str, max_chars: int, now: datetime) -> Tu
     unknown = sorted(str(key) for key in raw if key not in TURN_KEYS)
     if unknown:
         raise InvalidInputError(field, f"unknown key {unknown[0]!r}; a turn has {', '.join(TURN_KEYS)}")
-    meta_data = raw.get("meta_data")
-    if meta_data is not None and not isinstance(meta_data, Mapping):
+    raw_meta = raw.get("meta_data")
+    if raw_meta is not None and not isinstance(raw_meta, Mapping):
         raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
+    meta_data = dict(raw_meta or {})
     try:
-        json.dumps(dict(meta_data or {}))
+        json.dumps(meta_data)
     except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
         raise InvalidInputError(f"{prefix}meta_data", f"must be JSON-serializable: {error}") from None
     moment = parse_timestamp(f"{prefix}timestamp", raw.get("timestamp"), now)
@@ -84,7 +85,7 @@ def validate_turn(raw: object, prefix: str, max_chars: int, now: datetime) -> Tu
         user_input=validate_text(f"{prefix}user_input", raw.get("user_input"), max_chars),
         agent_response=validate_text(f"{prefix}agent_response", raw.get("agent_response"), max_chars),
         timestamp=format_timestamp(moment),
-        meta_data=dict(meta_data or {}),
+        meta_data=meta_data,
     )
 
 
