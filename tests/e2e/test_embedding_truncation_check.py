@@ -1,7 +1,7 @@
 """The truncation warning without a second tokenization of every batch (bundled MiniLM, CPU).
 
-The embedder rules texts out by a character bound (`_may_exceed`) and, for the rest, reads the width of
-the batches sentence-transformers tokenized anyway (`_WidthProbe`); only when a batch reached the limit
+The embedder rules texts out by a character bound (`may_exceed`) and, for the rest, reads the width of
+the batches sentence-transformers tokenized anyway (`WidthProbe`); only when a batch reached the limit
 does it tokenize, and then only the texts the bound could not rule out.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from memoryos.config import MemoryConfig
-from memoryos.embedding import create_embedder
+from memoryos.embedding import create_embedder, truncation
 from memoryos.embedding import sentence_transformers_backend as backend
 from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 
@@ -130,9 +130,9 @@ def test_the_character_bound_holds_for_the_minilm_tokenizer() -> None:
     texts += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 400))) for chars in alphabets * 30]
     lengths = tokenizer(texts, truncation=False, return_length=True)["length"]
     for text, length in zip(texts, lengths, strict=True):
-        assert length <= len(text) + special + backend.MARKER_SLACK, text
+        assert length <= len(text) + special + truncation.MARKER_SLACK, text
         if length > MAX_TOKENS:
-            assert backend._may_exceed(text, MAX_TOKENS, special)
-    assert not backend._may_exceed("x" * (MAX_TOKENS - 3), MAX_TOKENS, special)
-    assert backend._may_exceed("x" * (MAX_TOKENS - 2), MAX_TOKENS, special)
-    assert backend._may_exceed("café", MAX_TOKENS, special)  # non-ASCII: no bound
+            assert truncation.may_exceed(text, MAX_TOKENS, special)
+    assert not truncation.may_exceed("x" * (MAX_TOKENS - 3), MAX_TOKENS, special)
+    assert truncation.may_exceed("x" * (MAX_TOKENS - 2), MAX_TOKENS, special)
+    assert truncation.may_exceed("café", MAX_TOKENS, special)  # non-ASCII: no bound
