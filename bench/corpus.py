@@ -74,6 +74,9 @@ class ReusingEmbedder:
     def dim(self) -> int:
         return self.model.dim
 
+    def forget_texts(self, texts: Sequence[str] | None) -> None:
+        self.model.forget_texts(texts)
+
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         if is_query:
             return self.model.encode(texts, is_query=True)

@@ -28,7 +28,8 @@ EXIT_CODES = {
     1: "the environment failed: a data directory that cannot be created or written, an unreadable store, "
     "an LLM that keeps failing",
     2: "bad input: a flag, a file or one of its lines, a field, the configuration",
-    3: "no memory for that user, assistant and data directory (a read creates nothing)",
+    3: "no memory for that user, assistant and data directory (a read creates nothing), or no page or "
+    "fact with that id",
     4: "the memory space is busy: another process holds it (the message names the pids)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); what was stored is kept",
 }
@@ -227,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     reindex = command("reindex", cmd_reindex, "re-embed a space from its stored text with another model")
     reindex.add_argument("--model", required=True, help="embedding model name, e.g. BAAI/bge-m3")
     command("demo", cmd_demo, "store a short conversation and query it, offline", needs_user=False)
+    from memoryos.cli_lifecycle import register as register_lifecycle
+
+    register_lifecycle(command)
     from memoryos.eval.cli import register as register_eval
 
     register_eval(commands)
@@ -254,7 +258,14 @@ def _run(args: argparse.Namespace) -> int:
     import sqlite3
 
     from memoryos.cli_input import named_by_flag
-    from memoryos.errors import InvalidInputError, LLMError, MemoryOSError, SpaceNotFoundError, StorageError
+    from memoryos.errors import (
+        InvalidInputError,
+        ItemNotFoundError,
+        LLMError,
+        MemoryOSError,
+        SpaceNotFoundError,
+        StorageError,
+    )
     from memoryos.storage.space_lock import SpaceBusyError
 
     try:
@@ -262,6 +273,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     except SpaceNotFoundError as error:
         return _fail(f"{error} — {NO_SPACE_HINT}", 3)
+    except ItemNotFoundError as error:
+        return _fail(str(error), 3)
     except SpaceBusyError as error:
         return _fail(str(error), 4)
     except (StorageError, LLMError) as error:

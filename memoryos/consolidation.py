@@ -19,7 +19,7 @@ from datetime import datetime
 
 import numpy as np
 
-from memoryos import policy
+from memoryos import policy, rebuild
 from memoryos.backoff import Backoff
 from memoryos.errors import LLMError
 from memoryos.llm.base import AsyncMemoryLLM, TopicSummary
@@ -69,16 +69,27 @@ class Consolidator:
         self.clock = clock
         self._backoff_max_s = backoff_max_s
         self._overflow_backoff = self._new_backoff()
+        self._rebuild_backoff = self._new_backoff()
         self._segment_backoffs: dict[int, Backoff] = {}
 
     def _new_backoff(self) -> Backoff:
         return Backoff(FIRST_BACKOFF_S, self._backoff_max_s)
 
     async def run(self, space: MemorySpace) -> None:
-        """Move STM overflow into mid-term memory, then promote every hot segment, skipping the work that
-        is backing off. The two steps fail independently: pages the LLM cannot file yet do not hold back
-        the analysis of segments already hot. Failures are logged, not raised: they are retried when their
-        backoff ends (`retry_in_s`)."""
+        """Erase what expired and rewrite what deletes left stale (`rebuild.py`), move STM overflow into
+        mid-term memory, then promote every hot segment, skipping the work that is backing off. The steps
+        fail independently: pages the LLM cannot file yet do not hold back the analysis of segments
+        already hot. Failures are logged, not raised: they are retried when their backoff ends
+        (`retry_in_s`)."""
+        await rebuild.sweep_expired(space, self.apply, self.clock())
+        if self._rebuild_backoff.ready():
+            try:
+                await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock)
+                await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock)
+                self._rebuild_backoff.succeeded()
+            except LLMError as error:
+                self._rebuild_backoff.failed()
+                log.warning("rewriting after a delete postponed: the LLM failed", extra={"error": str(error)})
         if self._overflow_backoff.ready():
             try:
                 await self.move_overflow(space)
@@ -100,7 +111,8 @@ class Consolidator:
 
     def retry_in_s(self) -> float | None:
         """Seconds until the earliest postponed work may be tried again; None when nothing is postponed."""
-        waits = [b.wait_s() for b in (self._overflow_backoff, *self._segment_backoffs.values())]
+        backoffs = (self._overflow_backoff, self._rebuild_backoff, *self._segment_backoffs.values())
+        waits = [b.wait_s() for b in backoffs]
         pending = [w for w in waits if w is not None]
         return min(pending) if pending else None
 
@@ -212,7 +224,13 @@ class Consolidator:
             self.llm.update_profile(space.profile(), pages), self.llm.extract_knowledge(pages)
         )
         timestamp = format_unix_timestamp(self.clock())
-        await self.apply(space, UpdateProfile(text=profile, source_segment_id=segment_id, at=self.clock()))
+        sources = [p.page_id for p in pages]
+        await self.apply(
+            space,
+            UpdateProfile(
+                text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
+            ),
+        )
         for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
             if texts:
                 vectors = await self.embed_texts(texts)
@@ -223,6 +241,7 @@ class Consolidator:
                         texts=texts,
                         vectors=vectors,
                         timestamp=timestamp,
+                        source_page_ids=sources,
                         at=self.clock(),
                     ),
                 )

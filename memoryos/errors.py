@@ -57,3 +57,13 @@ class SpaceNotFoundError(MemoryOSError, LookupError):
         super().__init__(
             f"no memory for user {self.user_id!r} (assistant {self.assistant_id!r}) in {where}{missing}"
         )
+
+
+class ItemNotFoundError(MemoryOSError, LookupError):
+    """A lifecycle operation named a page or fact this space does not hold (never stored, deleted, or
+    expired). Nothing was changed."""
+
+    def __init__(self, kind: str, item_id: int) -> None:
+        self.kind = kind
+        self.item_id = item_id
+        super().__init__(f"no {kind} with id {item_id} in this memory space")

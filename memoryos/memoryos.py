@@ -17,6 +17,7 @@ from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, SpaceNotFoundError
+from memoryos.facade_lifecycle import MemoryLifecycle
 from memoryos.generation import answer_request
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.ops import AddTurns
@@ -26,14 +27,15 @@ from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import MemorySpace
 from memoryos.space_layout import STORE_FILE, erase_space, make_data_root, remove_empty_parents
 from memoryos.storage.space_lock import SpaceBusyError
-from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn
-from memoryos.validation import validate_id, validate_text, validate_turn
+from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn, WriteStatus
+from memoryos.validation import validate_id, validate_key, validate_text, validate_turn
 
 log = logging.getLogger(__name__)
 
 
-class Memoryos:
-    """Long-term memory for one user of one assistant."""
+class Memoryos(MemoryLifecycle):
+    """Long-term memory for one user of one assistant. Lifecycle methods (list, edit, delete, history,
+    expiry) are in `facade_lifecycle.py`."""
 
     def __init__(
         self,
@@ -143,8 +145,12 @@ class Memoryos:
         agent_response: str,
         timestamp: str | None = None,
         meta_data: Mapping[str, Any] | None = None,
+        *,
+        write_id: str | None = None,
+        ttl_s: float | None = None,
     ) -> int:
-        """Store one exchange; returns its page id. `meta_data` is stored and returned with the page."""
+        """Store one exchange; returns its page id. `meta_data` is stored and returned with the page.
+        `write_id` and `ttl_s` as in `add_memories`."""
         return self.add_memories(
             [
                 {
@@ -154,11 +160,27 @@ class Memoryos:
                     "meta_data": meta_data,
                 }
             ],
+            write_id=write_id,
+            ttl_s=ttl_s,
             _field_prefix="",
         )[0]
 
-    def add_memories(self, turns: Iterable[Mapping[str, Any]], *, _field_prefix: str = "turns") -> list[int]:
-        """Store many exchanges with one embedding batch; all are validated before any is stored."""
+    def add_memories(
+        self,
+        turns: Iterable[Mapping[str, Any]],
+        *,
+        write_id: str | None = None,
+        ttl_s: float | None = None,
+        _field_prefix: str = "turns",
+    ) -> list[int]:
+        """Store many exchanges with one embedding batch; all are validated before any is stored.
+
+        `write_id` (1-64 characters of [A-Za-z0-9_-]) makes the write idempotent: a client retrying a
+        write whose acknowledgement it lost sends the same id, and the pages are stored once; the retry
+        returns the page ids of the first delivery. Without it every call is a new write.
+
+        `ttl_s` (seconds) makes these pages expire: never returned after, then erased by the scheduler's
+        sweep. None keeps the space's TTL (`set_ttl`), or forever."""
         validated = [
             self._turn(turn, f"{_field_prefix}[{i}]." if _field_prefix else "")
             for i, turn in enumerate(turns)
@@ -170,11 +192,27 @@ class Memoryos:
             raise EmbeddingModelMismatchError(
                 self.space.embedding_model, self.space.dim, self.embedder.name, self.embedder.dim
             )
-        page_ids = self.space.apply(AddTurns(turns=validated, at=self.clock()))  # durable now
+        if ttl_s is not None and (
+            not isinstance(ttl_s, int | float) or isinstance(ttl_s, bool) or not 0 < ttl_s < float("inf")
+        ):
+            raise InvalidInputError("ttl_s", f"must be a positive number of seconds, got {ttl_s!r}")
+        op = AddTurns(turns=validated, at=self.clock(), ttl_s=ttl_s)
+        if write_id is not None:
+            op = op.model_copy(update={"write_id": validate_key("write_id", write_id)})
+        page_ids = self.space.apply(op)  # durable now
         self._work.pages_written()
         if self.config.ingest_mode == "inline":
             self._work.flush()
         return page_ids
+
+    def write_status(self, write_id: str) -> WriteStatus | None:
+        """Where an acknowledged write stands: its page ids and whether all are searchable (embedded);
+        None when no write with that id was stored in this space."""
+        page_ids = self.space.written_page_ids(write_id)
+        if page_ids is None:
+            return None
+        pending = set(self.space.pending_among(page_ids))
+        return WriteStatus(write_id=write_id, page_ids=page_ids, searchable=not pending)
 
     def flush(self) -> None:
         """Wait until every write so far is embedded and consolidated. Reads wait only for the vectors
@@ -239,16 +277,20 @@ class Memoryos:
         self.flush()
         return self.space.profile()
 
-    def get_assistant_knowledge_summary(self) -> list[dict[str, str]]:
+    def get_assistant_knowledge_summary(self) -> list[dict[str, str | int]]:
         """The assistant's facts in this space, as the reference's `{knowledge, timestamp}` records."""
         self.flush()
         return [
-            {"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("assistant")
+            {"knowledge": e.knowledge, "timestamp": e.timestamp, "entry_id": e.entry_id}
+            for e in self.space.knowledge("assistant")
         ]
 
-    def get_user_knowledge(self) -> list[dict[str, str]]:
+    def get_user_knowledge(self) -> list[dict[str, str | int]]:
         self.flush()
-        return [{"knowledge": e.knowledge, "timestamp": e.timestamp} for e in self.space.knowledge("user")]
+        return [
+            {"knowledge": e.knowledge, "timestamp": e.timestamp, "entry_id": e.entry_id}
+            for e in self.space.knowledge("user")
+        ]
 
     def force_mid_term_analysis(self) -> None:
         """Analyze every segment with unanalyzed pages now, whatever its heat."""
@@ -305,6 +347,9 @@ class Memoryos:
         except SpaceBusyError:  # nothing was erased: the instance keeps working
             self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, self.clock)
             raise
+        # The process's embedding cache is shared by every space and keyed by text alone: emptied whole,
+        # no text of this user stays in memory (the other spaces only re-encode what they ask again).
+        self.embedder.forget_texts(None)
         remove_empty_parents(self.space.directory)
 
     def close(self) -> None:

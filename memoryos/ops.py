@@ -37,9 +37,12 @@ from pydantic_core import CoreSchema, core_schema
 from memoryos.storage.vector_blobs import STORED_DTYPE, STORED_MAX, at_stored_precision
 from memoryos.types import KnowledgeKind, Turn
 
-OP_FORMAT_VERSION = 1
+OP_FORMAT_VERSION = 2
 """The op wire format this MemoryOS writes and the newest it reads. Bump it when an op's fields change
-meaning; an older MemoryOS then refuses the newer ops instead of applying them wrongly."""
+meaning; an older MemoryOS then refuses the newer ops instead of applying them wrongly.
+
+Version 2 (issue 12): the lifecycle ops (edits, deletes, TTL, rebuilds of derived texts) and provenance
+fields on `AddKnowledge` and `UpdateProfile`; version-1 ops read unchanged."""
 
 
 # --- ids --------------------------------------------------------------------------------------------------
@@ -216,6 +219,10 @@ def _check_version(version: int) -> None:
         raise ValueError(f"version: op format {version} does not exist (versions start at 1)")
 
 
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A duration in seconds, > 0 and finite."""
+
+
 class AddTurns(Op):
     """Append exchanges to short-term memory, one vector per turn.
 
@@ -231,6 +238,9 @@ class AddTurns(Op):
     turns: list[Turn]
     vectors: Vectors | None = None
     write_id: Key = Field(default_factory=_new_key, description="Idempotency key of the write.")
+    ttl_s: PositiveSeconds | None = Field(
+        None, description="The pages expire `ttl_s` after `at`; None: the space's TTL, if it has one."
+    )
 
 
 class EmbedPages(Op):
@@ -282,11 +292,16 @@ class RecordVisits(Op):
 
 
 class UpdateProfile(Op):
-    """Store a new version of the user profile; older versions stay as history."""
+    """Store a new version of the user profile; older versions stay as history.
+
+    `rebuild` marks the profile rebuilt from the remaining pages after a page under it was deleted or
+    edited: every older version goes (each may carry the removed text) and the rebuild is no longer due."""
 
     kind: Literal["update_profile"] = "update_profile"
     text: str
     source_segment_id: int | None = None
+    source_page_ids: list[int] = Field(default_factory=list, description="The pages merged into it.")
+    rebuild: bool = False
 
 
 class AddKnowledge(Op):
@@ -297,6 +312,9 @@ class AddKnowledge(Op):
     texts: list[str]
     vectors: Vectors
     timestamp: str
+    source_page_ids: list[int] = Field(
+        default_factory=list, description="Provenance: the pages the facts were extracted from."
+    )
 
 
 class MarkAnalyzed(Op):
@@ -304,6 +322,73 @@ class MarkAnalyzed(Op):
 
     kind: Literal["mark_analyzed"] = "mark_analyzed"
     segment_id: int
+    page_ids: list[int]
+
+
+class DeletePages(Op):
+    """Remove pages: text, vector, full-text entries, and every fact whose only sources they were.
+
+    Chains and segments that held them are rewritten by the next consolidation (removed when emptied),
+    and if the profile drew on one of them it is rebuilt there too. `reason` is kept in the op log."""
+
+    kind: Literal["delete_pages"] = "delete_pages"
+    page_ids: list[int] = Field(min_length=1)
+    reason: Literal["user", "expired"] = "user"
+
+
+class UpdatePage(Op):
+    """Replace a page's text and meta data. The page keeps its id and place, waits for a new vector,
+    and is analyzed again; what was derived from its old text is treated as for a delete."""
+
+    kind: Literal["update_page"] = "update_page"
+    page_id: int
+    user_input: str
+    agent_response: str
+    meta_data: dict[str, Any] = Field(default_factory=dict)
+
+
+class DeleteFacts(Op):
+    """Remove facts with every version of their history (text and vector)."""
+
+    kind: Literal["delete_facts"] = "delete_facts"
+    entry_ids: list[int] = Field(min_length=1)
+    reason: Literal["user", "expired"] = "user"
+
+
+class UpdateFact(Op):
+    """Correct a fact: a new version (origin "user") replaces it; the old one stays as its history."""
+
+    kind: Literal["update_fact"] = "update_fact"
+    entry_id: int
+    text: str
+    vector: Vector
+    timestamp: str
+
+
+class SetSpaceTTL(Op):
+    """How long pages written from now on are kept (None: forever). Pages already stored keep theirs."""
+
+    kind: Literal["set_space_ttl"] = "set_space_ttl"
+    ttl_s: PositiveSeconds | None
+
+
+class RewriteChain(Op):
+    """A stale chain's summary rewritten from its remaining pages (`page_ids`, as planned)."""
+
+    kind: Literal["rewrite_chain"] = "rewrite_chain"
+    chain_id: int
+    summary: str
+    page_ids: list[int]
+
+
+class RewriteSegment(Op):
+    """A stale segment's topic rewritten from its remaining pages (`page_ids`, as planned)."""
+
+    kind: Literal["rewrite_segment"] = "rewrite_segment"
+    segment_id: int
+    summary: str
+    keywords: list[str]
+    vector: Vector = Field(description="shape (dim,): the new topic's embedding")
     page_ids: list[int]
 
 
@@ -325,7 +410,14 @@ AnyOp = Annotated[
     | RecordVisits
     | UpdateProfile
     | AddKnowledge
-    | MarkAnalyzed,
+    | MarkAnalyzed
+    | DeletePages
+    | UpdatePage
+    | DeleteFacts
+    | UpdateFact
+    | SetSpaceTTL
+    | RewriteChain
+    | RewriteSegment,
     Field(discriminator="kind"),
     BeforeValidator(_refuse_newer_format),
 ]

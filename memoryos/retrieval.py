@@ -141,6 +141,11 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     return scored[:k]
 
 
+def _live(page: Page, now: float) -> bool:
+    """Not expired at `now`."""
+    return page.expires_at is None or page.expires_at > now
+
+
 def _retrieved(page: Page, score: float = 0.0) -> RetrievedPage:
     return RetrievedPage(
         user_input=page.user_input,
@@ -167,21 +172,26 @@ def _context(
     space: MemorySpace, query: str, query_vector: np.ndarray, page_k: int, knowledge_k: int, now: float
 ) -> RetrievedContext:
     config: MemoryConfig = space.config
-    ranked = rank_pages(space, query, query_vector, page_k)
-    pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked])}
+    # Expired pages are never returned, also before the sweep erases them: rank past them.
+    expired = space.store.count_expired(now)
+    ranked = rank_pages(space, query, query_vector, page_k + expired)
+    pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked]) if _live(p, now)}
+    ranked = [s for s in ranked if s.page_id in pages][:page_k]
 
     def facts(kind: KnowledgeKind) -> list[RetrievedKnowledge]:
         return [
-            RetrievedKnowledge(knowledge=entry.knowledge, timestamp=entry.timestamp, score=score)
-            for entry, score in space.search_knowledge(kind, query_vector, knowledge_k)
+            RetrievedKnowledge(
+                knowledge=entry.knowledge, timestamp=entry.timestamp, score=score, entry_id=entry.entry_id
+            )
+            for entry, score in space.search_knowledge(kind, query_vector, knowledge_k, now)
             if score >= config.knowledge_min_score
         ]
 
     return RetrievedContext(
         query=query,
         retrieved_at=format_unix_timestamp(now),
-        short_term_memory=[_retrieved(p) for p in space.short_term_pages()],
-        retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked if s.page_id in pages],
+        short_term_memory=[_retrieved(p) for p in space.short_term_pages() if _live(p, now)],
+        retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
         retrieved_user_knowledge=facts("user"),
         retrieved_assistant_knowledge=facts("assistant"),
         user_profile=space.profile(),

@@ -26,7 +26,7 @@ import numpy as np
 from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
-from memoryos.ops import AddTurns, AnyOp
+from memoryos.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, UpdatePage
 from memoryos.score_sample import ScoreSample
 from memoryos.space_index import SpacePageIndex
 from memoryos.space_layout import STORE_FILE
@@ -134,22 +134,40 @@ class MemorySpace:
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:
         """Apply one op atomically. Returns the ids it created (pages for AddTurns, facts for
-        AddKnowledge), else an empty list; an op or write already applied returns what it created then."""
+        AddKnowledge and UpdateFact), else an empty list; an op or write already applied returns what it
+        created then."""
+        created = self.apply_for_detail(op).get("created", [])
+        return [int(i) for i in created] if isinstance(created, list) else []
+
+    def apply_for_detail(self, op: AnyOp) -> dict[str, object]:
+        """`apply`, returning the op log's detail: the ids the op touched, created ("created") or found
+        missing ("missing"), and its flags — the same detail again for a repeated delivery."""
         with self.lock:
             self._require_open()
             with self.store.transaction():
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
                 logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
                 if logged is not None:
-                    return list(logged.get("created", []))
-                created, embedded, vectors = self._ops.apply(op)
+                    return logged
+                detail, embedded, vectors = self._ops.apply(op)
                 # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0
+                removes_text = isinstance(op, DeletePages | UpdatePage | DeleteFacts)
+                if removes_text:
+                    self._pages.drop_withdrawn()
             if embedded and vectors is not None:
                 self._pages.add(np.array(embedded, dtype=np.int64), vectors, through_seq)
                 self._sample.offer(vectors)
+            if removes_text:
+                self._scrub_files()
             self._seen_data_version = self.store.data_version()
-            return created
+            return detail
+
+    def _scrub_files(self) -> None:
+        """After text left the store: an index snapshot without the withdrawn vectors, and a WAL without
+        the overwritten pages, so no file of the space keeps what was deleted."""
+        self._pages.snapshot()
+        self.store.checkpoint()
 
     # --- snapshots and lifecycle ----------------------------------------------------------------------
     def snapshot(self) -> None:
@@ -213,6 +231,17 @@ class MemorySpace:
     def pending_page_ids(self, limit: int) -> list[int]:
         """Pages stored but not yet embedded, oldest first."""
         return self.store.pending_page_ids(limit)
+
+    @_locked
+    def pending_among(self, page_ids: list[int]) -> list[int]:
+        """Those of `page_ids` that exist and still wait for their vector."""
+        return self.store.pending_among(page_ids)
+
+    @_locked
+    def written_page_ids(self, write_id: str) -> list[int] | None:
+        """The page ids an `AddTurns` with this write id created, or None if no such write was applied."""
+        logged = self.store.logged_op("", write_id)
+        return None if logged is None else [int(pid) for pid in logged.get("created", [])]
 
     @_locked
     def pending_page_count(self) -> int:
@@ -286,10 +315,15 @@ class MemorySpace:
 
     @_locked
     def search_knowledge(
-        self, kind: KnowledgeKind, query_vector: np.ndarray, k: int
+        self, kind: KnowledgeKind, query_vector: np.ndarray, k: int, now: float | None = None
     ) -> list[tuple[KnowledgeEntry, float]]:
-        """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows)."""
-        rows = self.store.active_knowledge(kind)
+        """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows);
+        with `now`, facts expired by then are left out."""
+        rows = [
+            row
+            for row in self.store.active_knowledge(kind)
+            if now is None or row["expires_at"] is None or row["expires_at"] > now
+        ]
         if not rows:
             return []
         scores = from_blobs([row["vector"] for row in rows], self.dim) @ query_vector
@@ -301,6 +335,8 @@ class MemorySpace:
                     kind=kind,
                     knowledge=rows[i]["text"],
                     timestamp=rows[i]["timestamp"],
+                    updated_at=rows[i]["updated_at"],
+                    expires_at=rows[i]["expires_at"],
                 ),
                 float(scores[i]),
             )

@@ -63,6 +63,7 @@ class SpacePageIndex:
         self._on_caught_up = on_caught_up
         self._path = page_snapshot_path(config, directory)
         self.covered_seq = 0
+        self.withdrawn_seq = 0
         self.index, stale = self._open(directory, dim)
         self._snapshots = SnapshotWriter(self._path)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
@@ -80,6 +81,8 @@ class SpacePageIndex:
         index, stale, fresh_because = opened.page_index, opened.stale, opened.fresh_because
         self.covered_seq = opened.covered_seq
         replayed = self._replay(index)
+        # A snapshot may predate any delete or edit: every withdrawal ever made is checked against it.
+        replayed += self._drop_withdrawn(index)
         stale = stale or replayed > 0
         fields = {"backend": self._config.vector_backend, "vectors": replayed}
         if fresh_because is not None and (replayed or fresh_because != SNAPSHOT_MISSING):
@@ -105,13 +108,32 @@ class SpacePageIndex:
                 on_added(vectors)
             self.covered_seq, replayed = last_seq, replayed + len(ids)
 
+    def _drop_withdrawn(self, index: VectorIndex) -> int:
+        """Remove from `index` the vectors withdrawn since `withdrawn_seq` (pages deleted or edited), then
+        put back the current vector of any such page the index covers (an edited page embedded again):
+        correct whichever order additions and withdrawals were seen in. Returns how many changed."""
+        page_ids, self.withdrawn_seq = self._store.withdrawn_after(self.withdrawn_seq)
+        if not page_ids:
+            return 0
+        ids = np.unique(np.array(page_ids, dtype=np.int64))
+        index.remove(ids)
+        back, vectors = self._store.vectors_if_covered(ids.tolist(), self.covered_seq, self._dim)
+        if back:
+            index.add(np.array(back, dtype=np.int64), vectors)
+        return len(ids)
+
+    def drop_withdrawn(self) -> None:
+        """Apply this process's own deletes and edits to the index, inside their write transaction."""
+        if self._drop_withdrawn(self.index):
+            self._ops_since_snapshot += 1
+
     def catch_up(self) -> int:
         """Add the vectors other processes stored since this index last looked; returns how many.
 
         Called inside the write transaction before an op applies, and before reads; an index re-adding
         an id replaces its vector, so catching up is idempotent. The vectors go to `on_caught_up` too (the
         space's score sample)."""
-        added = self._replay(self.index, self._on_caught_up)
+        added = self._replay(self.index, self._on_caught_up) + self._drop_withdrawn(self.index)
         if added:
             self._ops_since_snapshot += 1
         return added

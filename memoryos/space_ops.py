@@ -8,20 +8,28 @@ function works on the store alone: no clock, no model, no index.
 
 import numpy as np
 
-from memoryos import policy
+from memoryos import policy, space_lifecycle
 from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError
 from memoryos.ops import (
     AddKnowledge,
     AddTurns,
     AnyOp,
+    DeleteFacts,
+    DeletePages,
     EmbedPages,
     FileTopic,
     LinkChain,
     MarkAnalyzed,
     RecordVisits,
+    RewriteChain,
+    RewriteSegment,
+    SetSpaceTTL,
+    UpdateFact,
+    UpdatePage,
     UpdateProfile,
 )
+from memoryos.space_lifecycle import PROFILE_STALE_META, SPACE_TTL_META
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.storage.vector_blobs import from_blobs
 from memoryos.types import Page
@@ -35,9 +43,10 @@ class OpApplier:
         self.config = config
         self.dim = dim
 
-    def apply(self, op: AnyOp) -> tuple[list[int], list[int], np.ndarray | None]:
-        """Apply `op` inside the caller's transaction and log it: (ids created, pages given vectors, those
-        vectors — the op's own, already at the store's precision)."""
+    def apply(self, op: AnyOp) -> tuple[dict[str, object], list[int], np.ndarray | None]:
+        """Apply `op` inside the caller's transaction and log it: (the log detail — ids touched, with the
+        ids created under "created" —, pages given vectors, those vectors — the op's own, already at the
+        store's precision)."""
         created: list[int] = []
         embedded: list[int] = []
         vectors: np.ndarray | None = None
@@ -49,7 +58,9 @@ class OpApplier:
             case AddTurns():
                 if op.vectors is not None:
                     self._check_vectors("vectors", op.vectors, len(op.turns))
-                created = self.store.insert_pages(op.turns, op.vectors)
+                ttl_s = op.ttl_s if op.ttl_s is not None else self.store.get_meta(SPACE_TTL_META)
+                expires_at = None if ttl_s is None else op.at + float(ttl_s)
+                created = self.store.insert_pages(op.turns, op.vectors, op.at, expires_at, op.op_id)
                 if op.vectors is not None:
                     embedded, vectors = created, op.vectors
             case EmbedPages():
@@ -68,9 +79,14 @@ class OpApplier:
                     self.store.add_segment_counters(segment_id, visits=1, interactions=0, at=op.at)
                 detail = {"segment_ids": op.segment_ids}
             case UpdateProfile():
+                if op.rebuild:
+                    self.store.delete_profile_versions()
+                    self.store.delete_meta(PROFILE_STALE_META)
                 if op.text.strip() and op.text.strip() != self.store.latest_profile():
-                    self.store.insert_profile(op.text.strip(), op.at, op.source_segment_id)
-                detail = {"source_segment_id": op.source_segment_id}
+                    self.store.insert_profile(
+                        op.text.strip(), op.at, op.source_segment_id, op.source_page_ids
+                    )
+                detail = {"source_segment_id": op.source_segment_id, "rebuild": op.rebuild}
             case AddKnowledge():
                 self._check_vectors("vectors", op.vectors, len(op.texts))
                 created = self._add_knowledge(op, op.at)
@@ -79,11 +95,31 @@ class OpApplier:
                 self.store.set_page_fields(op.page_ids, analyzed=1)
                 self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
                 detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
+            case DeletePages():
+                detail = space_lifecycle.delete_pages(self.store, op)
+            case UpdatePage():
+                detail = space_lifecycle.update_page(self.store, op)
+            case DeleteFacts():
+                detail = space_lifecycle.delete_facts(self.store, op)
+            case UpdateFact():
+                self._check_vectors("vector", op.vector.reshape(1, -1), 1)
+                created, detail = space_lifecycle.update_fact(self.store, op, op.vector)
+            case SetSpaceTTL():
+                if op.ttl_s is None:
+                    self.store.delete_meta(SPACE_TTL_META)
+                else:
+                    self.store.set_meta(SPACE_TTL_META, repr(op.ttl_s))
+                detail = {"ttl_s": op.ttl_s}
+            case RewriteChain():
+                detail = space_lifecycle.rewrite_chain(self.store, op)
+            case RewriteSegment():
+                self._check_vectors("vector", op.vector.reshape(1, -1), 1)
+                detail = space_lifecycle.rewrite_segment(self.store, op)
         if created:
             detail["created"] = created
         write_id = op.write_id if isinstance(op, AddTurns) else None
         self.store.log_op(op.kind, op.at, detail, op.op_id, write_id)
-        return created, embedded, vectors
+        return detail, embedded, vectors
 
     def _stale_because(self, op: AnyOp) -> str | None:
         """Why a consolidation op no longer fits the space (its pages moved since it was planned, by
@@ -106,6 +142,12 @@ class OpApplier:
                     p.segment_id != op.segment_id or p.analyzed for p in pages
                 ):
                     return "pages analyzed already or not in the segment"
+            case RewriteChain() | RewriteSegment():
+                return space_lifecycle.stale_rewrite_because(self.store, op)
+            case UpdateProfile() if op.rebuild and self.store.get_meta(PROFILE_STALE_META) is None:
+                return "no profile rebuild is due"
+            case UpdateProfile() if not op.rebuild and self.store.get_meta(PROFILE_STALE_META) is not None:
+                return "the profile awaits a rebuild"
         return None
 
     def _check_vectors(self, field: str, vectors: np.ndarray, rows: int) -> None:
@@ -147,6 +189,7 @@ class OpApplier:
                     self.store.segment_vectors([target], self.dim)[0], topics, op.vector
                 ),
                 topic_count=topics + 1,
+                updated_at=op.at,
             )
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
         self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
@@ -181,17 +224,38 @@ class OpApplier:
             )
             if duplicate is not None and same_text:
                 self.store.touch_knowledge(rows[duplicate]["entry_id"], op.timestamp, now)
+                self.store.add_knowledge_sources(rows[duplicate]["entry_id"], op.source_page_ids)
                 continue
-            entry_id = self.store.insert_knowledge(op.knowledge_kind, text, op.timestamp, vector, now)
+            entry_id = self.store.insert_knowledge(
+                op.knowledge_kind,
+                text,
+                op.timestamp,
+                vector,
+                now,
+                op.source_page_ids,
+                expires_at=self._expiry_of(op.source_page_ids),
+            )
             created.append(entry_id)
             if duplicate is not None:
-                self.store.retire_knowledge(rows[duplicate]["entry_id"], replaced_by=entry_id)
+                # The new version stands on what supported the one it replaces too: it lives while any does.
+                replaced = rows[duplicate]["entry_id"]
+                self.store.add_knowledge_sources(
+                    entry_id, self.store.knowledge_entries([replaced])[0].source_page_ids
+                )
+                self.store.retire_knowledge(replaced, replaced_by=entry_id)
         rows = self.store.active_knowledge(op.knowledge_kind)
         for entry_id in policy.knowledge_to_drop(
             {row["entry_id"]: row["updated_at"] for row in rows}, self.config.long_term_knowledge_capacity
         ):
             self.store.retire_knowledge(entry_id, replaced_by=None)
         return created
+
+    def _expiry_of(self, page_ids: list[int]) -> float | None:
+        """A fact drawn only from expiring pages expires with the last of them; otherwise never."""
+        expiries = [p.expires_at for p in self.store.pages(page_ids)]
+        if not expiries or any(e is None for e in expiries):
+            return None
+        return max(e for e in expiries if e is not None)
 
 
 def last_chained_page(store: SqliteStore) -> Page | None:

@@ -49,6 +49,10 @@ class Page(BaseModel):
     chain_id: int | None = None
     analyzed: bool = False
     embedded: bool = Field(True, description="False while the page waits for its vector.")
+    created_at: float | None = Field(None, description="Unix seconds when it was stored (None: before v3).")
+    updated_at: float | None = Field(None, description="Unix seconds of its last edit, else when stored.")
+    expires_at: float | None = Field(None, description="Unix seconds after which it is never returned.")
+    op_id: str | None = Field(None, description="Provenance: the op (and so the write) that stored it.")
 
     def text(self) -> str:
         """What is embedded for the page."""
@@ -67,15 +71,59 @@ class Segment(BaseModel):
     created_at: float
     page_count: int = 0
     archived: bool = False
+    updated_at: float | None = Field(None, description="Unix seconds of the last page filed or rebuild.")
+
+
+FactOrigin = Literal["consolidation", "user", "import"]
+"""Who wrote a fact: extracted from pages by consolidation, edited by a user, or imported."""
 
 
 class KnowledgeEntry(BaseModel):
-    """A long-term fact about the user or about what the assistant said/knows, scoped to the space."""
+    """A long-term fact about the user or about what the assistant said/knows, scoped to the space.
+
+    `entry_id` is stable: an edit makes a new entry that `replaces` the old one (kept as history)."""
 
     entry_id: int
     kind: KnowledgeKind
     knowledge: str
     timestamp: str
+    created_at: float | None = None
+    updated_at: float | None = None
+    expires_at: float | None = None
+    origin: FactOrigin = "consolidation"
+    source_page_ids: list[int] = Field(
+        default_factory=list, description="Provenance: the pages it was extracted from."
+    )
+    active: bool = Field(True, description="False for a version an edit or a newer fact replaced.")
+    replaced_by: int | None = None
+
+
+class FactHistory(BaseModel):
+    """How one fact changed: every version, oldest first, each with where it came from."""
+
+    entry_id: int
+    versions: list[KnowledgeEntry]
+
+
+class DeleteResult(BaseModel):
+    """What one delete removed: the items asked for and what depended on them alone."""
+
+    page_ids: list[int] = Field(default_factory=list)
+    fact_ids: list[int] = Field(
+        default_factory=list, description="Facts removed: asked for, or whose only source pages went."
+    )
+    profile_rebuild: bool = Field(
+        False, description="The profile drew on a removed page: the next consolidation rebuilds it."
+    )
+
+
+class PageList(BaseModel):
+    """One page of a space's pages in id order, for listing memories with paging."""
+
+    pages: list[Page]
+    total: int
+    offset: int
+    limit: int
 
 
 class RetrievedPage(BaseModel):
@@ -98,6 +146,7 @@ class RetrievedKnowledge(BaseModel):
     knowledge: str
     timestamp: str
     score: float = 0.0
+    entry_id: int | None = Field(None, description="The fact's id, to edit, delete or see its history.")
 
 
 class RetrievedContext(BaseModel):
@@ -110,6 +159,14 @@ class RetrievedContext(BaseModel):
     retrieved_user_knowledge: list[RetrievedKnowledge]
     retrieved_assistant_knowledge: list[RetrievedKnowledge]
     user_profile: str
+
+
+class WriteStatus(BaseModel):
+    """An acknowledged write, found by its write id: the pages it stored and whether they are searchable."""
+
+    write_id: str
+    page_ids: list[int]
+    searchable: bool = Field(description="Every page of the write has its vector (is in the index).")
 
 
 class SegmentStats(BaseModel):

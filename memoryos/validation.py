@@ -38,6 +38,18 @@ def validate_id(field: str, value: object) -> str:
     return value
 
 
+_KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What `ops.Key` accepts: write ids, op ids."""
+
+
+def validate_key(field: str, value: object) -> str:
+    """A client-chosen key such as a write id: 1-64 characters of [A-Za-z0-9_-] (safe in a queue key, a log
+    line and a SQLite column), or `InvalidInputError` naming `field`."""
+    if not isinstance(value, str) or not _KEY_PATTERN.fullmatch(value):
+        raise InvalidInputError(field, f"must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-', got {value!r}")
+    return value
+
+
 def validate_text(field: str, value: object, max_chars: int) -> str:
     """Return `value` stripped of surrounding whitespace; reject empty and over-long texts.
 

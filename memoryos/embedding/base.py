@@ -22,3 +22,8 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """Return an array of shape (len(texts), dim), dtype float32, each row of unit length."""
         ...
+
+    def forget_texts(self, texts: Sequence[str] | None) -> None:
+        """Drop these texts (None: every text) from any cache the embedder keeps: a deleted memory or a
+        forgotten user must not stay in process memory either."""
+        ...

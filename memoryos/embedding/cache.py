@@ -7,6 +7,7 @@ apart because some models prompt queries (Qwen3-Embedding).
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,6 +39,16 @@ class EmbeddingCache:
             if vector is not None:
                 self._entries.move_to_end(key)
             return vector
+
+    def discard(self, texts: Sequence[str] | None) -> None:
+        """Drop these texts, as queries and as documents (None: everything)."""
+        with self._lock:
+            if texts is None:
+                self._entries.clear()
+                return
+            for text in texts:
+                self._entries.pop((False, text), None)
+                self._entries.pop((True, text), None)
 
     def put(self, is_query: bool, text: str, vector: np.ndarray) -> None:
         """Store a copy of `vector`, evicting the least recently used entries beyond capacity."""

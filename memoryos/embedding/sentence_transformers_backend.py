@@ -146,6 +146,9 @@ class SentenceTransformerEmbedder:
             return self._torch_free is None and self._model is None
         return self._torch_free_manifest()[0] is None
 
+    def forget_texts(self, texts: Sequence[str] | None) -> None:
+        self._cache.discard(texts)
+
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """Return float32 unit rows of shape (len(texts), dim); cached texts do not reach the model.
 

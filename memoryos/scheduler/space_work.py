@@ -29,6 +29,7 @@ from memoryos.embedding.base import Embedder
 from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError
 from memoryos.llm.base import MemoryLLM
 from memoryos.ops import AnyOp, EmbedPages, RecordVisits
+from memoryos.rebuild import next_expiry
 from memoryos.space import MemorySpace
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class SpaceWork:
         self._completed = 0  # passes finished (or skipped during a backoff)
         self._running = False
         self._retry_timer = False
+        self._expiry_timer: float | None = None
         self._visits: list[int] = []
         self._visits_at = 0.0
         self._closed = False
@@ -112,6 +114,12 @@ class SpaceWork:
         vector = self._batcher.encode_query(text)
         self._check_dim(vector.reshape(1, -1))
         return vector
+
+    def encode_texts(self, texts: list[str]) -> np.ndarray:
+        """Vectors of texts that are not pages (an edited fact), pooled into the batcher's next batch."""
+        vectors = self._batcher.encode_texts(texts).result()
+        self._check_dim(vectors)
+        return vectors
 
     def pages_written(self) -> None:
         """New pending pages are stored: have the batcher embed them."""
@@ -200,6 +208,27 @@ class SpaceWork:
                     self._changed.notify_all()
                     break
         self._retry_when_due()
+        self._sweep_when_due()
+
+    def _sweep_when_due(self) -> None:
+        """The maintenance timer of expiry: a pass (which sweeps) when the next page or fact expires. A
+        timer is set unless one already fires earlier; a pass that ends sets the next one."""
+        with self._changed:
+            if self._closed or self.space.closed:
+                return
+            due_at = next_expiry(self.space)
+            if due_at is None or (self._expiry_timer is not None and self._expiry_timer <= due_at):
+                return
+            self._expiry_timer = due_at
+        self._scheduler.call_later(max(0.0, due_at - self._clock()) + 0.01, lambda: self._sweep(due_at))
+
+    def _sweep(self, due_at: float) -> None:
+        with self._changed:
+            if self._expiry_timer == due_at:
+                self._expiry_timer = None
+            if self._closed:
+                return
+        self.request_consolidation()
 
     def _retry_when_due(self) -> None:
         retry_in = self.consolidator.retry_in_s()

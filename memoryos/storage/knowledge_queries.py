@@ -1,12 +1,35 @@
 """`SqliteStore`'s queries over long-term memory: the user's and assistant's facts, and the profile."""
 
+import json
 import sqlite3
+from collections.abc import Sequence
 
 import numpy as np
 
 from memoryos.storage.store_queries import StoreQueries
 from memoryos.storage.vector_blobs import to_blob
-from memoryos.types import KnowledgeKind
+from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
+
+_ENTRY_COLUMNS = (
+    "k.entry_id, k.kind, k.text, k.timestamp, k.created_at, k.updated_at, k.expires_at, k.origin, k.active, "
+    "k.replaced_by, (SELECT json_group_array(page_id) FROM knowledge_sources s WHERE s.entry_id = k.entry_id)"
+)
+
+
+def _entry(row: sqlite3.Row) -> KnowledgeEntry:
+    return KnowledgeEntry(
+        entry_id=row[0],
+        kind=row[1],
+        knowledge=row[2],
+        timestamp=row[3],
+        created_at=row[4],
+        updated_at=row[5],
+        expires_at=row[6],
+        origin=row[7],
+        active=bool(row[8]),
+        replaced_by=row[9],
+        source_page_ids=sorted(json.loads(row[10])),
+    )
 
 
 class KnowledgeQueries(StoreQueries):
@@ -15,19 +38,102 @@ class KnowledgeQueries(StoreQueries):
     # --- knowledge ------------------------------------------------------------------------------------
     def active_knowledge(self, kind: KnowledgeKind) -> list[sqlite3.Row]:
         return self._db.execute(
-            "SELECT entry_id, text, timestamp, vector, updated_at FROM knowledge WHERE kind = ? AND active = 1 "
+            "SELECT entry_id, text, timestamp, vector, updated_at, expires_at FROM knowledge "
+            "WHERE kind = ? AND active = 1 "
             "ORDER BY entry_id",
             (kind,),
         ).fetchall()
 
     def insert_knowledge(
-        self, kind: KnowledgeKind, text: str, timestamp: str, vector: np.ndarray, at: float
+        self,
+        kind: KnowledgeKind,
+        text: str,
+        timestamp: str,
+        vector: np.ndarray,
+        at: float,
+        source_page_ids: Sequence[int] = (),
+        origin: FactOrigin = "consolidation",
+        expires_at: float | None = None,
     ) -> int:
         cursor = self._db.execute(
-            "INSERT INTO knowledge(kind, text, timestamp, vector, updated_at) VALUES (?,?,?,?,?)",
-            (kind, text, timestamp, to_blob(vector), at),
+            "INSERT INTO knowledge(kind, text, timestamp, vector, updated_at, created_at, origin, expires_at) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            (kind, text, timestamp, to_blob(vector), at, at, origin, expires_at),
         )
-        return int(cursor.lastrowid or 0)
+        entry_id = int(cursor.lastrowid or 0)
+        self.add_knowledge_sources(entry_id, source_page_ids)
+        return entry_id
+
+    def add_knowledge_sources(self, entry_id: int, page_ids: Sequence[int]) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO knowledge_sources(entry_id, page_id) VALUES (?, ?)",
+            [(entry_id, pid) for pid in page_ids],
+        )
+
+    def knowledge_entries(self, entry_ids: Sequence[int]) -> list[KnowledgeEntry]:
+        """Facts by id (active or history), in the order given; missing ids skipped."""
+        if not entry_ids:
+            return []
+        marks = ",".join("?" * len(entry_ids))
+        rows = self._db.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.entry_id IN ({marks})", entry_ids
+        )
+        by_id = {row[0]: _entry(row) for row in rows}
+        return [by_id[i] for i in entry_ids if i in by_id]
+
+    def active_entries(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
+        rows = self._db.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.kind = ? AND k.active = 1 ORDER BY k.entry_id",
+            (kind,),
+        )
+        return [_entry(row) for row in rows]
+
+    def fact_version_ids(self, entry_id: int) -> list[int]:
+        """Every version of the fact `entry_id` belongs to, oldest first: the versions it replaced (and
+        theirs, recursively) and the ones that replaced it."""
+        latest = entry_id
+        while (
+            newer := self._one("SELECT replaced_by FROM knowledge WHERE entry_id = ?", (latest,))
+        ) is not None:
+            latest = int(newer)
+        rows = self._db.execute(
+            "WITH RECURSIVE chain(id) AS (SELECT ? UNION SELECT k.entry_id FROM knowledge k JOIN chain "
+            "ON k.replaced_by = chain.id) SELECT id FROM chain ORDER BY id",
+            (latest,),
+        )
+        return [int(row[0]) for row in rows]
+
+    def delete_knowledge(self, entry_ids: Sequence[int]) -> None:
+        """Remove facts with their text, vector and sources (rows gone, not retired)."""
+        self._db.executemany(
+            "UPDATE knowledge SET replaced_by = NULL WHERE replaced_by = ?", [(i,) for i in entry_ids]
+        )
+        self._db.executemany("DELETE FROM knowledge WHERE entry_id = ?", [(i,) for i in entry_ids])
+
+    def facts_only_from(self, page_ids: Sequence[int]) -> list[int]:
+        """Facts (every version) with at least one recorded source, all of them among `page_ids`."""
+        if not page_ids:
+            return []
+        marks = ",".join("?" * len(page_ids))
+        rows = self._db.execute(
+            f"SELECT DISTINCT s.entry_id FROM knowledge_sources s WHERE s.page_id IN ({marks}) AND NOT EXISTS "
+            f"(SELECT 1 FROM knowledge_sources o WHERE o.entry_id = s.entry_id AND o.page_id NOT IN ({marks}))",
+            [*page_ids, *page_ids],
+        )
+        return sorted(int(row[0]) for row in rows)
+
+    def remove_knowledge_sources(self, page_ids: Sequence[int]) -> None:
+        self._db.executemany("DELETE FROM knowledge_sources WHERE page_id = ?", [(p,) for p in page_ids])
+
+    def expired_knowledge_ids(self, now: float) -> list[int]:
+        rows = self._db.execute(
+            "SELECT entry_id FROM knowledge WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY entry_id",
+            (now,),
+        )
+        return [int(row[0]) for row in rows]
+
+    def next_knowledge_expiry(self) -> float | None:
+        return self._one("SELECT MIN(expires_at) FROM knowledge WHERE expires_at IS NOT NULL")
 
     def all_knowledge_texts(self) -> list[tuple[int, str]]:
         """Every searchable (active) fact; history keeps no vector."""
@@ -61,11 +167,22 @@ class KnowledgeQueries(StoreQueries):
         value = self._one("SELECT text FROM profile_versions ORDER BY version DESC LIMIT 1")
         return "" if value is None else str(value)
 
-    def insert_profile(self, text: str, at: float, source_segment_id: int | None) -> None:
+    def latest_profile_version(self) -> int | None:
+        value = self._one("SELECT MAX(version) FROM profile_versions")
+        return None if value is None else int(value)
+
+    def insert_profile(
+        self, text: str, at: float, source_segment_id: int | None, source_page_ids: Sequence[int] = ()
+    ) -> None:
         self._db.execute(
-            "INSERT INTO profile_versions(text, created_at, source_segment_id) VALUES (?, ?, ?)",
-            (text, at, source_segment_id),
+            "INSERT INTO profile_versions(text, created_at, source_segment_id, source_page_ids) "
+            "VALUES (?, ?, ?, ?)",
+            (text, at, source_segment_id, json.dumps(list(source_page_ids))),
         )
+
+    def delete_profile_versions(self) -> None:
+        """Every version goes: each may carry text of a page since deleted (a rebuild starts over)."""
+        self._db.execute("DELETE FROM profile_versions")
 
     def profile_version_count(self) -> int:
         return int(self._one("SELECT COUNT(*) FROM profile_versions"))

@@ -19,14 +19,22 @@ from memoryos.types import Page, Turn
 class PageQueries(StoreQueries):
     """Pages: the turns of the conversation, their vectors (with their embedding sequence) and BM25 search."""
 
-    def insert_pages(self, turns: Sequence[Turn], vectors: np.ndarray | None) -> list[int]:
-        """Store pages in STM; without `vectors` they are pending (vector NULL) until `set_page_vectors`."""
+    def insert_pages(
+        self,
+        turns: Sequence[Turn],
+        vectors: np.ndarray | None,
+        at: float | None = None,
+        expires_at: float | None = None,
+        op_id: str | None = None,
+    ) -> list[int]:
+        """Store pages in STM; without `vectors` they are pending (vector NULL) until `set_page_vectors`.
+        `at` is when they were stored, `op_id` the op that stored them (provenance)."""
         ids: list[int] = []
         next_seq = self.max_vector_seq() + 1
         for i, turn in enumerate(turns):
             cursor = self._db.execute(
-                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector, vector_seq) "
-                "VALUES (?,?,?,?,?,?)",
+                "INSERT INTO pages(user_input, agent_response, timestamp, meta_data, vector, vector_seq, "
+                "created_at, updated_at, expires_at, op_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     turn.user_input,
                     turn.agent_response,
@@ -34,6 +42,10 @@ class PageQueries(StoreQueries):
                     json.dumps(turn.meta_data) if turn.meta_data else None,
                     None if vectors is None else to_blob(vectors[i]),
                     None if vectors is None else next_seq + i,
+                    at,
+                    at,
+                    expires_at,
+                    op_id,
                 ),
             )
             page_id = int(cursor.lastrowid or 0)
@@ -194,6 +206,100 @@ class PageQueries(StoreQueries):
             return self._one("SELECT MIN(page_id) FROM pages WHERE page_id > ?", (pid,))
 
         return {pid: (before(pid), after(pid)) for pid in page_ids}
+
+    # --- lifecycle: edits, deletes, expiry, paging ------------------------------------------------------
+    def _fts_remove(self, page: Page) -> None:
+        """Drop a page's words from the external-content FTS index: it needs the indexed text back."""
+        self._db.execute(
+            "INSERT INTO pages_fts(pages_fts, rowid, user_input, agent_response) VALUES ('delete', ?, ?, ?)",
+            (page.page_id, page.user_input, page.agent_response),
+        )
+
+    def _withdraw_vector(self, page_id: int) -> None:
+        self._db.execute("INSERT INTO withdrawn_vectors(page_id) VALUES (?)", (page_id,))
+
+    def delete_pages(self, pages: Sequence[Page]) -> None:
+        """Remove pages with their text, vector and full-text entries; their ids are never reused."""
+        for page in pages:
+            self._fts_remove(page)
+            if page.embedded:
+                self._withdraw_vector(page.page_id)
+            self._db.execute("DELETE FROM pages WHERE page_id = ?", (page.page_id,))
+
+    def replace_page_text(
+        self, page: Page, user_input: str, agent_response: str, meta_data: dict[str, Any], at: float
+    ) -> None:
+        """Edit a page: new text, no vector until it is embedded again (pending), not yet analyzed."""
+        self._fts_remove(page)
+        if page.embedded:
+            self._withdraw_vector(page.page_id)
+        self._db.execute(
+            "UPDATE pages SET user_input = ?, agent_response = ?, meta_data = ?, vector = NULL, "
+            "vector_seq = NULL, analyzed = 0, updated_at = ? WHERE page_id = ?",
+            (user_input, agent_response, json.dumps(meta_data) if meta_data else None, at, page.page_id),
+        )
+        self._db.execute(
+            "INSERT INTO pages_fts(rowid, user_input, agent_response) VALUES (?, ?, ?)",
+            (page.page_id, user_input, agent_response),
+        )
+
+    def compact_text_index(self) -> None:
+        """Rewrite the full-text index without the entries of deleted or edited pages. FTS5 keeps a
+        deleted page's words in its b-tree (marked deleted) until segments merge; a user who deleted a
+        page expects its words gone from the file, so lifecycle ops merge them out at once."""
+        self._db.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
+
+    def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]:
+        """(page ids, last seq) of vectors withdrawn after `after_seq`: what an index must drop."""
+        rows = self._db.execute(
+            "SELECT seq, page_id FROM withdrawn_vectors WHERE seq > ? ORDER BY seq", (after_seq,)
+        ).fetchall()
+        return [int(row[1]) for row in rows], int(rows[-1][0]) if rows else after_seq
+
+    def vectors_if_covered(
+        self, page_ids: Sequence[int], through_seq: int, dim: int
+    ) -> tuple[list[int], np.ndarray]:
+        """(ids, vectors) of those pages whose current vector has a sequence up to `through_seq`: the ones
+        an index covering `through_seq` must hold after dropping their withdrawn vectors."""
+        found: list[tuple[int, bytes]] = []
+        for start in range(0, len(page_ids), 900):
+            chunk = list(page_ids[start : start + 900])
+            marks = ",".join("?" * len(chunk))
+            found += self._db.execute(
+                f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks}) AND vector_seq <= ?",
+                [*chunk, through_seq],
+            ).fetchall()
+        return [int(row[0]) for row in found], from_blobs([row[1] for row in found], dim)
+
+    def page_list(self, offset: int, limit: int) -> tuple[list[Page], int]:
+        """Pages in id order from `offset`, at most `limit`, and how many the space holds."""
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} ORDER BY p.page_id LIMIT ? OFFSET ?", (limit, offset)
+        )
+        pages = [page_from_row(row) for row in rows]
+        return pages, int(self._one("SELECT COUNT(*) FROM pages"))
+
+    def expired_page_ids(self, now: float) -> list[int]:
+        rows = self._db.execute(
+            "SELECT page_id FROM pages WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY page_id",
+            (now,),
+        )
+        return [int(row[0]) for row in rows]
+
+    def analyzed_page_ids(self) -> list[int]:
+        """Pages already merged into the profile and facts, in id order: what a profile rebuild reads."""
+        return [
+            int(row[0])
+            for row in self._db.execute("SELECT page_id FROM pages WHERE analyzed = 1 ORDER BY page_id")
+        ]
+
+    def count_expired(self, now: float) -> int:
+        return int(
+            self._one("SELECT COUNT(*) FROM pages WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
+        )
+
+    def next_page_expiry(self) -> float | None:
+        return self._one("SELECT MIN(expires_at) FROM pages WHERE expires_at IS NOT NULL")
 
     def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
         assignments = ", ".join(f"{name} = ?" for name in fields)

@@ -7,9 +7,17 @@ leaves it on its old version.
 Version 2 (issue 9): `pages.vector_seq`, the order in which pages got their vectors, so every process
 sharing a space can catch its index up with what the others embedded; `op_log.op_id` and `op_log.write_id`,
 so an op or a write delivered twice is applied once.
+
+Version 3 (issue 12, the memory lifecycle): every item has created/updated times and provenance — a page
+the op that stored it (`pages.op_id`), a fact the pages it was extracted from (`knowledge_sources`) and its
+origin, a profile version the pages merged into it; pages and facts may expire (`expires_at`); derived
+texts (chain and segment summaries, the profile) are marked for rebuilding when a page under them is
+deleted or edited (`chains.stale`, `segments.stale`, meta `profile_stale`); and `withdrawn_vectors` lists,
+in order, the pages whose vector left the index (deleted or edited), so every process sharing the space
+drops them from its in-memory index too.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -18,7 +26,8 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 CREATE TABLE IF NOT EXISTS chains (
     chain_id INTEGER PRIMARY KEY,
-    summary  TEXT NOT NULL
+    summary  TEXT NOT NULL,
+    stale    INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS segments (
     segment_id        INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -30,7 +39,9 @@ CREATE TABLE IF NOT EXISTS segments (
     interaction_count INTEGER NOT NULL DEFAULT 0,
     last_visit_at     REAL NOT NULL,
     created_at        REAL NOT NULL,
-    archived          INTEGER NOT NULL DEFAULT 0
+    archived          INTEGER NOT NULL DEFAULT 0,
+    updated_at        REAL,
+    stale             INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS pages (
     page_id        INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -43,8 +54,13 @@ CREATE TABLE IF NOT EXISTS pages (
     chain_id       INTEGER REFERENCES chains(chain_id),
     analyzed       INTEGER NOT NULL DEFAULT 0,
     vector         BLOB,
-    vector_seq     INTEGER
+    vector_seq     INTEGER,
+    created_at     REAL,
+    updated_at     REAL,
+    expires_at     REAL,
+    op_id          TEXT
 );
+CREATE INDEX IF NOT EXISTS pages_expiring ON pages(expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS pages_by_tier ON pages(tier, page_id);
 CREATE INDEX IF NOT EXISTS pages_by_segment ON pages(segment_id);
 CREATE INDEX IF NOT EXISTS pages_by_chain ON pages(chain_id);
@@ -62,14 +78,30 @@ CREATE TABLE IF NOT EXISTS knowledge (
     vector      BLOB NOT NULL,
     active      INTEGER NOT NULL DEFAULT 1,
     replaced_by INTEGER REFERENCES knowledge(entry_id),
-    updated_at  REAL NOT NULL
+    updated_at  REAL NOT NULL,
+    created_at  REAL,
+    expires_at  REAL,
+    origin      TEXT NOT NULL DEFAULT 'consolidation'
 );
 CREATE INDEX IF NOT EXISTS knowledge_active ON knowledge(kind, active);
+CREATE INDEX IF NOT EXISTS knowledge_expiring ON knowledge(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS knowledge_by_replaced_by ON knowledge(replaced_by) WHERE replaced_by IS NOT NULL;
+CREATE TABLE IF NOT EXISTS knowledge_sources (
+    entry_id INTEGER NOT NULL REFERENCES knowledge(entry_id) ON DELETE CASCADE,
+    page_id  INTEGER NOT NULL,
+    PRIMARY KEY (entry_id, page_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS knowledge_sources_by_page ON knowledge_sources(page_id);
 CREATE TABLE IF NOT EXISTS profile_versions (
     version           INTEGER PRIMARY KEY AUTOINCREMENT,
     text              TEXT NOT NULL,
     created_at        REAL NOT NULL,
-    source_segment_id INTEGER
+    source_segment_id INTEGER,
+    source_page_ids   TEXT
+);
+CREATE TABLE IF NOT EXISTS withdrawn_vectors (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    page_id INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS op_log (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -94,6 +126,36 @@ ALTER TABLE op_log ADD COLUMN op_id TEXT;
 ALTER TABLE op_log ADD COLUMN write_id TEXT;
 CREATE UNIQUE INDEX op_log_by_op_id ON op_log(op_id) WHERE op_id IS NOT NULL;
 CREATE UNIQUE INDEX op_log_by_write_id ON op_log(write_id) WHERE write_id IS NOT NULL;
+""",
+    # 2 -> 3. Times unknown before version 3 stay NULL (shown as unknown), except a fact's creation, which
+    # was its first `updated_at`; earlier facts have no recorded sources, so deleting a page never deletes
+    # them (only facts extracted from known pages can lose their last source).
+    2: """
+ALTER TABLE chains ADD COLUMN stale INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE segments ADD COLUMN updated_at REAL;
+ALTER TABLE segments ADD COLUMN stale INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE pages ADD COLUMN created_at REAL;
+ALTER TABLE pages ADD COLUMN updated_at REAL;
+ALTER TABLE pages ADD COLUMN expires_at REAL;
+ALTER TABLE pages ADD COLUMN op_id TEXT;
+CREATE INDEX pages_expiring ON pages(expires_at) WHERE expires_at IS NOT NULL;
+ALTER TABLE knowledge ADD COLUMN created_at REAL;
+ALTER TABLE knowledge ADD COLUMN expires_at REAL;
+ALTER TABLE knowledge ADD COLUMN origin TEXT NOT NULL DEFAULT 'consolidation';
+UPDATE knowledge SET created_at = updated_at;
+CREATE INDEX knowledge_expiring ON knowledge(expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX knowledge_by_replaced_by ON knowledge(replaced_by) WHERE replaced_by IS NOT NULL;
+CREATE TABLE knowledge_sources (
+    entry_id INTEGER NOT NULL REFERENCES knowledge(entry_id) ON DELETE CASCADE,
+    page_id  INTEGER NOT NULL,
+    PRIMARY KEY (entry_id, page_id)
+) WITHOUT ROWID;
+CREATE INDEX knowledge_sources_by_page ON knowledge_sources(page_id);
+ALTER TABLE profile_versions ADD COLUMN source_page_ids TEXT;
+CREATE TABLE withdrawn_vectors (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    page_id INTEGER NOT NULL
+);
 """,
 }
 """`MIGRATIONS[v]` takes a store from version v to v + 1."""

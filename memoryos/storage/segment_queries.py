@@ -18,8 +18,29 @@ class SegmentQueries(StoreQueries):
     # --- chains ---------------------------------------------------------------------------------------
     def upsert_chain(self, chain_id: int, summary: str) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO chains(chain_id, summary) VALUES (?, ?)", (chain_id, summary)
+            "INSERT OR REPLACE INTO chains(chain_id, summary, stale) VALUES (?, ?, 0)", (chain_id, summary)
         )
+
+    # --- derived texts to rebuild after a page was deleted or edited ----------------------------------
+    def mark_stale(self, chain_ids: Sequence[int], segment_ids: Sequence[int]) -> None:
+        """Chains and segments whose summary may carry text of a page deleted or edited since: emptied
+        ones are removed at once, the rest keep their summary until the next consolidation rewrites it."""
+        for chain_id in chain_ids:
+            if not self.chain_page_ids(chain_id):
+                self._db.execute("DELETE FROM chains WHERE chain_id = ?", (chain_id,))
+            else:
+                self._db.execute("UPDATE chains SET stale = 1 WHERE chain_id = ?", (chain_id,))
+        for segment_id in segment_ids:
+            if not self.segment_page_ids(segment_id):
+                self._db.execute("DELETE FROM segments WHERE segment_id = ?", (segment_id,))
+            else:
+                self._db.execute("UPDATE segments SET stale = 1 WHERE segment_id = ?", (segment_id,))
+
+    def stale_chain_ids(self) -> list[int]:
+        return [row[0] for row in self._db.execute("SELECT chain_id FROM chains WHERE stale = 1")]
+
+    def stale_segment_ids(self) -> list[int]:
+        return [row[0] for row in self._db.execute("SELECT segment_id FROM segments WHERE stale = 1")]
 
     def chain_page_ids(self, chain_id: int) -> list[int]:
         rows = self._db.execute("SELECT page_id FROM pages WHERE chain_id = ? ORDER BY page_id", (chain_id,))

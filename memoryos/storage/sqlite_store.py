@@ -50,6 +50,8 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
+            # Deleted rows' bytes are overwritten, not left in free pages: a deleted memory leaves the file.
+            self._db.execute("PRAGMA secure_delete=ON")
             self._prepare_schema()
         except sqlite3.DatabaseError as error:
             self._db.close()
@@ -91,6 +93,9 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     def set_meta(self, key: str, value: str) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    def delete_meta(self, key: str) -> None:
+        self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def data_version(self) -> int:
         """Changes whenever another connection (another process) commits to this store: a cheap test of
         whether there is anything to catch up with before a read."""
@@ -103,6 +108,11 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             "INSERT INTO op_log(kind, at, detail, op_id, write_id) VALUES (?, ?, ?, ?, ?)",
             (kind, at, json.dumps(detail), op_id, write_id),
         )
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it, so pages a lifecycle op overwrote leave the WAL
+        file too. Best effort: with readers in other processes SQLite may keep part of it until later."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
         """The log detail of an op already applied under `op_id`, or of a write already stored under

@@ -11,7 +11,8 @@ from memoryos.types import Page, Segment
 
 PAGE_COLUMNS = (
     "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
-    "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL"
+    "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL, p.created_at, p.updated_at, p.expires_at, "
+    "p.op_id"
 )
 """Selected from `PAGE_FROM`, in the order `page_from_row` reads them."""
 PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
@@ -30,6 +31,10 @@ def page_from_row(row: sqlite3.Row) -> Page:
         analyzed=bool(row[8]),
         meta_info=row[9],
         embedded=bool(row[10]),
+        created_at=row[11],
+        updated_at=row[12],
+        expires_at=row[13],
+        op_id=row[14],
     )
 
 
@@ -45,4 +50,5 @@ def segment_from_row(row: sqlite3.Row) -> Segment:
         created_at=row["created_at"],
         page_count=row["page_count"],
         archived=bool(row["archived"]),
+        updated_at=row["updated_at"],
     )

@@ -65,6 +65,9 @@ class HashEmbedder:
             return vector
         return vector / norm
 
+    def forget_texts(self, texts: Sequence[str] | None) -> None:
+        """No cache to drop from."""
+
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         self.encoded_texts += len(texts)
         if not texts:

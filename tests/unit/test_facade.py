@@ -220,7 +220,8 @@ def test_force_mid_term_analysis_builds_profile_and_facts(memory: Memoryos) -> N
     assert any("nurse" in k for k in knowledge)
     assistant = memory.get_assistant_knowledge_summary()
     assert any("Musée des Confluences" in k["knowledge"] for k in assistant)
-    assert all(set(k) == {"knowledge", "timestamp"} for k in assistant)
+    # the reference's fields, and our id to act on the fact
+    assert all(set(k) == {"knowledge", "timestamp", "entry_id"} for k in assistant)
     assert all(p.analyzed for p in memory.space.store.pages_in_tier("mtm"))
     assert memory.get_memory_stats()["profile_versions"] >= 1
     memory.close()
