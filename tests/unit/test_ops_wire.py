@@ -184,7 +184,9 @@ def test_float64_and_integer_input_are_stored_as_float32() -> None:
 def test_a_version_newer_than_this_memoryos_is_refused_with_a_hint_to_upgrade(version: int) -> None:
     with pytest.raises(ValueError, match=r"version(.|\n)*upgrade MemoryOS"):
         UpdateProfile(text="x", version=version)
-    text = op_to_json(UpdateProfile(text="x")).replace(f'"version":{OP_FORMAT_VERSION}', f'"version":{version}')
+    text = op_to_json(UpdateProfile(text="x")).replace(
+        f'"version":{OP_FORMAT_VERSION}', f'"version":{version}'
+    )
     with pytest.raises(ValueError, match=r"version(.|\n)*upgrade MemoryOS"):
         op_from_json(text)
     # A kind only the newer format knows still says to upgrade, not that the kind is unknown.
