@@ -234,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryos.eval.cli import register as register_eval
 
     register_eval(commands)
+    from memoryos.cli_bundle import register as register_bundle
+
+    register_bundle(commands)
     return parser
 
 

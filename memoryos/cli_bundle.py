@@ -1,0 +1,117 @@
+"""`memoryos export` and `memoryos import`: a user's memory as a bundle file, and back (`memoryos/bundle.py`).
+
+`import` also reads the reference MemoryOS's JSON files (`--from-reference DIR`, `reference_import.py`).
+Both follow the other commands' conventions (`cli.py`): flags checked before anything is read or written,
+one `error:` line naming the flag or file, exit 2 for bad input (a damaged bundle, a space that already
+has memory), 3 when there is no memory to export, 4 when another process has the space open. The engine
+modules are imported inside the commands, so `memoryos --help` stays fast. A progress bar shows on a
+terminal.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from memoryos.cli_output import print_json
+from memoryos.cli_session import config_of
+
+DEFAULT_ASSISTANT = "default_assistant_profile"
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from memoryos.bundle import export_space
+    from memoryos.errors import InvalidInputError
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise InvalidInputError("--out", f"{out} is a directory; give the bundle's file name")
+    if not out.parent.is_dir():
+        raise InvalidInputError("--out", f"directory {out.parent} does not exist")
+    manifest = export_space(
+        config_of(args), args.user, args.assistant, out, show_progress=sys.stderr.isatty()
+    )
+    print_json(
+        {
+            "bundle": str(out),
+            "format_version": manifest.format_version,
+            "counts": manifest.counts(),
+            "embedding_model": manifest.embedding.model,
+            "embedding_dim": manifest.embedding.dim,
+            "items_sha256": manifest.items_sha256,
+        }
+    )
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    from memoryos.errors import InvalidInputError
+
+    config = config_of(args)
+    show_progress = sys.stderr.isatty()
+    if args.from_reference is not None:
+        if args.bundle is not None:
+            raise InvalidInputError(
+                "--from-reference", "give a bundle file or --from-reference DIR, not both"
+            )
+        from memoryos.reference_import import import_reference
+
+        report = import_reference(
+            config,
+            args.user,
+            args.assistant,
+            Path(args.from_reference),
+            reference_user=args.reference_user,
+            show_progress=show_progress,
+        )
+    else:
+        if args.bundle is None:
+            raise InvalidInputError(
+                "FILE", "missing: give the bundle file to import, or --from-reference DIR"
+            )
+        if args.reference_user is not None:
+            raise InvalidInputError("--reference-user", "goes with --from-reference only")
+        from memoryos.bundle import import_space
+
+        report = import_space(
+            config, args.user, args.assistant, Path(args.bundle), show_progress=show_progress
+        )
+    print_json(report.model_dump())
+
+
+def register(subparsers: Any) -> None:
+    """Add `export` and `import` to the `memoryos` command's subparsers."""
+    export = subparsers.add_parser(
+        "export",
+        help="write a user's memory to a bundle file",
+        description="Write everything remembered about a user (with one assistant) to a versioned bundle "
+        "file: a consistent snapshot, taken while other processes may keep using the space.",
+    )
+    _space_flags(export)
+    export.add_argument("--out", required=True, help="the bundle file to write (replaced if it exists)")
+    export.set_defaults(handler=cmd_export)
+
+    imported = subparsers.add_parser(
+        "import",
+        help="load a bundle (or the reference MemoryOS's files) into a user's empty memory",
+        description="Load a bundle written by `memoryos export` into an empty memory space (any user, "
+        "assistant, tenant or data directory), re-embedding when the configured model differs; or, with "
+        "--from-reference, one user of the reference MemoryOS (memoryos-pro). The bundle is verified "
+        "whole first: a damaged one is refused with nothing written.",
+    )
+    _space_flags(imported)
+    imported.add_argument("bundle", nargs="?", metavar="FILE", help="the bundle file")
+    imported.add_argument(
+        "--from-reference",
+        metavar="DIR",
+        default=None,
+        help="the reference MemoryOS's data_storage_path (holding users/ and assistants/), or users/<id>",
+    )
+    imported.add_argument(
+        "--reference-user", default=None, help="the user id in the reference's files (default: --user)"
+    )
+    imported.set_defaults(handler=cmd_import)
+
+
+def _space_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", required=True, help="user id")
+    parser.add_argument("--assistant", default=DEFAULT_ASSISTANT, help="assistant id")
