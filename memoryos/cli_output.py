@@ -48,38 +48,40 @@ def note_missing(missing: Exception) -> None:
 
 
 def empty_context(query: str) -> dict[str, Any]:
-    """`retrieve --json` where there is no memory: `RetrievedContext`'s fields, all empty."""
+    """`retrieve --json` where there is no memory: `RetrievedContext` with every tier empty."""
+    from memoryos.types import RetrievedContext
     from memoryos.validation import format_unix_timestamp
 
-    return {
-        "space_exists": False,
-        "query": query,
-        "retrieved_at": format_unix_timestamp(time.time()),
-        "short_term_memory": [],
-        "retrieved_pages": [],
-        "retrieved_user_knowledge": [],
-        "retrieved_assistant_knowledge": [],
-        "user_profile": "",
-    }
+    empty = RetrievedContext(
+        query=query,
+        retrieved_at=format_unix_timestamp(time.time()),
+        short_term_memory=[],
+        retrieved_pages=[],
+        retrieved_user_knowledge=[],
+        retrieved_assistant_knowledge=[],
+        user_profile="",
+    )
+    return {"space_exists": False, **empty.model_dump()}
 
 
 def empty_stats(user_id: str, assistant_id: str) -> dict[str, Any]:
-    """`stats --json` where there is no memory: `MemoryStats`' fields, zero, and no embedding model."""
-    return {
-        "space_exists": False,
-        "user_id": user_id,
-        "assistant_id": assistant_id,
-        "short_term_pages": 0,
-        "mid_term_pages": 0,
-        "archived_pages": 0,
-        "segments": [],
-        "user_knowledge": 0,
-        "assistant_knowledge": 0,
-        "profile_versions": 0,
-        "embedding_model": None,
-        "embedding_dim": None,
-        "llm_usage": {},
-    }
+    """`stats --json` where there is no memory: `MemoryStats` at zero, with no embedding model (null)."""
+    from memoryos.types import MemoryStats
+
+    empty = MemoryStats(
+        user_id=user_id,
+        assistant_id=assistant_id,
+        short_term_pages=0,
+        mid_term_pages=0,
+        archived_pages=0,
+        segments=[],
+        user_knowledge=0,
+        assistant_knowledge=0,
+        profile_versions=0,
+        embedding_model="",
+        embedding_dim=0,
+    )
+    return {"space_exists": False, **empty.model_dump(), "embedding_model": None, "embedding_dim": None}
 
 
 def erased_summary(what: str, contents: dict[str, int] | None) -> str:

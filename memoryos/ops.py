@@ -372,6 +372,14 @@ class SetSpaceTTL(Op):
     ttl_s: PositiveSeconds | None
 
 
+class ForgetSpace(Op):
+    """Erase every item of the space — pages, facts and their history, profile versions, segments,
+    chains — leaving an empty store. Applied before the space's files are removed, so a crash while
+    they are being deleted leaves an empty space, never part of the user's memory."""
+
+    kind: Literal["forget_space"] = "forget_space"
+
+
 class RewriteChain(Op):
     """A stale chain's summary rewritten from its remaining pages (`page_ids`, as planned)."""
 
@@ -416,6 +424,7 @@ AnyOp = Annotated[
     | DeleteFacts
     | UpdateFact
     | SetSpaceTTL
+    | ForgetSpace
     | RewriteChain
     | RewriteSegment,
     Field(discriminator="kind"),

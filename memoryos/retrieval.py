@@ -195,4 +195,5 @@ def _context(
         retrieved_user_knowledge=facts("user"),
         retrieved_assistant_knowledge=facts("assistant"),
         user_profile=space.profile(),
+        user_profile_version=space.store.latest_profile_version(),
     )

@@ -26,7 +26,7 @@ import numpy as np
 from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
-from memoryos.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, UpdatePage
+from memoryos.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ForgetSpace, UpdatePage
 from memoryos.score_sample import ScoreSample
 from memoryos.space_index import SpacePageIndex
 from memoryos.space_layout import STORE_FILE
@@ -206,6 +206,7 @@ class MemorySpace:
         with self.lock:
             self._require_open()
             with self._hold.exclusive("forget"):
+                self.apply(ForgetSpace(at=self.clock()))  # a crash while files go leaves an empty space
                 self._pages.discard()  # no write into the directory while it is deleted
                 self.store.close()
                 self.closed = True

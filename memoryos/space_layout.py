@@ -12,6 +12,8 @@ from pathlib import Path
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import MemoryOSError
+from memoryos.ops import ForgetSpace
+from memoryos.space_ops import OpApplier
 from memoryos.storage.space_lock import SpaceHold, creation_error, make_directory
 from memoryos.storage.sqlite_store import SqliteStore
 
@@ -78,21 +80,23 @@ def erase_space(directory: Path, config: MemoryConfig) -> dict[str, int] | None:
     hold = SpaceHold(directory, config.space_lock_timeout_s, require=STORE_FILE)
     try:
         hold.claim("forget")
-        contents = _contents(directory / STORE_FILE, config)
+        contents = _empty_store(directory / STORE_FILE, config)
         shutil.rmtree(directory)
     finally:
         hold.release()
     return contents
 
 
-def _contents(path: Path, config: MemoryConfig) -> dict[str, int] | None:
+def _empty_store(path: Path, config: MemoryConfig) -> dict[str, int] | None:
+    """What the store held, then the store emptied by a `ForgetSpace` op before its files are removed
+    (a crash midway leaves an empty space). An unreadable store is left to `rmtree` alone: None."""
     try:
         store = SqliteStore(path, config.store_busy_timeout_s)
     except (MemoryOSError, sqlite3.Error):
         return None
     try:
         pages = store.count_pages()
-        return {
+        contents = {
             "short_term_pages": pages.get("stm", 0),
             "mid_term_pages": pages.get("mtm", 0),
             "archived_pages": pages.get("archived", 0),
@@ -100,6 +104,9 @@ def _contents(path: Path, config: MemoryConfig) -> dict[str, int] | None:
             "assistant_facts": len(store.active_knowledge("assistant")),
             "profile_versions": store.profile_version_count(),
         }
+        with store.transaction():
+            OpApplier(store, config, dim=0).apply(ForgetSpace())  # no vector to check: no model loaded
+        return contents
     except (MemoryOSError, sqlite3.Error):
         return None
     finally:

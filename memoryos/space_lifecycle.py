@@ -98,6 +98,30 @@ def update_fact(
     return [entry_id], {"entry_id": op.entry_id, "replaced_by": entry_id}
 
 
+_FORGOTTEN_TABLES = (
+    "knowledge_sources",
+    "knowledge",
+    "profile_versions",
+    "pages",
+    "segments",
+    "chains",
+    "withdrawn_vectors",
+)
+"""Every table that holds an item or an id of one, children before parents (foreign keys)."""
+_KEPT_META = ("schema_version", "embedding_model", "embedding_dim")
+
+
+def forget_space(store: SqliteStore) -> dict[str, object]:
+    """Empty the store: every item goes; the vector generation moves on, so no index snapshot of the
+    forgotten vectors is trusted again (an open process's index is rebuilt empty)."""
+    counts = store.count_pages()
+    store.clear_full_text_index()
+    generation = int(store.get_meta("vector_generation") or 0) + 1
+    store.delete_all(_FORGOTTEN_TABLES, keep_meta=_KEPT_META)
+    store.set_meta("vector_generation", str(generation))
+    return {"pages": sum(counts.values())}
+
+
 def rewrite_chain(store: SqliteStore, op: RewriteChain) -> dict[str, object]:
     store.upsert_chain(op.chain_id, op.summary)
     return {"chain_id": op.chain_id}

@@ -19,6 +19,7 @@ from memoryos.ops import (
     DeletePages,
     EmbedPages,
     FileTopic,
+    ForgetSpace,
     LinkChain,
     MarkAnalyzed,
     RecordVisits,
@@ -110,6 +111,8 @@ class OpApplier:
                 else:
                     self.store.set_meta(SPACE_TTL_META, repr(op.ttl_s))
                 detail = {"ttl_s": op.ttl_s}
+            case ForgetSpace():
+                detail = space_lifecycle.forget_space(self.store)
             case RewriteChain():
                 detail = space_lifecycle.rewrite_chain(self.store, op)
             case RewriteSegment():

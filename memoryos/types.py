@@ -159,6 +159,7 @@ class RetrievedContext(BaseModel):
     retrieved_user_knowledge: list[RetrievedKnowledge]
     retrieved_assistant_knowledge: list[RetrievedKnowledge]
     user_profile: str
+    user_profile_version: int | None = Field(None, description="The profile version shown (None: none yet).")
 
 
 class WriteStatus(BaseModel):

@@ -249,6 +249,11 @@ class PageQueries(StoreQueries):
         page expects its words gone from the file, so lifecycle ops merge them out at once."""
         self._db.execute("INSERT INTO pages_fts(pages_fts) VALUES ('optimize')")
 
+    def clear_full_text_index(self) -> None:
+        """Empty the full-text index whole (FTS5's 'delete-all' for an external-content table)."""
+        self._db.execute("INSERT INTO pages_fts(pages_fts) VALUES ('delete-all')")
+        self.compact_text_index()
+
     def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]:
         """(page ids, last seq) of vectors withdrawn after `after_seq`: what an index must drop."""
         rows = self._db.execute(

@@ -93,6 +93,14 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     def set_meta(self, key: str, value: str) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
+    def delete_all(self, tables: tuple[str, ...], keep_meta: tuple[str, ...]) -> None:
+        """Delete every row of `tables` (names from the code, never from input) and every meta key but
+        `keep_meta`."""
+        for table in tables:
+            self._db.execute(f"DELETE FROM {table}")
+        marks = ",".join("?" * len(keep_meta))
+        self._db.execute(f"DELETE FROM meta WHERE key NOT IN ({marks})", keep_meta)
+
     def delete_meta(self, key: str) -> None:
         self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
 

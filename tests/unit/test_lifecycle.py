@@ -3,15 +3,18 @@ fact history, expiry with a controlled clock, and the files after a delete (hash
 offline LLM, inline ingest)."""
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memoryos import Memoryos
+from memoryos.embedding.cache import EmbeddingCache
 from memoryos.errors import InvalidInputError, ItemNotFoundError
 from memoryos.ops import DeletePages, op_from_json, op_to_json
-from tests.support.fakes import FakeClock
+from memoryos.types import exchange_text
+from tests.support.fakes import FakeClock, HashEmbedder
 from tests.unit.test_facade import CAT, GUITAR, HIKING, MUSEUM, NURSE, PORTO, add_all, make
 
 SECRET = ("My locker code is zanzibar4471.", "I will remember zanzibar4471 for you.")
@@ -187,3 +190,59 @@ def test_lifecycle_ops_travel_and_apply_once(tmp_path: Path) -> None:
     first = memory.space.apply_for_detail(op)
     assert memory.space.apply_for_detail(op) == first and first["page_ids"] == [ids[0]]
     assert [p.page_id for p in memory.list_pages().pages] == [ids[1]]
+
+
+class RecordingForgetEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten: list[list[str] | None] = []
+
+    def forget_texts(self, texts: Sequence[str] | None) -> None:
+        self.forgotten.append(None if texts is None else list(texts))
+
+
+def test_forget_is_an_op_that_empties_the_store_before_the_files_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = RecordingForgetEmbedder()
+    memory = make(tmp_path, short_term_capacity=2, max_text_chars=400, embedder=embedder)
+    add_all(memory, [NURSE, SECRET, CAT, HIKING])
+    analyzed(memory)
+    directory = memory.space.directory
+
+    def crash(path: object, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("the process dies while the files are removed")
+
+    monkeypatch.setattr("memoryos.space.shutil.rmtree", crash)
+    with pytest.raises(KeyboardInterrupt):
+        memory.forget_user()
+    memory.space._hold.release()  # the process died: the kernel drops its lock
+    assert (directory / "memory.sqlite").is_file()  # the files survived the crash, the memory did not
+    assert grep_data_dir(tmp_path, "zanzibar4471") == []
+    reopened = make(tmp_path)
+    assert reopened.list_pages().total == 0 and reopened.list_facts("user") == []
+    assert reopened.get_user_profile_summary() == ""
+    monkeypatch.undo()
+    reopened.forget_user()
+    assert not directory.exists()
+
+
+def test_forget_empties_the_process_embedding_cache(tmp_path: Path) -> None:
+    embedder = RecordingForgetEmbedder()
+    memory = make(tmp_path, embedder=embedder)
+    (page_id,) = add_all(memory, [SECRET])
+    memory.delete_page(page_id)
+    assert embedder.forgotten == [[exchange_text(*SECRET)]]
+    memory.forget_user()
+    assert embedder.forgotten[-1] is None  # the shared cache emptied whole
+
+
+def test_the_embedding_cache_drops_texts_as_queries_and_documents() -> None:
+    cache = EmbeddingCache(10)
+    for is_query in (True, False):
+        cache.put(is_query, "secret", np.ones(3, np.float32))
+        cache.put(is_query, "other", np.ones(3, np.float32))
+    cache.discard(["secret"])
+    assert cache.get(True, "secret") is None and cache.get(False, "secret") is None and len(cache) == 2
+    cache.discard(None)
+    assert len(cache) == 0
