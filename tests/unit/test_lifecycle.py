@@ -246,3 +246,25 @@ def test_the_embedding_cache_drops_texts_as_queries_and_documents() -> None:
     assert cache.get(True, "secret") is None and cache.get(False, "secret") is None and len(cache) == 2
     cache.discard(None)
     assert len(cache) == 0
+
+
+def test_a_delete_reaches_the_chroma_index_too(tmp_path: Path) -> None:
+    pytest.importorskip("chromadb")
+    from memoryos import MemoryConfig
+
+    memory = Memoryos(
+        "alice",
+        None,
+        tmp_path,
+        config=MemoryConfig(vector_backend="chroma", ingest_mode="inline"),
+        embedder=HashEmbedder(),
+        llm=make(tmp_path / "other").llm,
+        clock=FakeClock(),
+    )
+    ids = add_all(memory, [NURSE, CAT, HIKING])
+    before = memory.space.page_index.count()
+    memory.delete_page(ids[1])
+    assert memory.space.page_index.count() == before - 1
+    everything = memory.space.page_index.search(np.ones((1, memory.space.dim), np.float32), 10)
+    assert ids[1] not in set(everything.ids[0]) and set(ids) - {ids[1]} <= set(everything.ids[0])
+    memory.close()
