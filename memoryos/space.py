@@ -164,9 +164,10 @@ class MemorySpace:
             return detail
 
     def _scrub_files(self) -> None:
-        """After text left the store: an index snapshot without the withdrawn vectors, and a WAL without
-        the overwritten pages, so no file of the space keeps what was deleted."""
-        self._pages.snapshot()
+        """After text left the store: an index snapshot without the withdrawn vectors (written now by the
+        background writer: the caller does not wait for a disk write that grows with the space), and a
+        WAL without the overwritten pages, so no file of the space keeps what was deleted."""
+        self._pages.snapshot_soon()
         self.store.checkpoint()
 
     # --- snapshots and lifecycle ----------------------------------------------------------------------

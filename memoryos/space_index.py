@@ -156,9 +156,13 @@ class SpacePageIndex:
         due_by_ops = self._ops_since_snapshot >= self._config.index_snapshot_every_ops
         due_by_time = self._clock() - self._last_snapshot_at >= self._config.index_snapshot_every_s
         if due_by_ops or due_by_time:
-            self._snapshots.submit(self.index.snapshot(self.covered_seq, self._fingerprint))
-            self._ops_since_snapshot = 0
-            self._last_snapshot_at = self._clock()
+            self.snapshot_soon()
+
+    def snapshot_soon(self) -> None:
+        """Take a snapshot now and hand its file write to the background writer (a delete's scrub)."""
+        self._snapshots.submit(self.index.snapshot(self.covered_seq, self._fingerprint))
+        self._ops_since_snapshot = 0
+        self._last_snapshot_at = self._clock()
 
     def snapshot(self) -> None:
         """Write a snapshot and return once it is on disk; a background write in flight finishes first,

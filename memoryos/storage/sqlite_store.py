@@ -19,6 +19,9 @@ from memoryos.storage.page_queries import PageQueries
 from memoryos.storage.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from memoryos.storage.segment_queries import SegmentQueries
 
+CHECKPOINT_WAIT_MS = 200
+"""How long a lifecycle op's WAL checkpoint waits for other processes' readers before giving up."""
+
 
 def _statements(script: str) -> Iterator[str]:
     """The statements of a SQL script, one at a time: `executescript` would COMMIT the transaction a
@@ -39,6 +42,7 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         """Open the store, creating or migrating its schema. `busy_timeout_s`: how long a write waits for
         another process's write transaction on the same space before failing."""
         self.path = path
+        self._busy_timeout_ms = int(busy_timeout_s * 1000)
         try:
             self._db = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s
@@ -119,8 +123,13 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database and truncate it, so pages a lifecycle op overwrote leave the WAL
-        file too. Best effort: with readers in other processes SQLite may keep part of it until later."""
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        file too. Best effort and bounded: while another process reads, SQLite cannot truncate, and the
+        caller is not held for the store's whole busy timeout — the next checkpoint catches up."""
+        self._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
         """The log detail of an op already applied under `op_id`, or of a write already stored under
