@@ -231,15 +231,16 @@ class Consolidator:
                 text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
             ),
         )
-        for kind, texts in (("user", knowledge.user_facts), ("assistant", knowledge.assistant_facts)):
-            if texts:
-                vectors = await self.embed_texts(texts)
+        user, assistant = knowledge.user_facts, knowledge.assistant_facts
+        vectors = await self.embed_texts([*user, *assistant]) if user or assistant else None
+        for kind, texts, start in (("user", user, 0), ("assistant", assistant, len(user))):
+            if texts and vectors is not None:  # one embedding request for both kinds
                 await self.apply(
                     space,
                     AddKnowledge(
                         knowledge_kind=kind,
                         texts=texts,
-                        vectors=vectors,
+                        vectors=vectors[start : start + len(texts)],
                         timestamp=timestamp,
                         source_page_ids=sources,
                         at=self.clock(),
