@@ -338,13 +338,11 @@ class SentenceTransformerEmbedder:
             existing, _ = read_manifest(path)
             if (
                 existing is not None
-                and existing.verified
+                and not stale_because(existing, fingerprint, runtime_versions())
                 and not encoder.exported
                 and not self._torch_free_failed
                 and existing.export == encoder.path.name
                 and existing.export_size == encoder.path.stat().st_size
-                and existing.fingerprint == fingerprint
-                and all(existing.versions.get(k) == v for k, v in runtime_versions().items())
             ):
                 return
             manifest = record_manifest(
