@@ -4,10 +4,18 @@ Every task is one system message (the role and the output contract) and one user
 Replies that feed memory ask for plain text or one JSON object and nothing else; the parser still copes
 with fences, prose and `<think>` blocks around them. The answer prompt takes its length, tone and
 language from the caller's `style_hint`, not from a fixed "30 words in English" as the reference did.
+
+The answer prompt is ordered for provider prefix caches (vLLM automatic prefix caching, OpenAI prompt
+caching), which reuse the longest identical token prefix across requests: its system message is the
+stable part, what stays the same from one request of a user to the next (instructions, relationship,
+profile), and its user message is the volatile part, what retrieval picks per query (facts, pages) and
+what moves every turn (recent conversation, query). `AnswerPrompt` is that split; docs/evaluation.md
+has the measurements behind it.
 """
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from memoryos.llm.base import AnswerRequest
@@ -76,31 +84,34 @@ Reply with one JSON object only:
 {{"user_facts": ["..."], "assistant_facts": ["..."]}}"""
 
 ANSWER_SYSTEM = """You are the user's {relationship}, an AI assistant with a long-term memory of your \
-past conversations with them.
-What you know about yourself:
-{assistant_knowledge}{meta_data}"""
-
-ANSWER_USER = """<RECENT CONVERSATION>
-{short_term}
-
-<MEMORIES FROM EARLIER CONVERSATIONS>
-{retrieved}
-
-<USER PROFILE>
-{profile}
-
-<FACTS ABOUT THE USER>
-{user_knowledge}
-
-<THE USER NOW SAYS>
-{query}
-
-Reply to the user as their {relationship}, continuing the conversation.
+past conversations with them. Each message gives you the recent conversation, what you know about \
+yourself and about the user, and memories from earlier conversations, then what the user now says.
 - Use the memories when they are relevant, and check that a memory's timestamp fits the time the \
 user is asking about.
 - If the user asks about something past that neither the conversation nor the memories hold, say you \
 do not remember it rather than guessing.
-- {style}"""
+
+<USER PROFILE>
+{profile}"""
+
+ANSWER_USER = """{meta_data}<RECENT CONVERSATION>
+{short_term}
+
+<WHAT YOU KNOW ABOUT YOURSELF>
+{assistant_knowledge}
+
+<FACTS ABOUT THE USER>
+{user_knowledge}
+
+<MEMORIES FROM EARLIER CONVERSATIONS>
+{retrieved}
+
+<THE USER NOW SAYS>
+{query}
+
+Reply to the user as their {relationship}, continuing the conversation. {style}"""
+
+ANSWER_META_DATA = "<CONVERSATION METADATA>\n{meta_data}\n\n"
 
 DEFAULT_STYLE = "Reply naturally and concisely, in the language the user writes in."
 STYLE_WITH_HINT = (
@@ -131,30 +142,45 @@ def knowledge_messages(pages: Sequence[Page]) -> list[ChatMessage]:
     return _task(KNOWLEDGE_USER.format(conversation=render_conversation(pages)))
 
 
-def answer_messages(request: AnswerRequest) -> list[ChatMessage]:
-    """The generation prompt: who the assistant is in the system message, the memory context and the
-    query in the user message."""
-    meta_data = ""
-    if request.user_meta_data:
-        meta_data = "\nConversation metadata: " + json.dumps(
-            request.user_meta_data, ensure_ascii=False, default=str
-        )
-    style_hint = request.style_hint.strip()
-    system = ANSWER_SYSTEM.format(
-        relationship=request.relationship_with_user,
-        assistant_knowledge=_bullets(request.assistant_knowledge),
-        meta_data=meta_data,
+@dataclass(frozen=True)
+class AnswerPrompt:
+    """The answer prompt as its two parts: `stable`, the same for every request of a user until the
+    profile changes, and `volatile`, what one request brings. Both the messages sent and the harness's
+    prefix measurements come from here, so they cannot drift apart."""
+
+    stable: str
+    volatile: str
+
+    def messages(self) -> list[ChatMessage]:
+        """The stable part is the whole system message, so a cache's prefix runs through it into the
+        user message's first differing character."""
+        return [{"role": "system", "content": self.stable}, {"role": "user", "content": self.volatile}]
+
+
+def answer_prompt(request: AnswerRequest) -> AnswerPrompt:
+    """The generation prompt, stable part first. Facts are volatile: retrieval picks them per query
+    (`knowledge_top_k` of up to `long_term_knowledge_capacity`), and on LoCoMo the picked set changed
+    between almost every two consecutive questions, so before the recent conversation they only cut the
+    shared prefix shorter (docs/evaluation.md)."""
+    stable = ANSWER_SYSTEM.format(
+        relationship=request.relationship_with_user, profile=request.user_profile.strip() or NOTHING
     )
-    user = ANSWER_USER.format(
+    volatile = ANSWER_USER.format(
+        meta_data=_render_meta_data(request.user_meta_data),
         short_term=render_conversation(request.short_term) or NOTHING,
-        retrieved="\n\n".join(_render_memory(page) for page in request.retrieved) or NOTHING,
-        profile=request.user_profile.strip() or NOTHING,
+        assistant_knowledge=_bullets(request.assistant_knowledge),
         user_knowledge=_bullets(request.user_knowledge),
+        retrieved="\n\n".join(_render_memory(page) for page in request.retrieved) or NOTHING,
         query=request.query,
         relationship=request.relationship_with_user,
-        style=STYLE_WITH_HINT.format(style_hint=style_hint.rstrip(".")) if style_hint else DEFAULT_STYLE,
+        style=_style(request.style_hint),
     )
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return AnswerPrompt(stable=stable, volatile=volatile)
+
+
+def answer_messages(request: AnswerRequest) -> list[ChatMessage]:
+    """The messages the OpenAI backend sends for `MemoryLLM.answer`."""
+    return answer_prompt(request).messages()
 
 
 def render_turn(page: Page) -> str:
@@ -175,6 +201,20 @@ def _render_memory(page: Page) -> str:
     """A retrieved page with its dialogue chain's summary, which places the exchange in its context."""
     turn = render_turn(page)
     return f"{turn}\n(Conversation summary: {page.meta_info.strip()})" if page.meta_info else turn
+
+
+def _render_meta_data(meta_data: dict[str, object] | None) -> str:
+    """The caller's metadata, keys sorted: the same mapping renders the same text, whatever its order.
+    Only the top level is sorted; `sort_keys` would raise on nested keys of mixed types."""
+    if not meta_data:
+        return ""
+    rendered = json.dumps(dict(sorted(meta_data.items())), ensure_ascii=False, default=str)
+    return ANSWER_META_DATA.format(meta_data=rendered)
+
+
+def _style(style_hint: str) -> str:
+    hint = style_hint.strip().rstrip(".")
+    return STYLE_WITH_HINT.format(style_hint=hint) if hint else DEFAULT_STYLE
 
 
 def _bullets(lines: Sequence[str]) -> str:

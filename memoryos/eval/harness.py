@@ -12,6 +12,9 @@ conversation. Answers are scored with token F1, BLEU-1 and, given a judge, the m
 LLM cost is read from the LLM's usage counters: the growth during ingestion is the cost of memory
 (per turn), the growth while asking is the cost of a question: the answer, and the consolidation that
 retrieval's segment visits make due. Judge calls are counted apart.
+
+Each answer prompt is also measured for a provider prefix cache: its stable part's tokens, and the tokens
+it shares at its start with the previous question's prompt (`PromptPrefix`).
 """
 
 import statistics
@@ -33,6 +36,8 @@ from memoryos.eval.results import (
     ConversationResult,
     LatencySummary,
     LLMCost,
+    PrefixShare,
+    PromptPrefix,
     QuestionRecord,
     UsageTotals,
 )
@@ -151,6 +156,7 @@ def evaluate_conversation(
         if answered
         else None,
         context_tokens=_context_tokens(records),
+        prompt_prefix=_prompt_prefix(records),
         llm=LLMCost(
             ingest=ingest,
             questions=asking,
@@ -178,6 +184,7 @@ class _Asker:
         self.speakers = {"user_name": conversation.speaker_a, "assistant_name": conversation.speaker_b}
         self.answer_failures = 0
         self.judge_failures = 0
+        self.previous_prompt: list[prompts.ChatMessage] | None = None
 
     def ask(self, question: LocomoQuestion, answer: bool) -> QuestionRecord:
         """Retrieve (and answer); `llm` is what the system spent meanwhile: the answer, and any
@@ -187,18 +194,24 @@ class _Asker:
         context = self.memory.retrieve(question.question, top_k=self.top_k)
         retrieve_ms = (time.perf_counter() - started) * 1000
         request = self._request(context)
-        context_tokens = sum(estimate_tokens(m["content"]) for m in prompts.answer_messages(request))
+        prompt = prompts.answer_prompt(request)
+        messages = prompt.messages()
         record = QuestionRecord(
             question=question.question,
             category=question.category,
             answer=question.answer,
             evidence=question.evidence_norm,
             retrieved_dia_ids=ranked_dia_ids(context.retrieved_pages, self.index),
-            context_tokens=context_tokens,
+            context_tokens=sum(estimate_tokens(m["content"]) for m in messages),
+            stable_prefix_tokens=estimate_tokens(prompt.stable),
+            shared_prefix_tokens=None
+            if self.previous_prompt is None
+            else shared_prefix_tokens(self.previous_prompt, messages),
             retrieve_ms=round(retrieve_ms, 3),
         )
         if answer and question.answer is not None:
             self._answer(record, request, question.answer)
+        self.previous_prompt = messages
         record.llm = UsageTotals.between(usage_before, self.memory.llm.usage)
         return record
 
@@ -243,6 +256,42 @@ def _context_tokens(records: Sequence[QuestionRecord]) -> ContextTokens:
     return ContextTokens(
         mean=round(statistics.fmean(every), 1) if every else 0.0,
         by_category={c: round(statistics.fmean(v), 1) for c, v in sorted(by_category.items())},
+    )
+
+
+def shared_prefix_tokens(
+    previous: Sequence[prompts.ChatMessage], current: Sequence[prompts.ChatMessage]
+) -> int:
+    """Estimated tokens at the start of `current` identical to `previous`: what a prefix cache holding
+    `previous` reuses. Messages are compared in order, and the first difference ends the prefix, since
+    a cache matches the one token sequence the chat template makes of them."""
+    tokens = 0
+    for before, now in zip(previous, current, strict=False):
+        if before["role"] != now["role"]:
+            break
+        common = _common_prefix(before["content"], now["content"])
+        tokens += estimate_tokens(common)
+        if common != before["content"] or common != now["content"]:
+            break
+    return tokens
+
+
+def _common_prefix(first: str, second: str) -> str:
+    pairs = enumerate(zip(first, second, strict=False))
+    length = next((i for i, (a, b) in pairs if a != b), min(len(first), len(second)))
+    return first[:length]
+
+
+def _prompt_prefix(records: Sequence[QuestionRecord]) -> PromptPrefix:
+    followers = [record for record in records if record.shared_prefix_tokens is not None]
+    return PromptPrefix(
+        stable=PrefixShare.of(
+            [record.stable_prefix_tokens for record in records], [record.context_tokens for record in records]
+        ),
+        shared=PrefixShare.of(
+            [record.shared_prefix_tokens or 0 for record in followers],
+            [record.context_tokens for record in followers],
+        ),
     )
 
 

@@ -95,6 +95,39 @@ class ContextTokens(BaseModel):
     by_category: dict[int, float]
 
 
+class PrefixShare(BaseModel):
+    """One kind of prompt prefix, in estimated tokens: its mean, its share of the prompt averaged over
+    prompts, and its share of all prompt tokens together (the token-weighted share, what a cache saves)."""
+
+    tokens_mean: float
+    share_mean: float
+    share_weighted: float
+
+    @classmethod
+    def of(cls, prefix_tokens: Sequence[int], prompt_tokens: Sequence[int]) -> "PrefixShare":
+        """From parallel lists of prefix and whole-prompt tokens, one entry per prompt."""
+        if not prefix_tokens:
+            return cls(tokens_mean=0.0, share_mean=0.0, share_weighted=0.0)
+        pairs = list(zip(prefix_tokens, prompt_tokens, strict=True))
+        return cls(
+            tokens_mean=round(statistics.fmean(prefix_tokens), 1),
+            share_mean=round(statistics.fmean(p / t if t else 0.0 for p, t in pairs), 4),
+            share_weighted=round(sum(prefix_tokens) / max(1, sum(prompt_tokens)), 4),
+        )
+
+
+class PromptPrefix(BaseModel):
+    """How much of the answer prompt a provider prefix cache (vLLM, OpenAI) can reuse.
+
+    `stable` is the prompt's stable part (`prompts.AnswerPrompt.stable`: instructions and profile), the
+    part the layout keeps identical across a user's requests, over every question. `shared` is what two
+    consecutive questions' prompts really have in common at their start, over every question but the
+    first: the stable part plus however far the volatile part happens to agree."""
+
+    stable: PrefixShare
+    shared: PrefixShare
+
+
 class QuestionRecord(BaseModel):
     """One question's outcome, kept when `keep_details` is set."""
 
@@ -104,6 +137,11 @@ class QuestionRecord(BaseModel):
     evidence: list[str]
     retrieved_dia_ids: list[list[str]]
     context_tokens: int
+    stable_prefix_tokens: int
+    """Estimated tokens of the answer prompt's stable part (its system message)."""
+    shared_prefix_tokens: int | None
+    """Estimated tokens the answer prompt shares at its start with the previous question's; None for the
+    conversation's first question."""
     retrieve_ms: float
     prediction: str | None = None
     f1: float | None = None
@@ -130,6 +168,7 @@ class ConversationResult(BaseModel):
     retrieve_ms: LatencySummary | None = None
     answer_ms: LatencySummary | None = None
     context_tokens: ContextTokens | None = None
+    prompt_prefix: PromptPrefix | None = None
     llm: LLMCost | None = None
     answers: AnswerReport | None = None
     details: list[QuestionRecord] | None = None
