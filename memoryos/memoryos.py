@@ -9,7 +9,6 @@ vectors of the writes before it, not for consolidation. One instance may be shar
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,9 @@ from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import MemorySpace
 from memoryos.space_layout import STORE_FILE, erase_space, make_data_root, remove_empty_parents
 from memoryos.storage.space_lock import SpaceBusyError
-from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, Turn, WriteStatus
-from memoryos.validation import validate_id, validate_key, validate_text, validate_turn
+from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, WriteStatus
+from memoryos.validation import validate_id, validate_text
+from memoryos.writes import plan_write
 
 log = logging.getLogger(__name__)
 
@@ -181,24 +181,25 @@ class Memoryos(MemoryLifecycle):
 
         `ttl_s` (seconds) makes these pages expire: never returned after, then erased by the scheduler's
         sweep. None keeps the space's TTL (`set_ttl`), or forever."""
-        validated = [
-            self._turn(turn, f"{_field_prefix}[{i}]." if _field_prefix else "")
-            for i, turn in enumerate(turns)
-        ]
-        if not validated:
-            raise InvalidInputError(_field_prefix or "turns", "must contain at least one turn")
+        op = plan_write(
+            turns,
+            max_text_chars=self.config.max_text_chars,
+            at=self.clock(),
+            write_id=write_id,
+            ttl_s=ttl_s,
+            field_prefix=_field_prefix,
+        )
         if self.config.ingest_mode == "inline" and self.embedder.dim != self.space.dim:
             # Inline callers wait for the vectors anyway: refuse a model of another dimension before storing.
             raise EmbeddingModelMismatchError(
                 self.space.embedding_model, self.space.dim, self.embedder.name, self.embedder.dim
             )
-        if ttl_s is not None and (
-            not isinstance(ttl_s, int | float) or isinstance(ttl_s, bool) or not 0 < ttl_s < float("inf")
-        ):
-            raise InvalidInputError("ttl_s", f"must be a positive number of seconds, got {ttl_s!r}")
-        op = AddTurns(turns=validated, at=self.clock(), ttl_s=ttl_s)
-        if write_id is not None:
-            op = op.model_copy(update={"write_id": validate_key("write_id", write_id)})
+        return self.apply_write(op)
+
+    def apply_write(self, op: AddTurns) -> list[int]:
+        """Store a write planned by `memoryos.writes.plan_write` — here, or by a service's API before it
+        queued the op for this space's owner — and have the scheduler embed it. Idempotent by the op's
+        write id: a queue delivering it again stores nothing new and returns the first page ids."""
         page_ids = self.space.apply(op)  # durable now
         self._work.pages_written()
         if self.config.ingest_mode == "inline":
@@ -218,10 +219,6 @@ class Memoryos(MemoryLifecycle):
         """Wait until every write so far is embedded and consolidated. Reads wait only for the vectors
         they need; call this to see the profile, facts and segments of the latest writes."""
         self._work.flush()
-
-    def _turn(self, raw: Mapping[str, Any], prefix: str) -> Turn:
-        now = datetime.fromtimestamp(self.clock(), UTC)
-        return validate_turn(raw, prefix, self.config.max_text_chars, now)
 
     # --- reading --------------------------------------------------------------------------------------
     def retrieve(
