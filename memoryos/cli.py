@@ -164,6 +164,16 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(args.data_dir or Path("./memoryos_demo_data"))
 
 
+def cmd_worker(args: argparse.Namespace) -> None:
+    from memoryos.errors import MissingExtraError
+
+    try:
+        from services.worker.process import run_worker_process
+    except ModuleNotFoundError as missing:
+        raise MissingExtraError("service", missing.name or "?") from None
+    run_worker_process(args)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -234,6 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryos.eval.cli import register as register_eval
 
     register_eval(commands)
+    worker = command(
+        "worker",
+        cmd_worker,
+        "apply queued writes and answer reads for shards of spaces (Redis)",
+        needs_user=False,
+    )
+    worker.add_argument("--redis-url", default=None, help="Redis of the queue (env MEMORYOS_REDIS_URL)")
+    worker.add_argument("--worker-id", default=None, help="default: host-pid-random")
     from memoryos.cli_bundle import register as register_bundle
 
     register_bundle(commands)
@@ -266,6 +284,7 @@ def _run(args: argparse.Namespace) -> int:
         ItemNotFoundError,
         LLMError,
         MemoryOSError,
+        MissingExtraError,
         SpaceNotFoundError,
         StorageError,
     )
@@ -280,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(error), 3)
     except SpaceBusyError as error:
         return _fail(str(error), 4)
-    except (StorageError, LLMError) as error:
+    except (StorageError, LLMError, MissingExtraError) as error:
         return _fail(str(error), 1)
     except InvalidInputError as error:
         return _fail(str(named_by_flag(error)), 2)

@@ -59,6 +59,16 @@ class SpaceNotFoundError(MemoryOSError, LookupError):
         )
 
 
+class MissingExtraError(MemoryOSError):
+    """A command needs packages of an optional extra that are not installed (`memoryos[service]`)."""
+
+    def __init__(self, extra: str, module: str) -> None:
+        self.extra, self.module = extra, module
+        super().__init__(
+            f"this needs the {extra} extra: pip install 'memoryos[{extra}]' (missing module {module!r})"
+        )
+
+
 class ItemNotFoundError(MemoryOSError, LookupError):
     """A lifecycle operation named a page or fact this space does not hold (never stored, deleted, or
     expired). Nothing was changed."""

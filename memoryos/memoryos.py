@@ -19,7 +19,7 @@ from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError, Spac
 from memoryos.facade_lifecycle import MemoryLifecycle
 from memoryos.generation import answer_request
 from memoryos.llm import MemoryLLM, create_llm
-from memoryos.ops import AddTurns
+from memoryos.ops import AddTurns, AnyOp, ForgetSpace, UpdatePage
 from memoryos.retrieval import dense_query_text, retrieve_context
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
@@ -205,6 +205,21 @@ class Memoryos(MemoryLifecycle):
         if self.config.ingest_mode == "inline":
             self._work.flush()
         return page_ids
+
+    def apply_queued(self, op: AnyOp) -> dict[str, object]:
+        """Apply an op a service's queue delivered for this space (its worker calls this): a planned
+        write, a lifecycle change or a forget, each followed by the scheduler work it needs. Idempotent,
+        as every op is; returns the op log's detail. A forget erases the space: the instance is closed."""
+        if isinstance(op, AddTurns):
+            return {"created": self.apply_write(op)}
+        if isinstance(op, ForgetSpace):
+            self.forget_user()
+            return {"forgotten": True}
+        detail = self.space.apply_for_detail(op)
+        if isinstance(op, UpdatePage):
+            self._work.pages_written()  # embed its new text
+        self._work.request_consolidation()
+        return detail
 
     def write_status(self, write_id: str) -> WriteStatus | None:
         """Where an acknowledged write stands: its page ids and whether all are searchable (embedded);

@@ -1,0 +1,56 @@
+"""Where things live in Redis: one function per key family, and the shard of a space.
+
+The shard is a stable hash of the space's (tenant, user, assistant): every API replica and worker maps a
+space to the same shard, and all of a space's writes land in one stream, so they apply in the order
+accepted.
+"""
+
+import hashlib
+
+from memoryos.space_pool import SpaceKey
+
+CONSUMER_GROUP = "workers"
+"""The one consumer group of every shard stream: a shard's entries go to its lease owner."""
+
+
+def space_name(key: SpaceKey) -> str:
+    """`tenant/user/assistant`: ids are validated path components, so `/` cannot occur inside one."""
+    return f"{key.tenant}/{key.user_id}/{key.assistant_id}"
+
+
+def space_key(name: str) -> SpaceKey:
+    tenant, user_id, assistant_id = name.split("/")
+    return SpaceKey(tenant, user_id, assistant_id)
+
+
+def shard_of(key: SpaceKey, shard_count: int) -> int:
+    digest = hashlib.blake2b(space_name(key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count
+
+
+class Keys:
+    """The key names of one deployment (`namespace`)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def writes(self, shard: int) -> str:
+        return f"{self.namespace}:writes:{shard}"
+
+    def lease(self, shard: int) -> str:
+        return f"{self.namespace}:lease:{shard}"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.namespace}:worker:{worker_id}"
+
+    def workers_pattern(self) -> str:
+        return f"{self.namespace}:worker:*"
+
+    def reads(self, shard: int) -> str:
+        return f"{self.namespace}:reads:{shard}"
+
+    def reply(self, request_id: str) -> str:
+        return f"{self.namespace}:reply:{request_id}"
+
+    def dead_letters(self) -> str:
+        return f"{self.namespace}:dead"

@@ -1,0 +1,77 @@
+"""Reads over Redis: the API asks the worker that owns the space and awaits its answer.
+
+The owner holds the space's open index and the model (queries jump its embedding queue). A request names
+the newest entry of the space's shard when it was sent (`through`): the worker answers once every write of
+that space up to it is applied, so a read sees each write acknowledged before it — the engine's own read
+contract — and the engine then waits for their vectors. No owner (no live worker holds the shard), or
+no answer in time, is `ReadUnavailableError`: the API's 503 with Retry-After.
+"""
+
+import json
+import uuid
+from typing import Any
+
+import redis
+
+from memoryos.space_pool import SpaceKey
+from services.queue.keys import Keys, shard_of, space_name
+from services.queue.producer import WriteQueue
+from services.queue.settings import QueueSettings
+
+READ_KINDS = frozenset({"retrieve", "write_status", "stats", "profile", "list_pages", "fact_history"})
+"""What a worker answers; each is a read-only method of the engine's facade."""
+
+
+class ReadUnavailableError(Exception):
+    """No worker owns the space's shard, or it did not answer within the timeout: retry later."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class RemoteReadError(Exception):
+    """The worker ran the read and the engine refused it: `kind` is the engine's error class name
+    (`SpaceNotFoundError`, `InvalidInputError`, ...), `field` the field it names, if any."""
+
+    def __init__(self, kind: str, message: str, field: str | None) -> None:
+        self.kind, self.field = kind, field
+        super().__init__(message)
+
+
+class ReadClient:
+    """The API's side: one request, one reply list, both in Redis."""
+
+    def __init__(self, client: redis.Redis, settings: QueueSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_namespace)
+        self.writes = WriteQueue(client, settings)
+
+    def ask(self, key: SpaceKey, kind: str, args: dict[str, Any]) -> Any:
+        """The worker's answer (JSON data) to read `kind` of the space, or an error above."""
+        if kind not in READ_KINDS:
+            raise ValueError(f"kind: not a read: {kind!r}")
+        shard = shard_of(key, self.settings.shard_count)
+        if self.client.get(self.keys.lease(shard)) is None:
+            raise ReadUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
+        request_id = uuid.uuid4().hex
+        request = {
+            "id": request_id,
+            "space": space_name(key),
+            "kind": kind,
+            "args": args,
+            "through": self.writes.last_entry_id(key),
+        }
+        self.client.rpush(self.keys.reads(shard), json.dumps(request))
+        reply = self.client.blpop([self.keys.reply(request_id)], timeout=self.settings.read_timeout_s)
+        if reply is None:
+            raise ReadUnavailableError(
+                f"the worker owning shard {shard} did not answer within {self.settings.read_timeout_s} s",
+                self.settings.read_timeout_s,
+            )
+        answer = json.loads(reply[1])
+        if not answer["ok"]:
+            error = answer["error"]
+            raise RemoteReadError(error["kind"], error["message"], error.get("field"))
+        return answer["result"]

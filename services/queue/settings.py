@@ -1,0 +1,35 @@
+"""Settings of the Redis queue, read by the API (producer) and the workers (consumers) alike."""
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class QueueSettings(BaseSettings):
+    """Every default with its reason; environment variables `MEMORYOS_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYOS_", extra="ignore")
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="The Redis holding queue and leases.")
+    redis_namespace: str = Field(
+        "memoryos", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Prefix of every key: deployments apart."
+    )
+    shard_count: int = Field(
+        64, ge=1, le=4096, description="Spaces hash onto this many shards; a worker owns whole shards."
+    )
+    lease_ttl_s: float = Field(
+        10.0, gt=0.5, description="A dead worker's shards move after this (plus a renewal period)."
+    )
+    queue_max_entries: int = Field(
+        100_000, ge=1, description="Unapplied writes per shard before writes are refused with 503."
+    )
+    max_deliveries: int = Field(
+        5, ge=1, description="Deliveries of one write that failed to apply before it is dead-lettered."
+    )
+    read_timeout_s: float = Field(
+        10.0, gt=0, description="How long the API waits for the owning worker's answer to a read."
+    )
+    batch_entries: int = Field(256, ge=1, description="Stream entries one worker read takes per shard.")
+    worker_memory_budget_mb: int = Field(
+        4096, ge=16, description="Resident memory of the spaces a worker keeps open (LRU beyond it)."
+    )
+    worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")

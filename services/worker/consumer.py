@@ -1,0 +1,151 @@
+"""Apply the writes of owned shards, in the order they were accepted, exactly once in effect.
+
+Per shard, each poll first re-reads this worker's own pending entries (delivered before, not yet
+acknowledged: a failed apply, or entries claimed from a dead worker), in order, and only when none is
+left reads new ones. An entry is acknowledged and deleted only after the engine applied it (durable in
+the space's store), so a worker killed at any instant loses nothing; the engine's apply is idempotent by
+op and write id, so the entry delivered again changes nothing. A transient failure stops the shard's
+batch (later writes of the space must not overtake it) until the next poll; an entry that fails
+`max_deliveries` times, or can never apply (malformed), goes to the dead-letter list so its shard moves on.
+"""
+
+import json
+import logging
+from collections.abc import Callable
+
+import redis
+from pydantic import ValidationError
+
+from memoryos.errors import InvalidInputError
+from memoryos.ops import AnyOp, op_from_json
+from memoryos.space_pool import SpaceKey
+from services.queue import streams
+from services.queue.keys import CONSUMER_GROUP, Keys, space_key
+from services.queue.settings import QueueSettings
+from services.queue.streams import Entry
+
+log = logging.getLogger(__name__)
+
+ApplyOp = Callable[[SpaceKey, AnyOp], object]
+"""Apply one op to a space (the worker opens it from its pool)."""
+
+
+class ShardConsumer:
+    """Reads and applies the writes of the shards a worker owns."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: QueueSettings,
+        worker_id: str,
+        apply: ApplyOp,
+        on_dead_letter: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.worker_id = worker_id
+        self.keys = Keys(settings.redis_namespace)
+        self._apply = apply
+        self._on_dead_letter = on_dead_letter
+        self._failures: dict[bytes, int] = {}
+
+    def take_over(self, shard: int) -> None:
+        """Make the shard's stream readable here, and claim what a previous owner left unacknowledged
+        (the lease says it is gone): those entries come first in this worker's pending list."""
+        stream = self.keys.writes(shard)
+        try:
+            self.client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+        streams.claim_all(self.client, stream, CONSUMER_GROUP, self.worker_id)
+
+    def poll(self, shards: list[int], block_ms: int) -> int:
+        """Apply what is waiting in `shards` (blocking up to `block_ms` for new writes when none is
+        pending); returns how many entries were applied or dead-lettered."""
+        done = 0
+        idle: list[int] = []
+        for shard in shards:
+            pending = self._read(shard, "0")
+            if pending:
+                done += self._process(shard, pending)
+            else:
+                idle.append(shard)
+        if not idle:
+            return done
+        new = streams.read_group(
+            self.client,
+            CONSUMER_GROUP,
+            self.worker_id,
+            {self.keys.writes(s): ">" for s in idle},
+            self.settings.batch_entries,
+            block_ms=None if done else block_ms,
+        )
+        for stream, entries in new:
+            done += self._process(int(stream.rsplit(":", 1)[1]), entries)
+        return done
+
+    def _read(self, shard: int, start: str) -> list[Entry]:
+        found = streams.read_group(
+            self.client,
+            CONSUMER_GROUP,
+            self.worker_id,
+            {self.keys.writes(shard): start},
+            self.settings.batch_entries,
+        )
+        return [entry for _, entries in found for entry in entries]
+
+    def _process(self, shard: int, entries: list[Entry]) -> int:
+        stream = self.keys.writes(shard)
+        done = 0
+        for entry_id, fields in entries:
+            try:
+                key = space_key(fields[b"space"].decode())
+                op = op_from_json(fields[b"op"])
+            except (KeyError, ValueError, ValidationError) as error:
+                self._dead_letter(stream, entry_id, fields, f"malformed entry: {error}")
+                done += 1
+                continue
+            try:
+                self._apply(key, op)
+            except (InvalidInputError, ValidationError) as error:
+                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
+            except Exception as error:
+                failures = self._failures.get(entry_id, 0) + 1
+                self._failures[entry_id] = failures
+                if failures < self.settings.max_deliveries:
+                    log.warning(
+                        "write not applied; retried at the next poll",
+                        extra={"shard": shard, "entry": entry_id.decode(), "error": type(error).__name__},
+                    )
+                    return done  # later writes of the shard wait: order within a space
+                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
+            else:
+                self._acknowledge(stream, entry_id)
+            done += 1
+        return done
+
+    def _acknowledge(self, stream: str, entry_id: bytes) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xack(stream, CONSUMER_GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
+        pipe.execute()
+        self._failures.pop(entry_id, None)
+
+    def _dead_letter(self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], reason: str) -> None:
+        """Keep the entry aside, visible through the API and a metric, and let the shard move on."""
+        record = {
+            "entry": entry_id.decode(),
+            "stream": stream,
+            "space": fields.get(b"space", b"").decode(errors="replace"),
+            "op": fields.get(b"op", b"").decode(errors="replace"),
+            "error": reason,
+        }
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(self.keys.dead_letters(), json.dumps(record))
+        pipe.xack(stream, CONSUMER_GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
+        pipe.execute()
+        self._failures.pop(entry_id, None)
+        self._on_dead_letter()
+        log.warning("write dead-lettered", extra={"entry": record["entry"], "space": record["space"]})

@@ -1,0 +1,95 @@
+"""Which worker owns which shard: leases in Redis, renewed while the worker lives, released on drain.
+
+In service mode the lease, not a file lock, is what keeps one writer per space (file locks are unreliable
+on network volumes). Each worker announces itself with a heartbeat key; it aims to own
+ceil(shards / live workers) shards, takes free shards up to that, and gives back what it holds beyond it
+(after draining them), so a worker that joins gets work and a dead worker's shards are taken within the
+lease's TTL.
+"""
+
+import math
+import time
+from typing import cast
+
+import redis
+
+from services.queue.keys import Keys
+from services.queue.settings import QueueSettings
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class ShardLeases:
+    """The leases one worker holds. Not thread-safe: the worker's main loop owns it."""
+
+    def __init__(self, client: redis.Redis, settings: QueueSettings, worker_id: str) -> None:
+        self.client = client
+        self.settings = settings
+        self.worker_id = worker_id
+        self.keys = Keys(settings.redis_namespace)
+        self.ttl_ms = int(settings.lease_ttl_s * 1000)
+        self.owned: set[int] = set()
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def heartbeat(self) -> None:
+        self.client.set(self.keys.worker(self.worker_id), str(time.time()), px=self.ttl_ms)
+
+    def live_workers(self) -> int:
+        return max(1, sum(1 for _ in self.client.scan_iter(self.keys.workers_pattern(), count=1000)))
+
+    def target(self) -> int:
+        """How many shards this worker should own now."""
+        return math.ceil(self.settings.shard_count / self.live_workers())
+
+    def renew(self) -> set[int]:
+        """Extend every lease held; returns the shards lost (expired and taken: stop working on them)."""
+        lost = {
+            s
+            for s in self.owned
+            if not self._renew(keys=[self.keys.lease(s)], args=[self.worker_id, self.ttl_ms])
+        }
+        self.owned -= lost
+        return lost
+
+    def acquire(self, limit: int) -> set[int]:
+        """Take free shards until `limit` are owned; returns the new ones (their writes to take over)."""
+        gained: set[int] = set()
+        for shard in range(self.settings.shard_count):
+            if len(self.owned) >= limit:
+                break
+            if shard in self.owned:
+                continue
+            if self.client.set(self.keys.lease(shard), self.worker_id, nx=True, px=self.ttl_ms):
+                self.owned.add(shard)
+                gained.add(shard)
+        return gained
+
+    def surplus(self) -> list[int]:
+        """Shards held beyond the target, to drain and give back (highest first: deterministic)."""
+        extra = len(self.owned) - self.target()
+        return sorted(self.owned, reverse=True)[: max(0, extra)]
+
+    def release(self, shard: int) -> None:
+        self._release(keys=[self.keys.lease(shard)], args=[self.worker_id])
+        self.owned.discard(shard)
+
+    def release_all(self) -> None:
+        for shard in list(self.owned):
+            self.release(shard)
+        self.client.delete(self.keys.worker(self.worker_id))
+
+    def owner(self, shard: int) -> str | None:
+        value = cast(bytes | None, self.client.get(self.keys.lease(shard)))
+        return None if value is None else value.decode()

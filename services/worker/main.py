@@ -1,0 +1,83 @@
+"""`memoryos worker --redis-url URL`: one worker process — leases, queued writes, reads, drain.
+
+The main loop heartbeats, renews its leases (dropping shards it lost), takes free shards up to its fair
+share and gives back those beyond it, and applies the owned shards' writes; a second thread answers
+reads. SIGTERM (every Kubernetes rollout sends it) sets `stop`: the write batch in flight finishes and
+is acknowledged, the leases are released at once so other workers take the shards without waiting for
+the TTL, and the spaces are closed (their index snapshots written).
+"""
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+import redis
+
+from memoryos import MemoryConfig
+from memoryos.ops import AnyOp
+from memoryos.space_pool import SpaceKey
+from services.queue.settings import QueueSettings
+from services.worker.consumer import ShardConsumer
+from services.worker.leases import ShardLeases
+from services.worker.reads import ReadServer
+from services.worker.spaces import WorkerSpaces
+
+log = logging.getLogger(__name__)
+
+
+def new_worker_id() -> str:
+    """Host, pid and a random part: unique, and readable in `XINFO CONSUMERS` and the lease keys."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """One worker: its leases, its consumer, its read server and its open spaces."""
+
+    def __init__(
+        self, settings: QueueSettings, config: MemoryConfig, worker_id: str | None = None, **parts: Any
+    ) -> None:
+        """`parts` (embedder, llm, clock, scheduler) go to every space opened: tests inject them."""
+        self.settings = settings
+        self.worker_id = worker_id or new_worker_id()
+        self.client: redis.Redis = redis.Redis.from_url(settings.redis_url)
+        self.spaces = WorkerSpaces(config, settings, **parts)
+        self.leases = ShardLeases(self.client, settings, self.worker_id)
+        self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply)
+        self._owned_snapshot: list[int] = []
+        self._reads = ReadServer(
+            redis.Redis.from_url(settings.redis_url), settings, self.spaces, lambda: self._owned_snapshot
+        )
+        self.period_s = min(0.5, settings.lease_ttl_s / 4)
+
+    def _apply(self, key: SpaceKey, op: AnyOp) -> object:
+        with self.spaces.writing(key) as memory:
+            return memory.apply_queued(op)
+
+    def step(self) -> int:
+        """One round: leases, then the owned shards' writes. Returns how many entries were handled."""
+        self.leases.heartbeat()
+        self.leases.renew()
+        for shard in self.leases.acquire(self.leases.target()):
+            self.consumer.take_over(shard)
+        for shard in self.leases.surplus():
+            self.leases.release(shard)  # between polls: nothing of it is in flight here
+        self._owned_snapshot = sorted(self.leases.owned)
+        return self.consumer.poll(self._owned_snapshot, block_ms=int(self.period_s * 1000))
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until `stop` is set, then drain and give everything back."""
+        reads = threading.Thread(target=self._reads.serve, args=(stop,), name="memoryos-reads", daemon=True)
+        reads.start()
+        log.info("worker started", extra={"worker": self.worker_id})
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.leases.release_all()
+            self._owned_snapshot = []
+            reads.join(timeout=5)
+            self.spaces.close()
+            log.info("worker stopped; shards released", extra={"worker": self.worker_id})

@@ -1,0 +1,105 @@
+"""The worker's side of reads over Redis (`services/queue/reads.py`): a thread that takes read requests
+for the shards this worker owns, waits until the space's writes up to the request's `through` entry are
+applied, runs the read on the engine and pushes the answer to the request's reply list."""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+from pydantic import BaseModel
+
+from memoryos import Memoryos
+from memoryos.errors import MemoryOSError
+from services.queue import streams
+from services.queue.keys import Keys, space_key
+from services.queue.reads import READ_KINDS
+from services.queue.settings import QueueSettings
+from services.worker.spaces import WorkerSpaces
+
+log = logging.getLogger(__name__)
+
+REPLY_TTL_S = 60
+"""A reply nobody collected (the API timed out) expires from Redis after this."""
+APPLIED_POLL_S = 0.01
+
+
+def run_read(memory: Memoryos, kind: str, args: dict[str, Any]) -> Any:
+    """One read on the engine; pydantic results as JSON data."""
+    if kind not in READ_KINDS:
+        raise ValueError(f"kind: not a read: {kind!r}")
+    if kind == "profile":
+        return {"user_profile": memory.get_user_profile_summary()}
+    result = getattr(memory, kind)(**args)
+    return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+
+
+class ReadServer:
+    """Answers reads for the shards `owned()` returns, until `stop` is set."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: QueueSettings,
+        spaces: WorkerSpaces,
+        owned: Callable[[], list[int]],
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_namespace)
+        self.spaces = spaces
+        self.owned = owned
+
+    def serve(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            shards = self.owned()
+            if not shards:
+                stop.wait(0.1)
+                continue
+            popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
+            if popped is not None:
+                queue, request = cast(tuple[bytes, bytes], popped)
+                self._answer(queue.decode(), json.loads(request))
+
+    def _answer(self, queue: str, request: dict[str, Any]) -> None:
+        shard = int(queue.rsplit(":", 1)[1])
+        try:
+            self._wait_applied(shard, request["space"], request["through"])
+            with self.spaces.reading(space_key(request["space"])) as memory:
+                reply: dict[str, Any] = {
+                    "ok": True,
+                    "result": run_read(memory, request["kind"], request["args"]),
+                }
+        except (MemoryOSError, ValueError, TypeError, TimeoutError) as error:
+            reply = {
+                "ok": False,
+                "error": {
+                    "kind": type(error).__name__,
+                    "message": str(error),
+                    "field": getattr(error, "field", None),
+                },
+            }
+        except Exception as error:  # the API must get an answer, not a timeout
+            log.exception("read failed", extra={"kind": request.get("kind")})
+            reply = {"ok": False, "error": {"kind": "InternalError", "message": type(error).__name__}}
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(self.keys.reply(request["id"]), json.dumps(reply))
+        pipe.expire(self.keys.reply(request["id"]), REPLY_TTL_S)
+        pipe.execute()
+
+    def _wait_applied(self, shard: int, space: str, through: str) -> None:
+        """Until no write of `space` up to `through` is left in the shard's stream (applied entries are
+        deleted), or the API's timeout has passed (it answers 503 itself then)."""
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        if through == "0-0":
+            return
+        name = space.encode()
+        while time.monotonic() < deadline:
+            waiting = streams.entries(self.client, self.keys.writes(shard), through=through)
+            if not any(fields.get(b"space") == name for _, fields in waiting):
+                return
+            time.sleep(APPLIED_POLL_S)
+        raise TimeoutError(f"writes up to {through} not applied in time")

@@ -1,0 +1,57 @@
+"""The spaces a worker holds open: a `SpacePool` of `Memoryos` instances, one per (tenant, user,
+assistant), least recently used closed first within the memory budget. Writes open (and create) a
+space; reads only open an existing one, so a read for an unknown user creates nothing."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from memoryos import MemoryConfig, Memoryos
+from memoryos.embedding.shared import shared_embedder
+from memoryos.errors import SpaceNotFoundError
+from memoryos.space_layout import STORE_FILE
+from memoryos.space_pool import SpaceKey, SpacePool
+from services.queue.settings import QueueSettings
+
+
+class WorkerSpaces:
+    """Open spaces of one worker process, sharing its embedder, LLM and scheduler."""
+
+    def __init__(self, config: MemoryConfig, settings: QueueSettings, **parts: Any) -> None:
+        """`parts` (embedder, llm, clock, scheduler) go to every `Memoryos` opened: tests inject them."""
+        self.config = config
+        self._parts = parts
+        self.pool: SpacePool[Memoryos] = SpacePool(
+            self._open,
+            memory_budget_bytes=settings.worker_memory_budget_mb * 1024 * 1024,
+            max_open=settings.worker_max_open_spaces,
+        )
+
+    def _config_of(self, key: SpaceKey) -> MemoryConfig:
+        return self.config.model_copy(update={"tenant": key.tenant})
+
+    def _open(self, key: SpaceKey) -> Memoryos:
+        return Memoryos.from_config(key.user_id, self._config_of(key), key.assistant_id, **self._parts)
+
+    @contextmanager
+    def writing(self, key: SpaceKey) -> Iterator[Memoryos]:
+        with self.pool.use(key) as memory:
+            yield memory
+
+    @contextmanager
+    def reading(self, key: SpaceKey) -> Iterator[Memoryos]:
+        """An existing space only: `SpaceNotFoundError` (nothing created) for one that has no store."""
+        directory = self._config_of(key).space_dir(key.user_id, key.assistant_id)
+        if not (directory / STORE_FILE).is_file():
+            raise SpaceNotFoundError(directory)
+        with self.pool.use(key) as memory:
+            yield memory
+
+    def warm_up(self) -> None:
+        """Load the embedding model (and its runtime) now: a worker that took shards before loading it
+        would hold their writes and reads for the seconds a load takes."""
+        embedder = self._parts.get("embedder") or shared_embedder(self.config)
+        embedder.encode(["warm up"])
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,204 @@
+"""The Redis write queue and workers against a real `redis-server`: writes applied in order and once,
+reads through the owning worker, dead letters, forget purging Redis, shards shared, taken over and
+released. Workers run in threads here (hashed fake embedder, offline LLM); `test_worker_process.py`
+runs the real `memoryos worker` process."""
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from memoryos import MemoryConfig
+from memoryos.llm.offline import OfflineLLM
+from memoryos.ops import ForgetSpace
+from memoryos.space_pool import SpaceKey
+from memoryos.writes import plan_write
+from services.queue.keys import Keys, shard_of
+from services.queue.producer import QueueFullError, WriteQueue
+from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
+from services.queue.settings import QueueSettings
+from services.worker.main import Worker
+from tests.support.fakes import HashEmbedder
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+MAYA = SpaceKey("acme", "maya", "helper")
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer, request: pytest.FixtureRequest) -> QueueSettings:
+    """A namespace per test: tests share the server, never keys."""
+    return QueueSettings(
+        redis_url=redis_server.url,
+        redis_namespace=f"t{abs(hash(request.node.name)) % 10**8}",
+        shard_count=8,
+        lease_ttl_s=1.0,
+        read_timeout_s=10.0,
+        max_deliveries=3,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> MemoryConfig:
+    return MemoryConfig(data_dir=tmp_path, faiss_use_gpu="never")
+
+
+class Running:
+    """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
+    Starting returns once it owns a shard."""
+
+    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str) -> None:
+        self.worker = Worker(settings, config, worker_id=name, embedder=HashEmbedder(), llm=OfflineLLM())
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+        wait_for(lambda: bool(self.worker.leases.owned))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
+
+    def kill(self) -> None:
+        """Stop its loop without releasing its leases: they expire as a dead process's would."""
+        self.worker.leases.release_all = lambda: None  # type: ignore[method-assign]
+        self.stop()
+
+
+def write(queue: WriteQueue, key: SpaceKey, text: str, write_id: str | None = None) -> str:
+    op = plan_write(
+        [{"user_input": text, "agent_response": "Noted."}],
+        max_text_chars=2000,
+        at=time.time(),
+        write_id=write_id,
+    )
+    return queue.enqueue(key, op)
+
+
+def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_writes_apply_in_order_once_and_reads_see_them(settings: QueueSettings, config: MemoryConfig) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    for i in range(30):  # accepted before any worker exists: durable in Redis
+        write(queue, MAYA, f"Note {i}: I like topic {i}.", write_id=f"w{i}")
+    write(queue, MAYA, "Note 3: I like topic 3.", write_id="w3")  # a client retry of write w3
+    with pytest.raises(ReadUnavailableError, match="no worker owns"):
+        reads.ask(MAYA, "retrieve", {"query": "topic"})
+    worker = Running(settings, config, "w-one")
+    try:
+        listed = reads.ask(MAYA, "list_pages", {"limit": 100})  # waits for every write sent before it
+        texts = [page["user_input"] for page in listed["pages"]]
+        assert texts == [f"Note {i}: I like topic {i}." for i in range(30)]  # in order, w3 once
+        context = reads.ask(MAYA, "retrieve", {"query": "Which topic is note 17 about?", "top_k": 3})
+        assert "Note 17" in context["retrieved_pages"][0]["user_input"]
+        assert reads.ask(MAYA, "write_status", {"write_id": "w29"})["searchable"] is True
+        assert queue.depth() == 0  # applied entries are deleted from Redis
+        with pytest.raises(RemoteReadError) as missing:
+            reads.ask(SpaceKey("acme", "nobody", "helper"), "stats", {})
+        assert missing.value.kind == "SpaceNotFoundError"
+        assert not (config.data_dir / "acme" / "nobody").exists()  # a read created nothing
+    finally:
+        worker.stop()
+    assert client.get(Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))) is None  # released
+
+
+def test_a_poison_write_is_dead_lettered_and_the_space_keeps_working(
+    settings: QueueSettings, config: MemoryConfig
+) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads, keys = (
+        WriteQueue(client, settings),
+        ReadClient(client, settings),
+        Keys(settings.redis_namespace),
+    )
+    write(queue, MAYA, "Before the poison.")
+    client.xadd(keys.writes(queue.shard(MAYA)), {"space": "acme/maya/helper", "op": '{"kind": "add_turns"}'})
+    write(queue, MAYA, "After the poison.")
+    worker = Running(settings, config, "w-poison")
+    try:
+        listed = reads.ask(MAYA, "list_pages", {})
+        assert [p["user_input"] for p in listed["pages"]] == ["Before the poison.", "After the poison."]
+        dead = [json.loads(raw) for raw in client.lrange(keys.dead_letters(), 0, -1)]
+        assert len(dead) == 1 and dead[0]["space"] == "acme/maya/helper" and "malformed" in dead[0]["error"]
+    finally:
+        worker.stop()
+
+
+def test_forget_purges_the_users_writes_from_redis(settings: QueueSettings, config: MemoryConfig) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    other = SpaceKey("acme", "rui", "helper")
+    for i in range(5):
+        write(queue, MAYA, f"maya secret {i}")
+        write(queue, other, f"rui note {i}")
+    assert queue.purge(MAYA) == 5
+    stream = Keys(settings.redis_namespace).writes(queue.shard(MAYA))
+    assert b"maya secret" not in b"".join(f[b"op"] for _, f in client.xrange(stream))
+    queue.enqueue(MAYA, ForgetSpace())
+    worker = Running(settings, config, "w-forget")
+    try:
+        assert len(reads.ask(other, "list_pages", {})["pages"]) == 5
+        wait_for(lambda: queue.depth() == 0)
+        assert not config.space_dir("maya", "helper").exists()
+    finally:
+        worker.stop()
+
+
+def test_a_full_shard_refuses_writes(settings: QueueSettings) -> None:
+    small = settings.model_copy(update={"queue_max_entries": 3})
+    queue = WriteQueue(redis.Redis.from_url(small.redis_url), small)
+    for i in range(3):
+        write(queue, MAYA, f"note {i}")
+    with pytest.raises(QueueFullError, match="retry later"):
+        write(queue, MAYA, "one too many")
+
+
+def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, config: MemoryConfig) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    keys = Keys(settings.redis_namespace)
+
+    def owners() -> dict[int, str | None]:
+        return {s: (v.decode() if (v := client.get(keys.lease(s))) else None) for s in range(8)}
+
+    workers: list[Running] = []
+    try:
+        first = Running(settings, config, "w-a")
+        workers.append(first)
+        wait_for(lambda: list(owners().values()).count("w-a") == 8)
+        second = Running(settings, config, "w-b")
+        workers.append(second)
+        # a joining worker gets work: the first gives back what is beyond its share
+        wait_for(lambda: sorted(str(v) for v in owners().values()) == ["w-a"] * 4 + ["w-b"] * 4)
+        third = Running(settings, config, "w-c")
+        workers.append(third)
+        wait_for(lambda: "w-c" in owners().values() and None not in owners().values())
+        killed_at = time.monotonic()
+        first.kill()
+        wait_for(lambda: "w-a" not in owners().values() and None not in owners().values(), timeout_s=10)
+        assert time.monotonic() - killed_at <= settings.lease_ttl_s + 2  # taken over within TTL + 2 s
+        queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+        write(queue, MAYA, "Written after the takeover.")
+        assert reads.ask(MAYA, "list_pages", {})["total"] == 1
+        for worker in (second, third):
+            worker.stop()
+        assert set(owners().values()) == {None}  # a drained worker gives its shards back at once
+    finally:
+        for worker in workers:
+            worker.stop()
