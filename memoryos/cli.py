@@ -38,6 +38,8 @@ NO_SPACE_HINT = "check --user, --assistant and --data-dir (or MEMORYOS_DATA_DIR)
 
 def cmd_add(args: argparse.Namespace) -> None:
     """Every turn is checked before the space is opened: a bad file or flag creates nothing."""
+    if _answered_by_server(args, "add"):
+        return
     from datetime import UTC, datetime
 
     from memoryos.cli_input import TurnsFile, check_add_flags, named_by_flag, parse_meta
@@ -75,6 +77,8 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 
 def cmd_retrieve(args: argparse.Namespace) -> None:
+    if _answered_by_server(args, "retrieve"):
+        return
     from memoryos.errors import SpaceNotFoundError
     from memoryos.validation import validate_text
 
@@ -104,6 +108,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
+    if _answered_by_server(args, "stats"):
+        return
     from memoryos.errors import SpaceNotFoundError
 
     try:
@@ -174,6 +180,41 @@ def cmd_worker(args: argparse.Namespace) -> None:
     run_worker_process(args)
 
 
+def _answered_by_server(args: argparse.Namespace, command: str) -> bool:
+    """`--api-url` (or `MEMORYOS_API_URL`): a running `memoryos serve` answers (`services/cli_remote.py`)."""
+    if not args.api_url:
+        return False
+    from memoryos.errors import MissingExtraError
+
+    try:
+        from services.cli_remote import run_remote
+    except ModuleNotFoundError as missing:
+        raise MissingExtraError("service", missing.name or "?") from None
+    run_remote(command, args)
+    return True
+
+
+def _api_flags(parser: argparse.ArgumentParser) -> None:
+    import os
+
+    parser.add_argument(
+        "--api-url",
+        default=os.environ.get("MEMORYOS_API_URL"),
+        help="ask a running `memoryos serve` at this URL instead of opening the store (env MEMORYOS_API_URL)",
+    )
+    parser.add_argument("--api-key", default=None, help="its API key (env MEMORYOS_API_KEY)")
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from memoryos.errors import MissingExtraError
+
+    try:
+        from services.api.serve import run_server
+    except ModuleNotFoundError as missing:
+        raise MissingExtraError("service", missing.name or "?") from None
+    run_server(args)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -219,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument(
         "--file", default=None, help="JSON lines of {user_input, agent_response, timestamp?, meta_data?}"
     )
+    _api_flags(add)
     retrieve = command("retrieve", cmd_retrieve, "show what memory returns for a query")
+    _api_flags(retrieve)
     retrieve.add_argument("query")
     retrieve.add_argument("--top-k", type=_positive_int, default=None)
     retrieve.add_argument(
@@ -228,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile = command("profile", cmd_profile, "show the user profile")
     profile.add_argument("--knowledge", action="store_true", help="also list user and assistant facts")
     stats = command("stats", cmd_stats, "tier counts and segments with their heat")
+    _api_flags(stats)
     stats.add_argument(
         "--json", action="store_true", help="JSON; an unknown user gives zero counts, space_exists false"
     )
@@ -252,6 +296,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--redis-url", default=None, help="Redis of the queue (env MEMORYOS_REDIS_URL)")
     worker.add_argument("--worker-id", default=None, help="default: host-pid-random")
+    serve = command(
+        "serve",
+        cmd_serve,
+        "run the HTTP API on this machine (embedded: no Redis); docs at /docs",
+        needs_user=False,
+    )
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1; env MEMORYOS_API_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="default 8765 (env MEMORYOS_API_PORT)")
+    serve.add_argument(
+        "--keys-file", type=Path, default=None, help="JSON API keys -> tenants, re-read on change"
+    )
+    serve.add_argument(
+        "--allow-unauthenticated", action="store_true", help="serve a non-loopback --host with no API key"
+    )
     from memoryos.cli_bundle import register as register_bundle
 
     register_bundle(commands)

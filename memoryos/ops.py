@@ -365,6 +365,14 @@ class UpdateFact(Op):
     timestamp: str
 
 
+class ExpireDue(Op):
+    """Erase every page and fact whose expiry is at or before `at`, as `DeletePages` and `DeleteFacts`
+    with reason "expired". Carries no ids, so a maintenance job that cannot open the space (the service's
+    rq sweep) can still ask its owner for it."""
+
+    kind: Literal["expire_due"] = "expire_due"
+
+
 class SetSpaceTTL(Op):
     """How long pages written from now on are kept (None: forever). Pages already stored keep theirs."""
 
@@ -424,6 +432,7 @@ AnyOp = Annotated[
     | DeleteFacts
     | UpdateFact
     | SetSpaceTTL
+    | ExpireDue
     | ForgetSpace
     | RewriteChain
     | RewriteSegment,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from memoryos import policy
 from memoryos.llm.base import AsyncMemoryLLM
-from memoryos.ops import AnyOp, DeleteFacts, DeletePages, RewriteChain, RewriteSegment, UpdateProfile
+from memoryos.ops import AnyOp, ExpireDue, RewriteChain, RewriteSegment, UpdateProfile
 from memoryos.space import MemorySpace
 from memoryos.space_lifecycle import PROFILE_STALE_META
 
@@ -29,12 +29,9 @@ Apply = Callable[[MemorySpace, AnyOp], Awaitable[list[int]]]
 async def sweep_expired(space: MemorySpace, apply: Apply, now: float) -> None:
     """Erase pages and facts whose expiry has passed (they were already never returned)."""
     with space.lock:
-        pages = space.store.expired_page_ids(now)
-        facts = space.store.expired_knowledge_ids(now)
-    if pages:
-        await apply(space, DeletePages(page_ids=pages, reason="expired", at=now))
-    if facts:
-        await apply(space, DeleteFacts(entry_ids=facts, reason="expired", at=now))
+        due = bool(space.store.count_expired(now) or space.store.expired_knowledge_ids(now))
+    if due:
+        await apply(space, ExpireDue(at=now))
 
 
 def next_expiry(space: MemorySpace) -> float | None:

@@ -26,7 +26,7 @@ import numpy as np
 from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
-from memoryos.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ForgetSpace, UpdatePage
+from memoryos.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.score_sample import ScoreSample
 from memoryos.space_index import SpacePageIndex
 from memoryos.space_layout import STORE_FILE
@@ -152,7 +152,7 @@ class MemorySpace:
                 detail, embedded, vectors = self._ops.apply(op)
                 # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0
-                removes_text = isinstance(op, DeletePages | UpdatePage | DeleteFacts)
+                removes_text = isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
                 if removes_text:
                     self._pages.drop_withdrawn()
             if embedded and vectors is not None:

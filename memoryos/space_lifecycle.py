@@ -59,6 +59,23 @@ def delete_pages(store: SqliteStore, op: DeletePages) -> dict[str, object]:
     return detail
 
 
+def expire_due(store: SqliteStore, at: float) -> dict[str, object]:
+    """Pages and facts expired at `at`, deleted as a user's delete would (what depended on them alone too)."""
+    detail: dict[str, object] = {"reason": "expired", "page_ids": [], "fact_ids": []}
+    pages = store.expired_page_ids(at)
+    if pages:
+        detail.update(delete_pages(store, DeletePages(page_ids=pages, reason="expired", at=at)))
+    facts = [f for f in store.expired_knowledge_ids(at) if store.knowledge_entries([f])]
+    if facts:
+        removed = delete_facts(store, DeleteFacts(entry_ids=facts, reason="expired", at=at))
+        detail["fact_ids"] = sorted({*_ids(detail["fact_ids"]), *_ids(removed["fact_ids"])})
+    return detail
+
+
+def _ids(value: object) -> list[int]:
+    return [int(i) for i in value] if isinstance(value, list) else []
+
+
 def update_page(store: SqliteStore, op: UpdatePage) -> dict[str, object]:
     found = store.pages([op.page_id])
     if not found:

@@ -18,6 +18,7 @@ from memoryos.ops import (
     DeleteFacts,
     DeletePages,
     EmbedPages,
+    ExpireDue,
     FileTopic,
     ForgetSpace,
     LinkChain,
@@ -111,6 +112,8 @@ class OpApplier:
                 else:
                     self.store.set_meta(SPACE_TTL_META, repr(op.ttl_s))
                 detail = {"ttl_s": op.ttl_s}
+            case ExpireDue():
+                detail = space_lifecycle.expire_due(self.store, op.at)
             case ForgetSpace():
                 detail = space_lifecycle.forget_space(self.store)
             case RewriteChain():
