@@ -54,3 +54,7 @@ class Keys:
 
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
+
+    def spaces(self) -> str:
+        """The set of spaces written to through the queue: what maintenance jobs walk."""
+        return f"{self.namespace}:spaces"

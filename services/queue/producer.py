@@ -5,12 +5,14 @@ An append returns once Redis holds the entry: that is the acknowledgement the AP
 is depends on Redis's own settings (AOF with `appendfsync`, `maxmemory-policy noeviction`): docs/service.md.
 """
 
+from typing import cast
+
 import redis
 
 from memoryos.ops import AnyOp, op_to_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
-from services.queue.keys import Keys, shard_of, space_name
+from services.queue.keys import Keys, shard_of, space_key, space_name
 from services.queue.settings import QueueSettings
 
 PURGE_SCAN = 1000
@@ -44,7 +46,9 @@ class WriteQueue:
         depth = int(self.client.xlen(stream))
         if depth >= self.settings.queue_max_entries:
             raise QueueFullError(shard, depth)
-        return streams.add(self.client, stream, {"space": space_name(key), "op": op_to_json(op)})
+        entry_id = streams.add(self.client, stream, {"space": space_name(key), "op": op_to_json(op)})
+        self.client.sadd(self.keys.spaces(), space_name(key))
+        return entry_id
 
     def depth(self) -> int:
         """Unapplied writes over every shard (entries are deleted once applied)."""
@@ -57,11 +61,18 @@ class WriteQueue:
         """The newest entry of the space's shard ("0-0": none): a read issued now must see up to it."""
         return streams.newest_id(self.client, self.keys.writes(self.shard(key)))
 
+    def known_spaces(self) -> list[SpaceKey]:
+        """Every space written to through the queue and not forgotten since."""
+        return [
+            space_key(name.decode()) for name in cast(set[bytes], self.client.smembers(self.keys.spaces()))
+        ]
+
     def purge(self, key: SpaceKey) -> int:
         """Delete the space's entries still in its shard's stream (a forget: its text must not stay in
         Redis either); returns how many. Entries other spaces wrote are left alone."""
         stream = self.keys.writes(self.shard(key))
         name = space_name(key).encode()
+        self.client.srem(self.keys.spaces(), name)
         purged, start = 0, "-"
         while True:
             entries = streams.entries(self.client, stream, after=start, count=PURGE_SCAN)

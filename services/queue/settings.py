@@ -32,4 +32,7 @@ class QueueSettings(BaseSettings):
     worker_memory_budget_mb: int = Field(
         4096, ge=16, description="Resident memory of the spaces a worker keeps open (LRU beyond it)."
     )
+    sweep_interval_s: int = Field(
+        300, ge=1, description="How often rq's cron asks every space's owner to erase what expired."
+    )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")

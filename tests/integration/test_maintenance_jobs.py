@@ -1,0 +1,94 @@
+"""rq maintenance jobs against a real `redis-server`: the scheduled expiry sweep asks each space's owner
+(through the queue) to erase what expired; the job never opens a space itself."""
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from rq.cron import CronScheduler
+
+import services.jobs as jobs_module
+from memoryos import MemoryConfig
+from memoryos.llm.offline import OfflineLLM
+from memoryos.space_pool import SpaceKey
+from memoryos.writes import plan_write
+from services.jobs.tasks import QUEUE_NAME, sweep_every_space
+from services.queue.producer import WriteQueue
+from services.queue.reads import ReadClient
+from services.queue.settings import QueueSettings
+from services.worker.main import Worker
+from tests.support.fakes import FakeClock, HashEmbedder
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYOS_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "jobs")
+    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
+    settings = QueueSettings(lease_ttl_s=1.0)  # the job reads the same environment
+    client = redis.Redis.from_url(redis_server.url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    # A frozen clock: the worker's own expiry timer never fires, so only the job can sweep.
+    worker = Worker(settings, config, "w-jobs", embedder=HashEmbedder(), llm=OfflineLLM(), clock=FakeClock())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        maya = SpaceKey("default", "maya", "helper")
+        now = time.time()
+        queue.enqueue(
+            maya,
+            plan_write(
+                [{"user_input": "short-lived", "agent_response": "ok"}], max_text_chars=99, at=now, ttl_s=1
+            ),
+        )
+        queue.enqueue(
+            maya, plan_write([{"user_input": "kept", "agent_response": "ok"}], max_text_chars=99, at=now)
+        )
+        deadline = time.monotonic() + 20
+        while not worker.leases.owned and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reads.ask(maya, "list_pages", {})["total"] == 2
+        time.sleep(1.2)
+        jobs = Queue(QUEUE_NAME, connection=client)
+        job = jobs.enqueue(sweep_every_space)
+        SimpleWorker([jobs], connection=client).work(burst=True)
+        assert job.return_value() == 1  # one known space asked
+        store = config.space_dir("maya", "helper") / "memory.sqlite"
+
+        def stored() -> list[str]:
+            with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+                return [row[0] for row in db.execute("SELECT user_input FROM pages")]
+
+        while stored() != ["kept"]:
+            assert time.monotonic() < deadline, stored()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_the_cron_file_schedules_the_sweep(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYOS_SWEEP_INTERVAL_S", "120")
+    scheduler = CronScheduler(connection=redis.Redis.from_url(redis_server.url))
+    scheduler.load_config_from_file(str(Path(jobs_module.__file__).with_name("cron.py")))
+    (job,) = scheduler.get_jobs()
+    assert job.func is sweep_every_space and job.queue_name == QUEUE_NAME and job.interval == 120
