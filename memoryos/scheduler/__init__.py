@@ -28,7 +28,7 @@ from memoryos.embedding.base import Embedder
 from memoryos.errors import SchedulerClosedError
 from memoryos.llm.async_adapters import LimitedLLM, as_async, call_deadline_s
 from memoryos.llm.base import AsyncMemoryLLM, MemoryLLM
-from memoryos.scheduler.batcher import EmbeddingBatcher
+from memoryos.scheduler.batcher import BatcherStats, EmbeddingBatcher
 
 T = TypeVar("T")
 
@@ -60,6 +60,17 @@ class Scheduler:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def llm_requests_in_flight(self) -> int:
+        """LLM calls of every space running now (bounded by `llm_max_concurrency`): a service's gauge."""
+        return self._llm_slots.in_flight
+
+    def batcher_stats(self) -> list[BatcherStats]:
+        """The counters of each model's batcher (batches, texts, tokens): a service's metrics."""
+        with self._lock:
+            batchers = [batcher for _, batcher in self._batchers.values()]
+        return [batcher.stats() for batcher in batchers]
 
     def batcher(self, embedder: Embedder) -> EmbeddingBatcher:
         """The batcher of this embedder (one thread per model, shared by every space using it)."""

@@ -35,4 +35,7 @@ class QueueSettings(BaseSettings):
     sweep_interval_s: int = Field(
         300, ge=1, description="How often rq's cron asks every space's owner to erase what expired."
     )
+    worker_metrics_port: int = Field(
+        9400, ge=0, le=65535, description="Where a worker serves /metrics for Prometheus (0: not served)."
+    )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")

@@ -39,15 +39,15 @@ class ShardConsumer:
         settings: QueueSettings,
         worker_id: str,
         apply: ApplyOp,
-        on_dead_letter: Callable[[], None] = lambda: None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.worker_id = worker_id
         self.keys = Keys(settings.redis_namespace)
         self._apply = apply
-        self._on_dead_letter = on_dead_letter
         self._failures: dict[bytes, int] = {}
+        self.dead_letters = 0
+        """Entries this consumer dead-lettered (a metric)."""
 
     def take_over(self, shard: int) -> None:
         """Make the shard's stream readable here, and claim what a previous owner left unacknowledged
@@ -147,5 +147,5 @@ class ShardConsumer:
         pipe.xdel(stream, entry_id)
         pipe.execute()
         self._failures.pop(entry_id, None)
-        self._on_dead_letter()
+        self.dead_letters += 1
         log.warning("write dead-lettered", extra={"entry": record["entry"], "space": record["space"]})

@@ -52,6 +52,13 @@ class Worker:
         )
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
 
+    def owned_queue_depth(self) -> int:
+        """Unapplied writes in the shards owned now (applied entries are deleted)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in sorted(self.leases.owned):
+            pipe.xlen(self.consumer.keys.writes(shard))
+        return sum(int(n) for n in pipe.execute())
+
     def _apply(self, key: SpaceKey, op: AnyOp) -> object:
         with self.spaces.writing(key) as memory:
             return memory.apply_queued(op)

@@ -4,9 +4,13 @@ import argparse
 import signal
 import threading
 
+from prometheus_client import CollectorRegistry, start_http_server
+
 from memoryos.cli_session import config_of
+from memoryos.scheduler import shared_scheduler
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
+from services.worker.metrics import WorkerCollector
 
 
 def run_worker_process(args: argparse.Namespace) -> None:
@@ -16,7 +20,12 @@ def run_worker_process(args: argparse.Namespace) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    worker = Worker(settings, config_of(args), worker_id=args.worker_id)
+    config = config_of(args)
+    worker = Worker(settings, config, worker_id=args.worker_id)
+    if settings.worker_metrics_port:
+        registry = CollectorRegistry()
+        registry.register(WorkerCollector(worker, shared_scheduler(config)))
+        start_http_server(settings.worker_metrics_port, registry=registry)
     worker.spaces.warm_up()
     print(f"memoryos worker {worker.worker_id}: serving shards from {settings.redis_url}", flush=True)
     worker.run(stop)

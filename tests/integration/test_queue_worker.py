@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig
 from memoryos.llm.offline import OfflineLLM
 from memoryos.ops import ForgetSpace
+from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.keys import Keys, shard_of
@@ -23,6 +25,7 @@ from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
+from services.worker.metrics import WorkerCollector
 from tests.support.fakes import HashEmbedder
 from tests.support.redis_server import RedisServer, running_redis
 
@@ -202,3 +205,22 @@ def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, conf
     finally:
         for worker in workers:
             worker.stop()
+
+
+def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    worker = Running(settings, config, "w-metrics")
+    try:
+        write(queue, MAYA, "Counted.")
+        client.xadd(Keys(settings.redis_namespace).writes(queue.shard(MAYA)), {"space": "acme/maya/helper"})
+        reads.ask(MAYA, "list_pages", {})
+        registry = CollectorRegistry()
+        registry.register(WorkerCollector(worker.worker, shared_scheduler(config)))
+        scraped = generate_latest(registry).decode()
+        assert "memoryos_shards_owned 8.0" in scraped and "memoryos_dead_letters_total 1.0" in scraped
+        assert "memoryos_queue_depth 0.0" in scraped and "memoryos_llm_requests_in_flight" in scraped
+        tokens = next(line for line in scraped.splitlines() if line.startswith("memoryos_embed_tokens_total"))
+        assert float(tokens.split()[1]) > 0
+    finally:
+        worker.stop()

@@ -49,6 +49,7 @@ def start_worker(server: RedisServer, data_dir: Path, name: str) -> subprocess.P
         "MEMORYOS_SHARD_COUNT": "4",
         "MEMORYOS_LEASE_TTL_S": "1.0",
         "MEMORYOS_FAISS_USE_GPU": "never",
+        "MEMORYOS_WORKER_METRICS_PORT": "0",
     }
     env.pop("MEMORYOS_OPENAI_API_KEY", None)
     env.pop("MEMORYOS_OPENAI_BASE_URL", None)

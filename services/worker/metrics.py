@@ -1,0 +1,67 @@
+"""The worker's Prometheus metrics, read from the worker and the engine's scheduler at scrape time (a
+collector, not counters updated on the hot path): shards and leases, queue depth of owned shards, open
+spaces, embedding batches and tokens, LLM calls in flight, dead letters."""
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from memoryos.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from services.worker.main import Worker
+
+
+class WorkerCollector(Collector):
+    """Register with a `CollectorRegistry`; `prometheus_client.start_http_server` serves it."""
+
+    def __init__(self, worker: "Worker", scheduler: Scheduler) -> None:
+        self.worker = worker
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        worker = self.worker
+        owned = sorted(worker.leases.owned)
+        yield GaugeMetricFamily(
+            "memoryos_shards_owned", "Shards whose lease this worker holds.", value=len(owned)
+        )
+        yield GaugeMetricFamily(
+            "memoryos_shards_total", "Shards of the deployment.", value=worker.settings.shard_count
+        )
+        yield GaugeMetricFamily(
+            "memoryos_lease_ttl_seconds",
+            "Lease TTL: a dead worker's shards move after it.",
+            value=worker.settings.lease_ttl_s,
+        )
+        yield GaugeMetricFamily(
+            "memoryos_queue_depth",
+            "Unapplied writes in the shards this worker owns.",
+            value=worker.owned_queue_depth(),
+        )
+        yield GaugeMetricFamily("memoryos_open_spaces", "Spaces held open.", value=len(worker.spaces.pool))
+        stats = self.scheduler.batcher_stats()
+        yield CounterMetricFamily(
+            "memoryos_embed_tokens",
+            "Tokens embedded (estimated), every model.",
+            value=sum(s.tokens_estimated for s in stats),
+        )
+        yield CounterMetricFamily(
+            "memoryos_embed_batches",
+            "Embedding batches (encode calls of pages and texts).",
+            value=sum(s.batches for s in stats),
+        )
+        yield CounterMetricFamily(
+            "memoryos_embed_texts", "Texts embedded in batches.", value=sum(s.texts for s in stats)
+        )
+        yield GaugeMetricFamily(
+            "memoryos_llm_requests_in_flight",
+            "LLM calls running now, every space.",
+            value=self.scheduler.llm_requests_in_flight,
+        )
+        yield CounterMetricFamily(
+            "memoryos_dead_letters",
+            "Writes moved to the dead-letter list by this worker.",
+            value=worker.consumer.dead_letters,
+        )
