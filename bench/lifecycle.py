@@ -27,7 +27,10 @@ FILL_BATCH = 256
 def lifecycle_at_size(pages: int, workdir: Path) -> dict[str, Any]:
     model = create_embedder(MemoryConfig())
     memory = Memoryos(
-        user_id=f"life{pages}", openai_api_key=None, data_storage_path=workdir, embedder=ReusingEmbedder(model)
+        user_id=f"life{pages}",
+        openai_api_key=None,
+        data_storage_path=workdir,
+        embedder=ReusingEmbedder(model),
     )
     fill = exchanges(pages, dev_conversations())
     for start in tqdm(range(0, pages, FILL_BATCH), desc=f"fill {pages:,}", unit="batch", leave=False):

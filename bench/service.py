@@ -26,6 +26,7 @@ from memoryos.embedding.shared import shared_embedder
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
+from services.queue.calls import WRITE_STATUS
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
@@ -80,7 +81,9 @@ def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int
         w.join()
     reads = ReadClient(client, settings)
     for u, key in enumerate(keys):
-        while not reads.ask(key, "write_status", {"write_id": f"u{u}t{turns - 1}"})["searchable"]:
+        while not getattr(
+            reads.ask(key, WRITE_STATUS, {"write_id": f"u{u}t{turns - 1}"}), "searchable", False
+        ):
             time.sleep(0.02)
     elapsed = time.perf_counter() - started
     batcher = shared_scheduler(config).batcher(shared_embedder(config)).stats()

@@ -42,7 +42,7 @@ def cmd_add(args: argparse.Namespace) -> None:
         return
     from datetime import UTC, datetime
 
-    from memoryos.cli_input import TurnsFile, check_add_flags, named_by_flag, parse_meta
+    from memoryos.cli_input import TurnsFile, check_add_flags, named_by_flag, turn_of_flags
     from memoryos.errors import InvalidInputError
     from memoryos.validation import validate_turn
 
@@ -59,14 +59,7 @@ def cmd_add(args: argparse.Namespace) -> None:
         except InvalidInputError as error:
             raise turns_file.locate(error) from None
     else:
-        turns = [
-            {
-                "user_input": args.user_input,
-                "agent_response": args.agent_response,
-                "timestamp": args.timestamp,
-                "meta_data": parse_meta(args.meta),
-            }
-        ]
+        turns = [turn_of_flags(args)]
         try:
             validate_turn(turns[0], "", limit, now)
         except InvalidInputError as error:
@@ -215,6 +208,16 @@ def cmd_serve(args: argparse.Namespace) -> None:
     run_server(args)
 
 
+def cmd_mcp(args: argparse.Namespace) -> None:
+    from memoryos.errors import MissingExtraError
+
+    try:
+        from services.mcp.stdio import run_stdio
+    except ModuleNotFoundError as missing:
+        raise MissingExtraError("service", missing.name or "?") from None
+    run_stdio(args)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -310,6 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allow-unauthenticated", action="store_true", help="serve a non-loopback --host with no API key"
     )
+    serve.add_argument(
+        "--redis-url",
+        default=None,
+        help="the API alone, in front of Redis and `memoryos worker` processes (docs/service.md)",
+    )
+    mcp = command(
+        "mcp", cmd_mcp, "serve memory to MCP clients (Claude Desktop, Cline, Cursor) over stdio", False
+    )
+    mcp.add_argument("--user", default=None, help="default user of calls that name none")
+    mcp.add_argument("--assistant", default="default_assistant_profile", help="default assistant id")
+    mcp.epilog = "the data directory is the global flag: memoryos --data-dir DIR mcp --user ID (docs/mcp.md)"
     from memoryos.cli_bundle import register as register_bundle
 
     register_bundle(commands)

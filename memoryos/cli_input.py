@@ -95,6 +95,16 @@ def check_add_flags(args: argparse.Namespace) -> None:
         )
 
 
+def turn_of_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The one turn `add` was given as flags (`--user-input`, `--agent-response`, ...)."""
+    return {
+        "user_input": args.user_input,
+        "agent_response": args.agent_response,
+        "timestamp": args.timestamp,
+        "meta_data": parse_meta(args.meta),
+    }
+
+
 def named_by_flag(error: InvalidInputError, *, single_turn: bool = False) -> InvalidInputError:
     """The engine's error about an id (or, with `single_turn`, a field of the turn `add` was given by
     flags), named by the command-line flag that gave it; other errors unchanged."""

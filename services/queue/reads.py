@@ -1,4 +1,5 @@
-"""Reads over Redis: the API asks the worker that owns the space and awaits its answer.
+"""Calls over Redis: the API asks the worker that owns the space to run an owner call (a read, or an edit
+it applies at once; `services/queue/calls.py`) and awaits its answer.
 
 The owner holds the space's open index and the model (queries jump its embedding queue). A request names
 the newest entry of the space's shard when it was sent (`through`): the worker answers once every write of
@@ -9,17 +10,17 @@ no answer in time, is `ReadUnavailableError`: the API's 503 with Retry-After.
 
 import json
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
 from memoryos.space_pool import SpaceKey
+from services.queue.calls import OwnerCall
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
 
-READ_KINDS = frozenset({"retrieve", "write_status", "stats", "profile", "list_pages", "fact_history"})
-"""What a worker answers; each is a read-only method of the engine's facade."""
+T = TypeVar("T")
 
 
 class ReadUnavailableError(Exception):
@@ -48,10 +49,9 @@ class ReadClient:
         self.keys = Keys(settings.redis_namespace)
         self.writes = WriteQueue(client, settings)
 
-    def ask(self, key: SpaceKey, kind: str, args: dict[str, Any]) -> Any:
-        """The worker's answer (JSON data) to read `kind` of the space, or an error above."""
-        if kind not in READ_KINDS:
-            raise ValueError(f"kind: not a read: {kind!r}")
+    def ask(self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any]) -> T:
+        """The owner's answer to `call` on the space, as the facade method's own type, or an error
+        above. Blocking (up to `read_timeout_s`): the async API runs it on a worker thread."""
         shard = shard_of(key, self.settings.shard_count)
         if self.client.get(self.keys.lease(shard)) is None:
             raise ReadUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
@@ -59,7 +59,7 @@ class ReadClient:
         request = {
             "id": request_id,
             "space": space_name(key),
-            "kind": kind,
+            "kind": call.method,
             "args": args,
             "through": self.writes.last_entry_id(key),
         }
@@ -74,4 +74,4 @@ class ReadClient:
         if not answer["ok"]:
             error = answer["error"]
             raise RemoteReadError(error["kind"], error["message"], error.get("field"))
-        return answer["result"]
+        return call.result.validate_python(answer["result"])

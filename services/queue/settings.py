@@ -1,7 +1,17 @@
 """Settings of the Redis queue, read by the API (producer) and the workers (consumers) alike."""
 
+from urllib.parse import urlsplit
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def redacted_url(url: str) -> str:
+    """`url` without its user and password, for printing: a Redis URL may carry a password."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return parts._replace(netloc=netloc).geturl()
 
 
 class QueueSettings(BaseSettings):

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from memoryos.cli_session import config_of
 from memoryos.scheduler import shared_scheduler
-from services.queue.settings import QueueSettings
+from services.queue.settings import QueueSettings, redacted_url
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
 
@@ -27,5 +27,8 @@ def run_worker_process(args: argparse.Namespace) -> None:
         registry.register(WorkerCollector(worker, shared_scheduler(config)))
         start_http_server(settings.worker_metrics_port, registry=registry)
     worker.spaces.warm_up()
-    print(f"memoryos worker {worker.worker_id}: serving shards from {settings.redis_url}", flush=True)
+    print(
+        f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}",
+        flush=True,
+    )
     worker.run(stop)

@@ -1,6 +1,7 @@
-"""The worker's side of reads over Redis (`services/queue/reads.py`): a thread that takes read requests
+"""The worker's side of owner calls over Redis (`services/queue/reads.py`): a thread that takes requests
 for the shards this worker owns, waits until the space's writes up to the request's `through` entry are
-applied, runs the read on the engine and pushes the answer to the request's reply list."""
+applied, runs the call on the engine (`services/queue/calls.py`) and pushes the answer to the request's
+reply list."""
 
 import json
 import logging
@@ -10,13 +11,12 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import redis
-from pydantic import BaseModel
 
 from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
 from services.queue import streams
+from services.queue.calls import owner_call, run_call
 from services.queue.keys import Keys, space_key
-from services.queue.reads import READ_KINDS
 from services.queue.settings import QueueSettings
 from services.worker.spaces import WorkerSpaces
 
@@ -28,13 +28,9 @@ APPLIED_POLL_S = 0.01
 
 
 def run_read(memory: Memoryos, kind: str, args: dict[str, Any]) -> Any:
-    """One read on the engine; pydantic results as JSON data."""
-    if kind not in READ_KINDS:
-        raise ValueError(f"kind: not a read: {kind!r}")
-    if kind == "profile":
-        return {"user_profile": memory.get_user_profile_summary()}
-    result = getattr(memory, kind)(**args)
-    return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+    """One owner call on the engine, its result as JSON data."""
+    call = owner_call(kind)
+    return call.result.dump_python(run_call(memory, call, args), mode="json")
 
 
 class ReadServer:
@@ -68,7 +64,11 @@ class ReadServer:
         shard = int(queue.rsplit(":", 1)[1])
         try:
             self._wait_applied(shard, request["space"], request["through"])
-            with self.spaces.reading(space_key(request["space"])) as memory:
+            key = space_key(request["space"])
+            opened = (
+                self.spaces.writing(key) if owner_call(request["kind"]).creates else self.spaces.reading(key)
+            )
+            with opened as memory:
                 reply: dict[str, Any] = {
                     "ok": True,
                     "result": run_read(memory, request["kind"], request["args"]),

@@ -18,6 +18,7 @@ from memoryos.llm.offline import OfflineLLM
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.jobs.tasks import QUEUE_NAME, sweep_every_space
+from services.queue.calls import LIST_PAGES
 from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
@@ -64,7 +65,7 @@ def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
         deadline = time.monotonic() + 20
         while not worker.leases.owned and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert reads.ask(maya, "list_pages", {})["total"] == 2
+        assert reads.ask(maya, LIST_PAGES, {}).total == 2
         time.sleep(1.2)
         jobs = Queue(QUEUE_NAME, connection=client)
         job = jobs.enqueue(sweep_every_space)

@@ -4,29 +4,26 @@ released. Workers run in threads here (hashed fake embedder, offline LLM); `test
 runs the real `memoryos worker` process."""
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
 from memoryos.ops import ForgetSpace
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
+from services.queue.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
 from services.queue.keys import Keys, shard_of
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
-from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
-from tests.support.fakes import HashEmbedder
+from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
@@ -58,27 +55,6 @@ def config(tmp_path: Path) -> MemoryConfig:
     return MemoryConfig(data_dir=tmp_path, faiss_use_gpu="never")
 
 
-class Running:
-    """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
-    Starting returns once it owns a shard."""
-
-    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str) -> None:
-        self.worker = Worker(settings, config, worker_id=name, embedder=HashEmbedder(), llm=OfflineLLM())
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
-        self.thread.start()
-        wait_for(lambda: bool(self.worker.leases.owned))
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(timeout=30)
-
-    def kill(self) -> None:
-        """Stop its loop without releasing its leases: they expire as a dead process's would."""
-        self.worker.leases.release_all = lambda: None  # type: ignore[method-assign]
-        self.stop()
-
-
 def write(queue: WriteQueue, key: SpaceKey, text: str, write_id: str | None = None) -> str:
     op = plan_write(
         [{"user_input": text, "agent_response": "Noted."}],
@@ -89,13 +65,6 @@ def write(queue: WriteQueue, key: SpaceKey, text: str, write_id: str | None = No
     return queue.enqueue(key, op)
 
 
-def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 def test_writes_apply_in_order_once_and_reads_see_them(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
@@ -103,18 +72,19 @@ def test_writes_apply_in_order_once_and_reads_see_them(settings: QueueSettings, 
         write(queue, MAYA, f"Note {i}: I like topic {i}.", write_id=f"w{i}")
     write(queue, MAYA, "Note 3: I like topic 3.", write_id="w3")  # a client retry of write w3
     with pytest.raises(ReadUnavailableError, match="no worker owns"):
-        reads.ask(MAYA, "retrieve", {"query": "topic"})
+        reads.ask(MAYA, RETRIEVE, {"query": "topic"})
     worker = Running(settings, config, "w-one")
     try:
-        listed = reads.ask(MAYA, "list_pages", {"limit": 100})  # waits for every write sent before it
-        texts = [page["user_input"] for page in listed["pages"]]
+        listed = reads.ask(MAYA, LIST_PAGES, {"limit": 100})  # waits for every write sent before it
+        texts = [page.user_input for page in listed.pages]
         assert texts == [f"Note {i}: I like topic {i}." for i in range(30)]  # in order, w3 once
-        context = reads.ask(MAYA, "retrieve", {"query": "Which topic is note 17 about?", "top_k": 3})
-        assert "Note 17" in context["retrieved_pages"][0]["user_input"]
-        assert reads.ask(MAYA, "write_status", {"write_id": "w29"})["searchable"] is True
+        context = reads.ask(MAYA, RETRIEVE, {"query": "Which topic is note 17 about?", "top_k": 3})
+        assert "Note 17" in context.retrieved_pages[0].user_input
+        status = reads.ask(MAYA, WRITE_STATUS, {"write_id": "w29"})
+        assert status is not None and status.searchable
         assert queue.depth() == 0  # applied entries are deleted from Redis
         with pytest.raises(RemoteReadError) as missing:
-            reads.ask(SpaceKey("acme", "nobody", "helper"), "stats", {})
+            reads.ask(SpaceKey("acme", "nobody", "helper"), STATS, {})
         assert missing.value.kind == "SpaceNotFoundError"
         assert not (config.data_dir / "acme" / "nobody").exists()  # a read created nothing
     finally:
@@ -136,8 +106,8 @@ def test_a_poison_write_is_dead_lettered_and_the_space_keeps_working(
     write(queue, MAYA, "After the poison.")
     worker = Running(settings, config, "w-poison")
     try:
-        listed = reads.ask(MAYA, "list_pages", {})
-        assert [p["user_input"] for p in listed["pages"]] == ["Before the poison.", "After the poison."]
+        listed = reads.ask(MAYA, LIST_PAGES, {})
+        assert [p.user_input for p in listed.pages] == ["Before the poison.", "After the poison."]
         dead = [json.loads(raw) for raw in client.lrange(keys.dead_letters(), 0, -1)]
         assert len(dead) == 1 and dead[0]["space"] == "acme/maya/helper" and "malformed" in dead[0]["error"]
     finally:
@@ -157,7 +127,7 @@ def test_forget_purges_the_users_writes_from_redis(settings: QueueSettings, conf
     queue.enqueue(MAYA, ForgetSpace())
     worker = Running(settings, config, "w-forget")
     try:
-        assert len(reads.ask(other, "list_pages", {})["pages"]) == 5
+        assert len(reads.ask(other, LIST_PAGES, {}).pages) == 5
         wait_for(lambda: queue.depth() == 0)
         assert not config.space_dir("maya", "helper").exists()
     finally:
@@ -198,7 +168,7 @@ def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, conf
         assert time.monotonic() - killed_at <= settings.lease_ttl_s + 2  # taken over within TTL + 2 s
         queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
         write(queue, MAYA, "Written after the takeover.")
-        assert reads.ask(MAYA, "list_pages", {})["total"] == 1
+        assert reads.ask(MAYA, LIST_PAGES, {}).total == 1
         for worker in (second, third):
             worker.stop()
         assert set(owners().values()) == {None}  # a drained worker gives its shards back at once
@@ -214,7 +184,7 @@ def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: Memor
     try:
         write(queue, MAYA, "Counted.")
         client.xadd(Keys(settings.redis_namespace).writes(queue.shard(MAYA)), {"space": "acme/maya/helper"})
-        reads.ask(MAYA, "list_pages", {})
+        reads.ask(MAYA, LIST_PAGES, {})
         registry = CollectorRegistry()
         registry.register(WorkerCollector(worker.worker, shared_scheduler(config)))
         scraped = generate_latest(registry).decode()

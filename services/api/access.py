@@ -1,0 +1,93 @@
+"""`Spaces`: what the REST routes and the MCP tools need of memory spaces, whichever mode serves them.
+
+Two implementations: `EmbeddedSpaces` (`spaces.py`: `memoryos serve`, the engine in this process, a write
+acknowledged once SQLite holds it) and `QueuedSpaces` (`queued_spaces.py`: `memoryos serve --redis-url`,
+a write acknowledged once Redis holds it, every other call answered by the worker that owns the space).
+Callers name what to run (`services/queue/calls.py`), never pass code, so the same request works in both.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from memoryos import MemoryConfig
+from memoryos.embedding.base import Embedder
+from memoryos.ops import AddTurns
+from memoryos.scheduler.batcher import BatcherStats
+from memoryos.space_pool import SpaceKey
+from services.queue.calls import OwnerCall
+
+T = TypeVar("T")
+
+
+class BackpressureError(Exception):
+    """Writes arrive faster than they are embedded or applied: refused, nothing stored; retry later."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class NotInThisModeError(Exception):
+    """The route exists, but this mode of the API cannot serve it yet (501 with the reason)."""
+
+
+@dataclass(frozen=True)
+class SpaceFigures:
+    """What `/metrics` reports of the spaces, read at scrape time."""
+
+    queue_depth: int
+    """Writes acknowledged and not yet searchable (embedded: pages to embed; Redis: entries to apply)."""
+    write_lag_s: float
+    """Age of the oldest of those writes (0 when none)."""
+    open_spaces: int
+    batcher: BatcherStats | None
+    """This process's embedding batcher, when it embeds (embedded mode, once a model is loaded)."""
+
+
+@dataclass(frozen=True)
+class BundleContext:
+    config: MemoryConfig
+    embedder: Embedder | None
+    """The process's embedder, if one was injected (tests); None: the engine's shared one."""
+
+
+class Spaces(Protocol):
+    """The memory spaces behind one API process."""
+
+    config: MemoryConfig
+    """The engine's settings (limits such as `max_text_chars` are checked before anything is queued)."""
+
+    async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
+        """Run `call` on the space. A call that does not create (`call.creates`) on a space that does not
+        exist raises `SpaceNotFoundError`, and nothing is created."""
+        ...
+
+    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+        """Acknowledge a planned write once it is durable; its page ids when already known (embedded), else
+        none (queued: `GET .../writes/{id}` tells them once applied). `BackpressureError` over the bound."""
+        ...
+
+    async def forget(self, key: SpaceKey) -> None:
+        """Erase the space (after every write accepted before it)."""
+        ...
+
+    def bundle_context(self, tenant: str) -> "BundleContext":
+        """What export and import open a tenant's spaces with, in this process; `NotInThisModeError` where
+        this process does not hold the spaces."""
+        ...
+
+    async def ready(self) -> bool:
+        """Whether calls can be served now (`/readyz`)."""
+        ...
+
+    def figures(self) -> SpaceFigures: ...
+
+    async def maintain(self) -> None:
+        """Background upkeep for the process's lifetime (cancelled at shutdown)."""
+        ...
+
+    def preload(self) -> None:
+        """Load what the first call would wait for (blocking), before the process says it is ready."""
+        ...
+
+    def close(self) -> None: ...

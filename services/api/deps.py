@@ -1,0 +1,76 @@
+"""Typed dependencies of the routes: the app's state, the caller from its Bearer key, and the space a
+request names — the tenant always from the key, never from the request, so a key cannot reach another
+tenant's memory whatever path it asks for."""
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from memoryos.space_pool import SpaceKey
+from memoryos.validation import validate_id
+from services.api.access import Spaces
+from services.api.auth import Caller, KeyStore
+from services.api.metrics import ApiMetrics
+from services.api.rate_limit import RateLimiter
+from services.api.settings import ApiSettings
+
+
+@dataclass
+class ApiState:
+    """Everything a request may need, built once by `create_app` and kept on `app.state.api`."""
+
+    settings: ApiSettings
+    spaces: Spaces
+    keys: KeyStore
+    limiter: RateLimiter
+    metrics: ApiMetrics
+    ready: bool = False
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.api
+    return state
+
+
+StateDep = Annotated[ApiState, Depends(get_state)]
+
+_bearer = HTTPBearer(auto_error=False, description="An API key, as `Authorization: Bearer <key>`.")
+
+
+def authenticate(
+    state: StateDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Caller:
+    """The caller its key names (401 otherwise), within its rate (429 with Retry-After otherwise)."""
+    caller = state.keys.caller_for(credentials.credentials if credentials else None)
+    if caller is None:
+        message = "missing API key" if credentials is None else "invalid API key"
+        raise HTTPException(
+            401, f"{message}: send 'Authorization: Bearer <key>'", {"WWW-Authenticate": "Bearer"}
+        )
+    retry_after = state.limiter.retry_after_s(caller.key_id)
+    if retry_after is not None:
+        raise HTTPException(429, "request rate over this key's limit", {"Retry-After": str(retry_after)})
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(authenticate)]
+
+UserId = Annotated[str, Path(description="The user's id: letters, digits and . _ @ + -", examples=["maya"])]
+AssistantId = Annotated[
+    str,
+    Path(
+        description="The assistant's id (the CLI's default: default_assistant_profile)",
+        examples=["support-bot"],
+    ),
+]
+
+
+def space_key(caller: CallerDep, user_id: UserId, assistant_id: AssistantId) -> SpaceKey:
+    """The space the path names, in the caller's tenant; ids checked by the engine's rule (no path
+    separators, no `..`: 422 before any file is touched)."""
+    return SpaceKey(caller.tenant, validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
+
+
+SpaceDep = Annotated[SpaceKey, Depends(space_key)]

@@ -1,0 +1,64 @@
+"""The app factory: settings in, a FastAPI app out. Everything else lives in its own module."""
+
+from typing import Any
+
+from fastapi import FastAPI
+
+import memoryos
+from memoryos import MemoryConfig
+from services.api.access import Spaces
+from services.api.auth import KeyStore
+from services.api.body_limit import BodyLimitMiddleware
+from services.api.deps import ApiState
+from services.api.errors import CatchAllMiddleware, install_error_handlers
+from services.api.lifespan import lifespan
+from services.api.metrics import ApiMetrics, LatencyMiddleware
+from services.api.queued_spaces import QueuedSpaces
+from services.api.rate_limit import RateLimiter
+from services.api.routes import bundles, health, lifecycle, memories, profile, retrieve
+from services.api.settings import ApiSettings
+from services.api.spaces import EmbeddedSpaces
+from services.mcp.http_app import mount_mcp
+from services.queue.settings import QueueSettings
+
+
+def create_app(
+    settings: ApiSettings | None = None,
+    config: MemoryConfig | None = None,
+    queue: QueueSettings | None = None,
+    **parts: Any,
+) -> FastAPI:
+    """The API over `config`'s data directory (embedded), or, given `queue`, in front of its Redis and
+    workers. `parts` (embedder, llm, clock, scheduler) go to every space opened embedded, as
+    `Memoryos.from_config` takes them (tests inject fakes)."""
+    settings = settings or ApiSettings()
+    config = config or MemoryConfig()
+    spaces: Spaces = (
+        QueuedSpaces(config, queue) if queue is not None else EmbeddedSpaces(config, settings, **parts)
+    )
+    state = ApiState(
+        settings=settings,
+        spaces=spaces,
+        keys=KeyStore(settings.keys, settings.keys_file, settings.keys_reload_interval_s),
+        limiter=RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
+        metrics=ApiMetrics(spaces),
+    )
+    app = FastAPI(
+        title="MemoryOS",
+        version=memoryos.__version__,
+        summary="Long-term memory for LLM agents: write exchanges, retrieve context, act on what is remembered.",
+        lifespan=lifespan,
+    )
+    app.state.api = state
+    install_error_handlers(app)
+    for module in (memories, retrieve, profile, lifecycle, bundles, health):
+        app.include_router(module.router)
+    mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces
+    app.add_middleware(CatchAllMiddleware)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        max_bundle_bytes=settings.max_bundle_bytes,
+    )
+    app.add_middleware(LatencyMiddleware, metrics=state.metrics)
+    return app

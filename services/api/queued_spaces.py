@@ -1,0 +1,118 @@
+"""`QueuedSpaces`: the spaces of a deployment with Redis (`memoryos serve --redis-url URL`).
+
+This process holds no space and loads no model. A write is planned (checked) by the engine here, appended
+to its shard's stream and acknowledged once Redis holds it (`services/queue/producer.py`); the worker that
+owns the shard applies it. Every other call goes to that worker (`services/queue/reads.py`), which runs it
+after every write of the space accepted before the call. The API is ready when Redis answers: writes are
+accepted with no worker running, so autoscaling on queue depth can start workers from zero.
+"""
+
+import time
+from typing import Any, TypeVar, cast
+
+import anyio
+import redis
+from anyio import to_thread
+
+from memoryos import MemoryConfig
+from memoryos.errors import SpaceNotFoundError
+from memoryos.ops import AddTurns, ForgetSpace
+from memoryos.space_pool import SpaceKey
+from services.api.access import BackpressureError, BundleContext, NotInThisModeError, SpaceFigures
+from services.queue import streams
+from services.queue.calls import OwnerCall
+from services.queue.producer import QueueFullError, WriteQueue
+from services.queue.reads import ReadClient, RemoteReadError
+from services.queue.settings import QueueSettings
+
+T = TypeVar("T")
+
+FULL_RETRY_AFTER_S = 1.0
+"""Retry-After of a write refused because its shard's stream is full: workers apply hundreds a second."""
+
+
+class QueuedSpaces:
+    """Writes to the shard streams, calls to each space's owner."""
+
+    def __init__(self, config: MemoryConfig, settings: QueueSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.client: redis.Redis = redis.Redis.from_url(settings.redis_url)
+        self.queue = WriteQueue(self.client, settings)
+        self.reads = ReadClient(self.client, settings)
+
+    async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
+        try:
+            return await to_thread.run_sync(self.reads.ask, key, call, args)
+        except RemoteReadError as error:
+            if error.kind == "SpaceNotFoundError":  # rebuilt here: the worker's message names its paths
+                tenant_dir = self.config.model_copy(update={"tenant": key.tenant})
+                raise SpaceNotFoundError(tenant_dir.space_dir(key.user_id, key.assistant_id)) from None
+            raise
+
+    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+        try:
+            await to_thread.run_sync(self.queue.enqueue, key, op)
+        except QueueFullError as full:
+            raise BackpressureError(str(full), FULL_RETRY_AFTER_S) from None
+        return []  # the owner assigns the page ids when it applies the write
+
+    async def forget(self, key: SpaceKey) -> None:
+        """Purge the space's writes still in Redis (their text must not stay there), then queue the
+        forget behind anything its owner is applying now."""
+
+        def purge_then_forget() -> None:
+            self.queue.purge(key)
+            self.queue.enqueue(key, ForgetSpace())
+
+        await to_thread.run_sync(purge_then_forget)
+
+    def bundle_context(self, tenant: str) -> BundleContext:
+        raise NotInThisModeError(
+            "export and import are not served with --redis-url yet: run `memoryos export` / `memoryos "
+            "import` where the data volume is mounted (docs/service.md)"
+        )
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await to_thread.run_sync(self.client.ping))
+        except redis.RedisError:
+            return False
+
+    def figures(self) -> SpaceFigures:
+        """Entries not yet applied over every shard, and the age of the oldest (its stream id is the
+        time Redis accepted it, read against Redis's own clock)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in range(self.settings.shard_count):
+            pipe.xlen(self.queue.keys.writes(shard))
+            pipe.xrange(self.queue.keys.writes(shard), count=1)
+        pipe.time()
+        replies = pipe.execute()
+        seconds, micros = cast(tuple[int, int], replies[-1])
+        now_ms = seconds * 1000 + micros // 1000
+        depth, oldest_ms = 0, None
+        for length, first in zip(replies[0:-1:2], replies[1:-1:2], strict=True):
+            depth += int(length)
+            if first:
+                accepted_ms = int(cast(list[streams.Entry], first)[0][0].split(b"-")[0])
+                oldest_ms = accepted_ms if oldest_ms is None else min(oldest_ms, accepted_ms)
+        lag_s = 0.0 if oldest_ms is None else max(0.0, (now_ms - oldest_ms) / 1000)
+        return SpaceFigures(queue_depth=depth, write_lag_s=lag_s, open_spaces=0, batcher=None)
+
+    async def maintain(self) -> None:
+        await anyio.sleep_forever()  # the workers keep the spaces; nothing to sample here
+
+    def preload(self) -> None:
+        """Wait (up to the read timeout) for Redis, so a process started beside it reports ready soon."""
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        while True:
+            try:
+                self.client.ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() >= deadline:
+                    return  # /readyz says 503 until it answers
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self.client.close()

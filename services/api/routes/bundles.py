@@ -1,0 +1,73 @@
+"""Export a space as a bundle file, and import one into an empty space (`memoryos/bundle.py`).
+
+The import route's body limit is `max_bundle_bytes` (`body_limit.py`), larger than every other route's. An
+upload is streamed to a temporary file, never held in memory whole.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+
+from memoryos.bundle import ImportReport, export_space, import_space
+from services.api.deps import SpaceDep, StateDep
+from services.api.routes import SPACE_PREFIX
+
+BUNDLE_MEDIA_TYPE = "application/zip"
+
+
+router = APIRouter(prefix=SPACE_PREFIX, tags=["bundles"])
+
+
+@router.get(
+    "/export",
+    summary="The space as a bundle (zip: manifest + JSON lines)",
+    response_class=FileResponse,
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}},
+)
+async def export(key: SpaceDep, state: StateDep) -> FileResponse:
+    """A versioned, checksummed snapshot of the space as it was when the export began."""
+    staging = Path(tempfile.mkdtemp(prefix="memoryos-export-"))
+    out = staging / f"{key.user_id}.bundle"
+    try:
+        config = state.spaces.bundle_context(key.tenant).config
+        await to_thread.run_sync(export_space, config, key.user_id, key.assistant_id, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return FileResponse(
+        out,
+        media_type=BUNDLE_MEDIA_TYPE,
+        filename=out.name,
+        background=BackgroundTask(shutil.rmtree, staging, ignore_errors=True),
+    )
+
+
+@router.post(
+    "/import",
+    status_code=201,
+    summary="Import a bundle into an empty space",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def import_bundle(request: Request, key: SpaceDep, state: StateDep) -> ImportReport:
+    """The body is a bundle file as `export` returns it. Refused with nothing written: an invalid
+    bundle (422), a space that already holds memory (409), a space another process holds (503)."""
+    with tempfile.TemporaryDirectory(prefix="memoryos-import-") as staging:
+        path = Path(staging) / "upload.bundle"
+        with path.open("wb") as file:
+            async for chunk in request.stream():
+                file.write(chunk)
+        target = state.spaces.bundle_context(key.tenant)
+        report = await to_thread.run_sync(
+            lambda: import_space(target.config, key.user_id, key.assistant_id, path, embedder=target.embedder)
+        )
+    return report.model_copy(update={"space": f"{key.user_id}/{key.assistant_id}", "source": "upload"})

@@ -1,0 +1,108 @@
+"""`ApiSettings`: every tunable of the HTTP API in one place, each default with its reason.
+
+Read from keyword arguments, then `MEMORYOS_API_*` environment variables. The engine's own settings stay in
+`MemoryConfig` (`MEMORYOS_*`): the API adds only what a network front end needs — where to listen, who may
+call, and how much one caller may ask for.
+"""
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
+
+
+class ApiSettings(BaseSettings):
+    """Configuration of one API process."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYOS_API_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Bind address. Without API keys only loopback is allowed.")
+    port: int = Field(8765, ge=0, le=65535, description="0: any free port (tests).")
+    keys: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,
+        description="API key -> tenant, for a fixed set of keys (env: a JSON object). Never logged.",
+    )
+    keys_file: Path | None = Field(
+        None, description="JSON file of keys and tenants, re-read when it changes (rotation, revocation)."
+    )
+    keys_reload_interval_s: float = Field(
+        1.0,
+        ge=0,
+        description="How often the keys file's mtime is checked: one stat per interval, not per call.",
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="Serve a non-loopback address with no key configured. Anyone who reaches the port "
+        "then reads and writes every user's memory, so it must be asked for.",
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        gt=0,
+        description="Request bodies over this are refused with 413 before they are read whole.",
+    )
+    max_bundle_bytes: int = Field(
+        512 * 1024 * 1024, gt=0, description="The import route's body limit: a bundle holds a whole space."
+    )
+    max_turns_per_batch: int = Field(
+        256, gt=0, description="Turns in one batch write: one write is one transaction and one status."
+    )
+    rate_limit_per_s: float = Field(
+        1000.0, ge=0, description="Requests per second per API key, sustained (0: no limit)."
+    )
+    rate_limit_burst: int = Field(2000, gt=0, description="Requests a key may send at once above the rate.")
+    max_pending_pages: int = Field(
+        50_000,
+        gt=0,
+        description="Acknowledged pages not yet embedded, over every open space, beyond which writes get "
+        "503 + Retry-After: a client outrunning the embedder is slowed, the server's memory stays bounded.",
+    )
+    backpressure_retry_after_s: int = Field(
+        1, gt=0, description="Retry-After of a write refused by backpressure."
+    )
+    max_wait_for_writes_s: float = Field(
+        30.0, gt=0, description="Longest `wait_timeout_s` a read may ask for while waiting on write ids."
+    )
+    memory_budget_mb: int = Field(
+        1024, gt=0, description="Estimated resident memory of open spaces; least recently used close beyond."
+    )
+    max_open_spaces: int = Field(10_000, gt=0, description="Open spaces kept at most.")
+    preload_model: bool = Field(
+        True, description="Load the embedding model at start-up, so /readyz means the first call is fast."
+    )
+    sampler_interval_s: float = Field(
+        0.5, gt=0, description="How often the embedding backlog and write lag of open spaces are measured."
+    )
+
+    @property
+    def authenticated(self) -> bool:
+        """Keys are required: some are configured, or a keys file is named (even empty: nobody gets in)."""
+        return bool(self.keys) or self.keys_file is not None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class UnsafeBindError(ValueError):
+    """A non-loopback bind with no API key configured and no explicit `allow_unauthenticated`."""
+
+
+def check_bind(settings: ApiSettings) -> None:
+    """Refuse to expose unauthenticated memory to the network. Called before the socket is bound."""
+    if settings.authenticated or settings.allow_unauthenticated or is_loopback(settings.host):
+        return
+    raise UnsafeBindError(
+        f"--host {settings.host}: no API key is configured, so anyone reaching this address could read and "
+        "write every user's memory; give --keys-file (or MEMORYOS_API_KEYS), bind 127.0.0.1, or pass "
+        "--allow-unauthenticated"
+    )

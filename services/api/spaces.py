@@ -1,0 +1,229 @@
+"""`EmbeddedSpaces`: the open memory spaces of an embedded API process, and the calls made on them.
+
+The engine is synchronous; every call runs on a worker thread (`anyio.to_thread`), so the event loop keeps
+accepting requests while a space embeds or waits on SQLite. Spaces stay open in the engine's `SpacePool`
+(least recently used closed beyond the memory budget), keyed by (tenant, user, assistant), and every open
+space's background work runs on the process's one scheduler: a write is acknowledged when `add_memories`
+returns (durable in SQLite), embedded after by the scheduler's batcher.
+
+Reads never create a space: a read of a space that does not exist is `SpaceNotFoundError` (404) and
+leaves nothing on disk. The pool opens a space on first use; whether that open may create it is decided
+per call (`create`), carried to the pool's factory on the calling thread.
+
+Backlog and lag are measured here, for backpressure and `/metrics`, by a sampler every
+`sampler_interval_s`: pages not yet embedded over every open space, and the age of the oldest
+acknowledged write not yet searchable. Between samples, acknowledged pages are added to the last figure,
+so a burst is refused before the next sample sees it.
+"""
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+from anyio import to_thread
+
+from memoryos import MemoryConfig, Memoryos
+from memoryos.embedding.shared import shared_embedder
+from memoryos.errors import SpaceNotFoundError
+from memoryos.ops import AddTurns
+from memoryos.scheduler import shared_scheduler
+from memoryos.scheduler.batcher import BatcherStats
+from memoryos.space_layout import STORE_FILE
+from memoryos.space_pool import SpaceKey, SpacePool
+from services.api.access import BackpressureError, BundleContext, SpaceFigures
+from services.api.settings import ApiSettings
+from services.queue.calls import OwnerCall, run_call
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+MAX_TRACKED_WRITES = 10_000
+"""Acknowledged writes remembered per space for the lag figure; beyond it the oldest are forgotten (the lag
+then reads low rather than memory growing)."""
+
+
+class EmbeddedSpaces:
+    """Open spaces of this process, the calls on them, and their backlog. Thread-safe."""
+
+    def __init__(self, config: MemoryConfig, settings: ApiSettings, **parts: Any) -> None:
+        """`config`: the engine's settings (its `tenant` is replaced per call); `parts` (embedder, llm,
+        clock, scheduler) go to every `Memoryos` opened, as `Memoryos.from_config` takes them."""
+        self.config = config
+        self._settings = settings
+        self.parts = parts
+        self._tenant_configs: dict[str, MemoryConfig] = {}
+        self._opening = threading.local()
+        self._lock = threading.Lock()
+        self._open: dict[SpaceKey, Memoryos] = {}
+        self._acks: dict[SpaceKey, collections.deque[tuple[int, float]]] = {}
+        self._sampled_pending = 0
+        self._acked_since_sample = 0
+        self.write_lag_s = 0.0
+        self._pool: SpacePool[Memoryos] = SpacePool(
+            self._open_space,
+            memory_budget_bytes=settings.memory_budget_mb * 1024 * 1024,
+            max_open=settings.max_open_spaces,
+        )
+
+    def tenant_config(self, tenant: str) -> MemoryConfig:
+        """The engine configuration for one tenant's spaces (`<data_dir>/<tenant>/...`)."""
+        with self._lock:
+            found = self._tenant_configs.get(tenant)
+            if found is None:
+                found = self._tenant_configs[tenant] = MemoryConfig.model_validate(
+                    {**self.config.model_dump(), "tenant": tenant}
+                )
+            return found
+
+    async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
+        if call.creates:
+            self.refuse_over_backlog()
+        return await self.run(key, lambda memory: run_call(memory, call, args), create=call.creates)
+
+    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+        self.refuse_over_backlog()
+        page_ids = await self.run(key, lambda memory: memory.apply_write(op), create=True)
+        self.acknowledged(key, page_ids)
+        return page_ids
+
+    async def forget(self, key: SpaceKey) -> None:
+        await self.run(key, lambda memory: memory.forget_user())
+
+    def bundle_context(self, tenant: str) -> BundleContext:
+        return BundleContext(self.tenant_config(tenant), self.parts.get("embedder"))
+
+    async def ready(self) -> bool:
+        return True  # the model is loaded before the process says it is ready (`preload`)
+
+    async def maintain(self) -> None:
+        """Measure the backlog and the write lag every `sampler_interval_s`."""
+        while True:
+            try:
+                await to_thread.run_sync(self.sample)
+            except Exception as error:  # a failed sample must not stop the next ones
+                log.warning("backlog sample failed (%s)", type(error).__name__)
+            await anyio.sleep(self._settings.sampler_interval_s)
+
+    def figures(self) -> SpaceFigures:
+        return SpaceFigures(self.backlog_pages(), self.write_lag_s, self.open_count(), self.batcher_stats())
+
+    def refuse_over_backlog(self) -> None:
+        """`BackpressureError` while the embedding backlog is over its bound: memory stays bounded and the
+        client slows down, rather than pages piling up faster than the model embeds them."""
+        backlog, bound = self.backlog_pages(), self._settings.max_pending_pages
+        if backlog >= bound:
+            raise BackpressureError(
+                f"{backlog} pages wait to be embedded (bound {bound}); retry later",
+                self._settings.backpressure_retry_after_s,
+            )
+
+    async def run(self, key: SpaceKey, work: Callable[[Memoryos], T], *, create: bool = False) -> T:
+        """`work(memory)` on the space of `key`, on a worker thread. `create=False` (reads, edits): a space
+        that does not exist is `SpaceNotFoundError`, and nothing is created."""
+        return await to_thread.run_sync(self._call, key, work, create)
+
+    def _call(self, key: SpaceKey, work: Callable[[Memoryos], T], create: bool) -> T:
+        if not create and not self._is_open(key):
+            directory = self.tenant_config(key.tenant).space_dir(key.user_id, key.assistant_id)
+            if not (directory / STORE_FILE).is_file():
+                raise SpaceNotFoundError(directory)  # without touching the pool
+        self._opening.create = create
+        try:
+            with self._pool.use(key) as memory:
+                return work(memory)
+        finally:
+            self._opening.create = False
+
+    def _is_open(self, key: SpaceKey) -> bool:
+        with self._lock:
+            memory = self._open.get(key)
+        return memory is not None and not memory.space.closed
+
+    def _open_space(self, key: SpaceKey) -> Memoryos:
+        """The pool's factory; runs on the thread of the call that needs the space."""
+        create = bool(getattr(self._opening, "create", False))
+        memory = Memoryos.from_config(
+            key.user_id, self.tenant_config(key.tenant), key.assistant_id, create=create, **self.parts
+        )
+        with self._lock:
+            self._open[key] = memory
+        return memory
+
+    # --- backlog, lag and the embedder's batches ------------------------------------------------------------
+    def acknowledged(self, key: SpaceKey, page_ids: list[int]) -> None:
+        """A write to `key` was acknowledged with these pages: count them until the next sample sees them."""
+        if not page_ids:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._acked_since_sample += len(page_ids)
+            acks = self._acks.setdefault(key, collections.deque(maxlen=MAX_TRACKED_WRITES))
+            acks.append((max(page_ids), now))
+
+    def backlog_pages(self) -> int:
+        """Pages acknowledged but not yet embedded, over every open space (as of the last sample, plus the
+        pages acknowledged since)."""
+        with self._lock:
+            return self._sampled_pending + self._acked_since_sample
+
+    def sample(self) -> None:
+        """Measure the backlog and the write lag now (blocking: one indexed query per open space)."""
+        with self._lock:
+            spaces = list(self._open.items())
+            acked_before = self._acked_since_sample
+        pending_total, oldest_ack = 0, None
+        now = time.monotonic()
+        gone: list[SpaceKey] = []
+        for key, memory in spaces:
+            try:
+                if memory.space.closed:
+                    gone.append(key)
+                    continue
+                pending = memory.space.pending_page_count()
+                first_pending = memory.space.pending_page_ids(1) if pending else []
+            except Exception:  # closed under us by eviction or a forget: measured next time, if reopened
+                gone.append(key)
+                continue
+            pending_total += pending
+            with self._lock:
+                acks = self._acks.get(key)
+                if acks is None:
+                    continue
+                while acks and (not first_pending or acks[0][0] < first_pending[0]):
+                    acks.popleft()  # every page of that write is embedded
+                if acks:
+                    oldest_ack = acks[0][1] if oldest_ack is None else min(oldest_ack, acks[0][1])
+        with self._lock:
+            for key in gone:
+                if self._open.get(key) is not None and self._open[key].space.closed:
+                    del self._open[key]
+                    self._acks.pop(key, None)
+            self._sampled_pending = pending_total
+            self._acked_since_sample -= acked_before
+            self.write_lag_s = 0.0 if oldest_ack is None else now - oldest_ack
+
+    def open_count(self) -> int:
+        return len(self._pool)
+
+    def batcher_stats(self) -> BatcherStats | None:
+        """The embedding batcher's counters, once a space has been opened (else None: no model loaded)."""
+        with self._lock:
+            memory = next(iter(self._open.values()), None)
+        if memory is None:
+            return None
+        scheduler = self.parts.get("scheduler") or shared_scheduler(self.config)
+        return scheduler.batcher(memory.embedder).stats()
+
+    def preload(self) -> None:
+        """Load the embedding model now (blocking), so the first request does not wait seconds for it."""
+        if "embedder" not in self.parts:
+            shared_embedder(self.config).encode(["warm-up"], is_query=True)
+
+    def close(self) -> None:
+        """Close every open space (pending pages stay durable; the next start embeds them)."""
+        self._pool.close()

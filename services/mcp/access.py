@@ -1,0 +1,51 @@
+"""`MemoryAccess`: what every tool and resource needs — the caller's space, and calls on it that never
+create a space by reading.
+
+The spaces are the API's `Spaces` (`services/api/access.py`): over HTTP the very instance the REST routes
+use (embedded, or the Redis queue and its workers), over stdio an embedded one of the MCP process's own.
+Tools name the call to run (`services/queue/calls.py`), so they work the same in every mode. `caller_of`
+says who is calling from the request's context — fixed over stdio, from the API key over HTTP.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import Context
+
+from memoryos.errors import SpaceNotFoundError
+from memoryos.ops import AddTurns
+from memoryos.space_pool import SpaceKey
+from services.api.access import Spaces
+from services.mcp.scope import Caller, Defaults, space_key
+from services.queue.calls import OwnerCall
+
+T = TypeVar("T")
+
+CallerOf = Callable[[Context], Caller]
+"""Who is calling, from a request's context."""
+
+
+@dataclass(frozen=True)
+class MemoryAccess:
+    spaces: Spaces
+    caller_of: CallerOf
+    defaults: Defaults
+
+    def key(self, ctx: Context, user_id: str | None, assistant_id: str | None) -> SpaceKey:
+        return space_key(self.caller_of(ctx), self.defaults, user_id, assistant_id)
+
+    async def read(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T | None:
+        """`call` on an existing space; None when there is none (nothing is created)."""
+        try:
+            return await self.spaces.call(key, call, **args)
+        except SpaceNotFoundError:
+            return None
+
+    async def change(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
+        """`call` on an existing space (edits, deletes); `SpaceNotFoundError` when there is none."""
+        return await self.spaces.call(key, call, **args)
+
+    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+        """A write, creating the space on first use (`BackpressureError` over the bound)."""
+        return await self.spaces.write(key, op)

@@ -1,0 +1,49 @@
+"""`memoryos mcp`: the MCP server over stdio on the embedded engine, for a client that spawns it (Claude
+Desktop, Cline, Cursor), one process per client.
+
+Stdout carries protocol only: logging goes to stderr (WARNING, or INFO with `--verbose`), and while it
+serves, the SDK points file descriptor 1 at stderr so a stray print cannot corrupt the stream. Nothing
+heavy happens before the handshake: the embedding model loads on the first call that opens a space.
+
+Several clients may each spawn `memoryos mcp` on one data directory: every process reads the others'
+writes (docs/engine.md, "Several processes on one space"); `forget_user` needs the space alone and names
+the other processes' pids otherwise. On EOF or SIGTERM the open spaces are closed: pages not yet embedded
+stay durable and are embedded by the next process that opens them.
+"""
+
+import argparse
+import logging
+import sys
+
+from memoryos.cli_session import config_of
+from memoryos.validation import validate_id
+from services.api.settings import ApiSettings
+from services.api.spaces import EmbeddedSpaces
+from services.mcp.access import MemoryAccess
+from services.mcp.scope import DEFAULT_ASSISTANT_ID, Caller, Defaults
+from services.mcp.server import build_server
+
+
+def configure_stderr_logging(verbose: bool) -> None:
+    """Log lines on stderr only (WARNING; INFO for memoryos with --verbose). Set before the SDK's own
+    `basicConfig`, which then adds no handler of its own."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s", stream=sys.stderr, force=True)
+    if verbose:
+        logging.getLogger("memoryos").setLevel(logging.INFO)
+
+
+def run_stdio(args: argparse.Namespace) -> None:
+    """Serve until the client closes stdin. `args`: the CLI's `--data-dir`, `--verbose`, `--user` (optional:
+    without it every call names its user) and `--assistant`."""
+    configure_stderr_logging(bool(getattr(args, "verbose", False)))
+    user = validate_id("user", args.user) if args.user is not None else None  # a typo fails before serving
+    assistant = validate_id("assistant", args.assistant or DEFAULT_ASSISTANT_ID)
+    config = config_of(args)
+    spaces = EmbeddedSpaces(config, ApiSettings(preload_model=False))
+    caller = Caller(config.tenant)
+    access = MemoryAccess(spaces, lambda _ctx: caller, Defaults(user, assistant))
+    server = build_server(access)
+    try:
+        server.run("stdio")
+    finally:
+        spaces.close()

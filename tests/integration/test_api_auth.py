@@ -1,0 +1,118 @@
+"""API keys over real HTTP: every route needs one, a key reaches only its tenant, the keys file is
+re-read without a restart (rotation, revocation), and each key has a request rate."""
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.api.settings import ApiSettings
+from tests.support.api_server import RunningApi, offline_config, running_api
+from tests.support.fakes import HashEmbedder
+
+pytestmark = pytest.mark.integration
+
+KEY_A, KEY_B = "key-of-tenant-a-0123456789", "key-of-tenant-b-0123456789"
+
+
+def write_keys(path: Path, keys: dict[str, str]) -> None:
+    """Replace the keys file, with an mtime that surely differs from the previous one."""
+    previous = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(json.dumps({"keys": [{"key": k, "tenant": t} for k, t in keys.items()]}))
+    os.utime(path, ns=(previous + 10**9, previous + 10**9))
+
+
+@pytest.fixture(scope="module")
+def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "keys.json"
+    write_keys(path, {KEY_A: "tenant-a", KEY_B: "tenant-b"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, keys_file: Path) -> Iterator[RunningApi]:
+    settings = ApiSettings(port=0, keys_file=keys_file, keys_reload_interval_s=0)
+    config = offline_config(tmp_path_factory.mktemp("auth-data"))
+    with running_api(settings, config, embedder=HashEmbedder()) as running:
+        yield running
+
+
+def as_key(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def space_routes(api: RunningApi) -> list[tuple[str, str]]:
+    """(method, url) of every route under /v1, with its path parameters filled in."""
+    found = []
+    for template, operations in api.app.openapi()["paths"].items():
+        if template.startswith("/v1"):
+            path = template.format(user_id="maya", assistant_id="bot", page_id=1, entry_id=1, write_id="w1")
+            found += [(method.upper(), api.url + path) for method in operations]
+    return found
+
+
+def test_every_route_refuses_a_missing_or_wrong_key(api: RunningApi) -> None:
+    routes = space_routes(api)
+    assert len(routes) >= 15
+    for method, url in routes:
+        for headers in ({}, as_key("not-a-key"), {"authorization": "Basic " + KEY_A}):
+            answer = httpx.request(method, url, headers=headers, json={})
+            assert answer.status_code == 401, (method, url, answer.text)
+            assert answer.headers["www-authenticate"] == "Bearer"
+            assert answer.json()["error"] == "unauthorized"
+
+
+def test_health_and_metrics_need_no_key(api: RunningApi) -> None:
+    assert httpx.get(f"{api.url}/healthz").status_code == 200
+    assert httpx.get(f"{api.url}/metrics").status_code == 200
+
+
+def test_a_key_never_reaches_another_tenants_memory(api: RunningApi) -> None:
+    space = api.space_url("maya")
+    added = httpx.post(
+        f"{space}/memories", headers=as_key(KEY_A), json={"user_input": "A secret", "agent_response": "ok"}
+    )
+    assert added.status_code == 201
+    page_id = added.json()["page_id"]
+    b = as_key(KEY_B)
+    assert httpx.post(f"{space}/retrieve", headers=b, json={"query": "secret"}).status_code == 404
+    assert httpx.get(f"{space}/memories", headers=b).status_code == 404
+    assert httpx.get(f"{space}/memories/{page_id}", headers=b).status_code == 404
+    assert httpx.delete(f"{space}/memories/{page_id}", headers=b).status_code == 404
+    assert httpx.get(f"{space}/export", headers=b).status_code == 404
+    assert httpx.delete(space, headers=b).status_code == 404
+    # B writing "maya" makes B's own space; A's is untouched.
+    httpx.post(f"{space}/memories", headers=b, json={"user_input": "B's note", "agent_response": "ok"})
+    a_pages = httpx.get(f"{space}/memories", headers=as_key(KEY_A)).json()["pages"]
+    assert [p["user_input"] for p in a_pages] == ["A secret"]
+    assert (api.data_dir / "tenant-a" / "maya").is_dir() and (api.data_dir / "tenant-b" / "maya").is_dir()
+
+
+def test_keys_rotate_and_revoke_without_restart(api: RunningApi, keys_file: Path) -> None:
+    url = f"{api.space_url('rotator')}/memories"
+    new_key = "rotated-key-for-tenant-a-987654"
+    try:
+        write_keys(keys_file, {new_key: "tenant-a", KEY_B: "tenant-b"})
+        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 401  # revoked
+        assert httpx.get(url, headers=as_key(new_key)).status_code == 404  # valid: no such space yet
+        keys_file.write_text("{not json")  # a broken file keeps the keys in force
+        os.utime(keys_file, ns=(time.time_ns() + 5 * 10**9,) * 2)
+        assert httpx.get(url, headers=as_key(new_key)).status_code == 404
+    finally:
+        write_keys(keys_file, {KEY_A: "tenant-a", KEY_B: "tenant-b"})
+    assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404
+
+
+def test_requests_over_a_keys_rate_get_429_with_retry_after(tmp_path: Path) -> None:
+    settings = ApiSettings(port=0, keys={KEY_A: "t"}, rate_limit_per_s=0.5, rate_limit_burst=2)
+    with running_api(settings, offline_config(tmp_path), embedder=HashEmbedder()) as api:
+        url = f"{api.space_url('maya')}/memories"
+        codes = [httpx.get(url, headers=as_key(KEY_A)).status_code for _ in range(3)]
+        assert codes == [404, 404, 429]
+        limited = httpx.get(url, headers=as_key(KEY_A))
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert limited.json()["error"] == "rate_limited"

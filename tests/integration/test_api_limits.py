@@ -1,0 +1,187 @@
+"""Bad input over real HTTP: every case a 4xx whose JSON names the field, never a 5xx, never a file
+outside the data directory; and backpressure when the embedding backlog is over its bound."""
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from services.api.settings import ApiSettings
+from tests.support.api_server import RunningApi, offline_config, running_api
+from tests.support.fakes import HashEmbedder
+
+pytestmark = pytest.mark.integration
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
+    settings = ApiSettings(port=0, max_body_bytes=64 * 1024, max_turns_per_batch=4)
+    config = offline_config(tmp_path_factory.mktemp("root") / "data", max_text_chars=1000)
+    with running_api(settings, config, embedder=HashEmbedder()) as running:
+        yield running
+
+
+def post_raw(url: str, body: str) -> httpx.Response:
+    """`body` is JSON text as a client may send it, escapes included (`\\udcff`)."""
+    return httpx.post(url, content=body.encode(), headers=JSON)
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read(api: RunningApi) -> None:
+    url = f"{api.space_url('maya')}/memories"
+    declared = httpx.post(url, content=b"x" * (65 * 1024), headers=JSON)
+    assert declared.status_code == 413 and declared.json()["error"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield from (b"x" * 8192 for _ in range(20))
+
+    streamed = httpx.post(url, content=chunks(), headers=JSON)
+    assert streamed.status_code == 413 and "65536" in streamed.json()["message"]
+
+
+def test_too_many_turns_in_a_batch_is_422(api: RunningApi) -> None:
+    turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(5)]
+    answer = httpx.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
+    assert answer.status_code == 422 and answer.json()["field"] == "turns"
+    assert "at most 4 turns" in answer.json()["message"]
+
+
+def test_a_text_over_the_engines_limit_names_its_field(api: RunningApi) -> None:
+    turns = [{"user_input": "ok", "agent_response": "a"}, {"user_input": "ok", "agent_response": "b" * 1001}]
+    answer = httpx.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
+    assert answer.status_code == 422
+    assert (
+        answer.json()["field"] == "turns[1].agent_response" and "1001 characters" in answer.json()["message"]
+    )
+    assert not (api.data_dir / "default" / "maya").exists()  # nothing of the batch was stored
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("memories", '{"user_input": "\\udcff", "agent_response": "a"}', "user_input"),
+        ("memories", '{"user_input": "a", "agent_response": "x\\ud800y"}', "agent_response"),
+        ("memories", '{"user_input": "a", "agent_response": "b", "timestamp": "\\udfff"}', "timestamp"),
+        (
+            "memories",
+            '{"user_input": "a", "agent_response": "b", "meta_data": {"k": ["\\udcff"]}}',
+            "meta_data",
+        ),
+        ("memories", '{"user_input": "a", "agent_response": "b", "meta_data": {"\\udcff": 1}}', "meta_data"),
+        (
+            "memories/batch",
+            '{"turns": [{"user_input": "\\udcff", "agent_response": "a"}]}',
+            "turns[0].user_input",
+        ),
+        ("retrieve", '{"query": "\\udcff"}', "query"),
+        ("response", '{"query": "hi", "style_hint": "\\ud83d"}', "style_hint"),
+    ],
+)
+def test_a_lone_surrogate_is_422_naming_the_field(api: RunningApi, route: str, body: str, field: str) -> None:
+    answer = post_raw(f"{api.space_url('surrogates')}/{route}", body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == field and "surrogate" in answer.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("{not json", "body"),
+        ("[1, 2]", "body"),
+        ('{"user_input": "a"}', "agent_response"),
+        ('{"user_input": "a", "agent_response": "b", "extra": 1}', "extra"),
+        ('{"user_input": "a", "agent_response": "b", "ttl_s": Infinity}', "ttl_s"),
+        ('{"user_input": "a", "agent_response": "b", "ttl_s": -1}', "ttl_s"),
+        ('{"user_input": "a", "agent_response": "b", "write_id": "../x"}', "write_id"),
+        ('{"user_input": "a", "agent_response": "b", "timestamp": "yesterday"}', "timestamp"),
+        ('{"user_input": "   ", "agent_response": "b"}', "user_input"),
+        ('{"user_input": "a\\u0000", "agent_response": "b"}', "user_input"),
+    ],
+)
+def test_malformed_writes_are_422_naming_the_field(api: RunningApi, body: str, field: str) -> None:
+    answer = post_raw(f"{api.space_url('malformed')}/memories", body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == field and answer.json()["message"]
+
+
+@pytest.mark.parametrize(
+    "user_id", ["..", "..%2F..%2Fetc", "a%20b", "-lead", "x" * 200, "%2e%2e", ".hidden", "a%00b", "%C3%A9"]
+)
+def test_bad_ids_never_touch_a_file_outside_the_data_dir(api: RunningApi, user_id: str) -> None:
+    before = sorted(p.name for p in api.data_dir.parent.iterdir())
+    for answer in (
+        httpx.post(
+            f"{api.url}/v1/users/{user_id}/assistants/bot/memories",
+            json={"user_input": "a", "agent_response": "b"},
+        ),
+        httpx.get(f"{api.url}/v1/users/{user_id}/assistants/bot/memories"),
+        httpx.get(f"{api.url}/v1/users/maya/assistants/{user_id}/stats"),
+    ):
+        assert answer.status_code in (404, 422), answer.text
+        assert answer.json()["message"]
+    assert sorted(p.name for p in api.data_dir.parent.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "memories/0",
+        "memories/-1",
+        "memories/abc",
+        "memories/99999999999999999999999",
+        "facts/1.5",
+        "writes/..",
+        "writes/" + "w" * 65,
+    ],
+)
+def test_bad_item_ids_are_4xx(api: RunningApi, path: str) -> None:
+    httpx.post(f"{api.space_url('items')}/memories", json={"user_input": "a", "agent_response": "b"})
+    answer = httpx.get(f"{api.space_url('items')}/{path}")
+    assert 400 <= answer.status_code < 500, answer.text
+
+
+def test_paging_bounds_are_422(api: RunningApi) -> None:
+    url = f"{api.space_url('items')}/memories"
+    for params in ({"limit": 0}, {"limit": 100000}, {"offset": -1}, {"offset": 2**70}):
+        answer = httpx.get(url, params=params)
+        assert answer.status_code == 422 and answer.json()["field"] in ("limit", "offset")
+
+
+class BlockedEmbedder(HashEmbedder):
+    """Page batches wait until `release` is set: the backlog grows as writes are acknowledged."""
+
+    def __init__(self) -> None:
+        super().__init__(name="blocked-hash-embedder")
+        self.release = threading.Event()
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        if not is_query:
+            self.release.wait(60)
+        return super().encode(texts, is_query=is_query)
+
+
+def test_writes_over_the_backlog_bound_get_503_with_retry_after(tmp_path: Path) -> None:
+    embedder = BlockedEmbedder()
+    settings = ApiSettings(port=0, max_pending_pages=3, backpressure_retry_after_s=2, sampler_interval_s=0.05)
+    try:
+        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
+            space = api.space_url("flood")
+            turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(3)]
+            assert httpx.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
+            refused = httpx.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
+            assert refused.json()["error"] == "unavailable"
+            deadline = time.monotonic() + 5  # the sampler's next figure: the 3 pages stuck in the embedder
+            while "memoryos_queue_depth 3.0" not in httpx.get(f"{api.url}/metrics").text:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            embedder.release.set()
+            status = httpx.get(f"{space}/memories")  # reads go on meanwhile
+            assert status.status_code == 200 and status.json()["total"] == 3
+    finally:
+        embedder.release.set()

@@ -1,0 +1,180 @@
+"""The API with `--redis-url` (uvicorn on a free port, real HTTP, a real `redis-server`): writes are
+acknowledged once Redis holds them, before any worker runs; every other route is answered by the worker
+that owns the space (on a thread here, as in `test_queue_worker.py`); MCP over HTTP works the same way."""
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from memoryos import MemoryConfig
+from services.api.settings import ApiSettings
+from services.client import ApiError, MemoryClient
+from services.queue.keys import Keys
+from services.queue.settings import QueueSettings
+from tests.integration.test_mcp_http import connect, ok
+from tests.support.api_server import RunningApi, running_api
+from tests.support.queue_worker import Running, wait_for
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"key-acme": "acme", "key-globex": "globex"}
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def queue(redis_server: RedisServer, request: pytest.FixtureRequest) -> QueueSettings:
+    """A namespace per test: tests share the server, never keys."""
+    return QueueSettings(
+        redis_url=redis_server.url,
+        redis_namespace=f"api{abs(hash(request.node.name)) % 10**8}",
+        shard_count=4,
+        lease_ttl_s=1.0,
+        read_timeout_s=5.0,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> MemoryConfig:
+    return MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+
+
+@pytest.fixture
+def api(queue: QueueSettings, tmp_path: Path) -> Iterator[RunningApi]:
+    settings = ApiSettings(keys=KEYS, port=0)
+    # The API's own MemoryConfig points elsewhere: it must never open the workers' data directory.
+    api_config = MemoryConfig(data_dir=tmp_path / "api-side")
+    with running_api(settings, api_config, queue=queue) as running:
+        yield running
+
+
+def client(api: RunningApi, key: str = "key-acme") -> MemoryClient:
+    return MemoryClient(api.url, api_key=key, timeout_s=30)
+
+
+def test_writes_are_acknowledged_by_redis_alone_and_applied_in_order_by_the_owner(
+    api: RunningApi, queue: QueueSettings, config: MemoryConfig, tmp_path: Path
+) -> None:
+    memory = client(api)
+    assert httpx.get(f"{api.url}/readyz").status_code == 200  # Redis answers: ready with no worker
+    added = memory.add("maya", "I adopted a dog called Pico.", "Lovely name!", write_id="w-dog")
+    assert added.page_id is None and added.page_ids == []  # the owner assigns them when it applies
+    batch = memory.add_batch(
+        "maya", [{"user_input": f"Note {i}: topic {i}.", "agent_response": "Noted."} for i in range(5)]
+    )
+    with pytest.raises(ApiError) as no_owner:
+        memory.stats("maya")
+    assert no_owner.value.status == 503 and no_owner.value.retry_after_s is not None
+    scraped = httpx.get(f"{api.url}/metrics").text
+    assert "memoryos_queue_depth 2.0" in scraped  # two writes wait in Redis
+    assert not (tmp_path / "api-side").exists()  # the API opened no space
+
+    worker = Running(queue, config, "w-api")
+    try:
+        context = memory.retrieve(
+            "maya", "What is my dog called?", wait_for_write_ids=["w-dog", batch.write_id], top_k=3
+        )
+        assert any("Pico" in page.user_input for page in context.retrieved_pages + context.short_term_memory)
+        listed = memory.list_pages("maya")
+        assert [page.user_input for page in listed.pages] == ["I adopted a dog called Pico."] + [
+            f"Note {i}: topic {i}." for i in range(5)
+        ]
+        status = memory.write_status("maya", "w-dog")
+        assert status.searchable and status.page_ids == [listed.pages[0].page_id]
+        assert memory.add("maya", "I adopted a dog called Pico.", "Lovely name!", write_id="w-dog")  # retry
+        assert memory.list_pages("maya").total == 6  # stored once
+        assert "memoryos_queue_depth 0.0" in httpx.get(f"{api.url}/metrics").text
+    finally:
+        worker.stop()
+
+
+def test_every_lifecycle_route_reaches_the_owner_and_tenants_stay_apart(
+    api: RunningApi, queue: QueueSettings, config: MemoryConfig
+) -> None:
+    acme, globex = client(api), client(api, "key-globex")
+    acme.add_batch("rui", [{"user_input": f"Rui note {i}.", "agent_response": "Ok."} for i in range(3)])
+    worker = Running(queue, config, "w-life")
+    try:
+        first, second, third = acme.list_pages("rui").pages
+        assert acme.get_page("rui", first.page_id).user_input == "Rui note 0."
+        assert (
+            acme.update_page("rui", second.page_id, user_input="Rui note one.").user_input == "Rui note one."
+        )
+        assert acme.delete_page("rui", third.page_id).page_ids == [third.page_id]
+        with pytest.raises(ApiError) as gone:
+            acme.get_page("rui", third.page_id)
+        assert (gone.value.status, gone.value.code) == (404, "item_not_found")
+        assert acme.facts("rui") == [] or all(fact.entry_id for fact in acme.facts("rui"))
+        acme.consolidate("rui")
+        assert acme.stats("rui").short_term_pages + acme.stats("rui").mid_term_pages == 2
+        with pytest.raises(ApiError) as other_tenant:  # globex's key names globex's own (empty) rui
+            globex.list_pages("rui")
+        assert (other_tenant.value.status, other_tenant.value.code) == (404, "space_not_found")
+        assert "data" not in other_tenant.value.message  # no worker path leaks into the message
+        with pytest.raises(ApiError) as bad:
+            acme.update_page("rui", first.page_id, user_input="")
+        assert bad.value.status == 422 and bad.value.field == "user_input"
+        with pytest.raises(ApiError) as export:
+            acme.export_bundle("rui")
+        assert export.value.status == 501
+
+        acme.forget("rui")
+        wait_for(lambda: not config.space_dir("rui", "bot").exists())
+        with pytest.raises(ApiError) as forgotten:
+            acme.stats("rui")
+        assert forgotten.value.status == 404
+        assert not (config.data_dir / "globex").exists()  # globex's reads created nothing
+    finally:
+        worker.stop()
+
+
+def test_forget_purges_writes_no_worker_applied_yet(
+    api: RunningApi, queue: QueueSettings, redis_server: RedisServer
+) -> None:
+    memory = client(api)
+    memory.add("lena", "My secret is 4321.", "Noted.")
+    memory.forget("lena")
+    stream_text = b"".join(
+        value
+        for shard in range(queue.shard_count)
+        for _, fields in redis.Redis.from_url(redis_server.url).xrange(
+            Keys(queue.redis_namespace).writes(shard)
+        )
+        for value in fields.values()
+    )
+    assert b"4321" not in stream_text and b"forget_space" in stream_text
+
+
+def test_mcp_tools_work_through_the_queue(
+    api: RunningApi, queue: QueueSettings, config: MemoryConfig
+) -> None:
+    worker = Running(queue, config, "w-mcp")
+    try:
+        with ExitStack() as stack:
+            session = connect(api, "key-acme", stack)
+            added = ok(
+                session.tool(
+                    "add_memory", user_input="My cat is called Miso.", agent_response="Cute!", user_id="ana"
+                )
+            )
+            assert added["details"]["page_id"] is None and added["details"]["write_id"]
+            wait_for(lambda: ok(session.tool("retrieve_memory", query="cat", user_id="ana"))["space_exists"])
+            found = ok(session.tool("retrieve_memory", query="What is my cat called?", user_id="ana"))
+            pages = found["short_term_memory"] + found["retrieved_pages"]
+            assert any("Miso" in page["user_input"] for page in pages)
+            profile = ok(session.tool("get_user_profile", user_id="ana"))
+            assert profile["space_exists"] and profile["user_knowledge"] is not None
+            missing = session.tool("delete_memory", page_id=999, user_id="ana")
+            assert missing.is_error  # a tool error, and the server keeps answering
+            assert ok(session.tool("retrieve_memory", query="cat", user_id="nobody"))["space_exists"] is False
+    finally:
+        worker.stop()

@@ -1,0 +1,60 @@
+"""The real API app under uvicorn on a free loopback port, in a thread of the test process, for tests
+that speak HTTP to it (`with running_api(settings, config) as api: httpx.get(api.url + "/healthz")`)."""
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from memoryos import MemoryConfig
+from services.api.main import create_app
+from services.api.settings import ApiSettings
+
+
+def offline_config(data_dir: Path, **overrides: Any) -> MemoryConfig:
+    """The embedded default on `data_dir`: bundled MiniLM, offline LLM whatever the environment says."""
+    return MemoryConfig(data_dir=data_dir, openai_api_key=None, openai_base_url=None, **overrides)
+
+
+@dataclass
+class RunningApi:
+    url: str
+    app: FastAPI
+    data_dir: Path
+
+    def space_url(self, user_id: str, assistant_id: str = "bot") -> str:
+        return f"{self.url}/v1/users/{user_id}/assistants/{assistant_id}"
+
+
+@contextlib.contextmanager
+def running_api(settings: ApiSettings, config: MemoryConfig, **parts: Any) -> Iterator[RunningApi]:
+    """Serve `create_app(settings, config, **parts)` until the block exits; ready (`/readyz` 200) on entry."""
+    app = create_app(settings, config, **parts)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                break
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API did not become ready")
+        time.sleep(0.05)
+    try:
+        yield RunningApi(url, app, config.data_dir)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

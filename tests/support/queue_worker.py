@@ -1,0 +1,40 @@
+"""A `memoryos worker` on a thread of the test process (hashed fake embedder, offline LLM), for tests
+against a real `redis-server`; `tests/integration/test_worker_process.py` runs the real process."""
+
+import threading
+import time
+from typing import Any
+
+from memoryos import MemoryConfig
+from memoryos.llm.offline import OfflineLLM
+from services.queue.settings import QueueSettings
+from services.worker.main import Worker
+from tests.support.fakes import HashEmbedder
+
+
+def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+class Running:
+    """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
+    Starting returns once it owns a shard."""
+
+    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str) -> None:
+        self.worker = Worker(settings, config, worker_id=name, embedder=HashEmbedder(), llm=OfflineLLM())
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+        wait_for(lambda: bool(self.worker.leases.owned))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=30)
+
+    def kill(self) -> None:
+        """Stop its loop without releasing its leases: they expire as a dead process's would."""
+        self.worker.leases.release_all = lambda: None  # type: ignore[method-assign]
+        self.stop()
