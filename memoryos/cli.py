@@ -323,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--user", default=None, help="default user of calls that name none")
     mcp.add_argument("--assistant", default="default_assistant_profile", help="default assistant id")
+    _api_flags(mcp)
     mcp.epilog = "the data directory is the global flag: memoryos --data-dir DIR mcp --user ID (docs/mcp.md)"
     from memoryos.cli_bundle import register as register_bundle
 

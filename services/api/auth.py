@@ -3,9 +3,12 @@
 The keys file is JSON:
 
     {"keys": [{"key": "mk_live_...", "tenant": "acme"},
-              {"key_sha256": "<hex digest of a key>", "tenant": "globex", "name": "ci"}]}
+              {"key_sha256": "<hex digest of a key>", "tenant": "globex", "name": "ci"},
+              {"key": "mk_agent_...", "tenant": "acme", "user_id": "maya"}]}
 
-A key may be stored as its SHA-256 digest only, so the file need not hold secrets. Rotation: add the new
+A key may be stored as its SHA-256 digest only, so the file need not hold secrets. A key with a `user_id`
+is bound to that user: it reaches that user's spaces only (REST answers 403 for any other user, MCP
+calls are refused), so an agent holding it cannot be talked into reading someone else's memory. Rotation: add the new
 key, deploy it to clients, remove the old one; revocation: remove it. The file is checked (one `stat`) at
 most every `keys_reload_interval_s` and re-read when its mtime, size or inode changed; a file that no
 longer parses keeps the previous keys and logs why (never a key): a typo must not lock every client out.
@@ -35,12 +38,21 @@ DEFAULT_TENANT = "default"
 
 
 @dataclass(frozen=True)
+class KeyOwner:
+    """Whose a key is: a tenant, and for a key bound to one user, that user."""
+
+    tenant: str
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Caller:
-    """Who is calling: the tenant whose memory the request may touch, and an opaque id of the key (its
-    digest's first 12 hex digits) for rate limits and logs."""
+    """Who is calling: the tenant whose memory the request may touch, an opaque id of the key (its
+    digest's first 12 hex digits) for rate limits and logs, and the one user a bound key may reach."""
 
     tenant: str
     key_id: str
+    user_id: str | None = None
 
 
 class KeysFileError(ValueError):
@@ -51,8 +63,8 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
-def parse_keys_file(text: str, path: Path) -> dict[bytes, str]:
-    """Digest -> tenant from the keys file's JSON; `KeysFileError` naming the entry at fault."""
+def parse_keys_file(text: str, path: Path) -> dict[bytes, KeyOwner]:
+    """Digest -> owner from the keys file's JSON; `KeysFileError` naming the entry at fault."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -60,16 +72,18 @@ def parse_keys_file(text: str, path: Path) -> dict[bytes, str]:
     entries = data.get("keys") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise KeysFileError(f'{path}: expected {{"keys": [{{"key": ..., "tenant": ...}}, ...]}}')
-    found: dict[bytes, str] = {}
+    found: dict[bytes, KeyOwner] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise KeysFileError(f"{path}: keys[{i}] is not an object")
         try:
             tenant = validate_id(f"keys[{i}].tenant", entry.get("tenant"))
+            bound = entry.get("user_id")
+            owner = KeyOwner(tenant, None if bound is None else validate_id(f"keys[{i}].user_id", bound))
         except ValueError as error:
             raise KeysFileError(f"{path}: {error}") from None
         if isinstance(entry.get("key"), str) and entry["key"]:
-            found[_digest(entry["key"])] = tenant
+            found[_digest(entry["key"])] = owner
         elif isinstance(entry.get("key_sha256"), str):
             try:
                 digest = bytes.fromhex(entry["key_sha256"])
@@ -77,7 +91,7 @@ def parse_keys_file(text: str, path: Path) -> dict[bytes, str]:
                 digest = b""
             if len(digest) != 32:
                 raise KeysFileError(f"{path}: keys[{i}].key_sha256 is not 64 hex digits")
-            found[digest] = tenant
+            found[digest] = owner
         else:
             raise KeysFileError(f"{path}: keys[{i}] needs a non-empty 'key' or 'key_sha256'")
     return found
@@ -91,11 +105,13 @@ class KeyStore:
     ) -> None:
         """`keys`: key -> tenant from settings; `keys_file`: re-read when it changes. With neither, every
         call is the default tenant's (`required` is False)."""
-        self._fixed = {_digest(key): validate_id("keys.tenant", tenant) for key, tenant in keys.items()}
+        self._fixed = {
+            _digest(key): KeyOwner(validate_id("keys.tenant", tenant)) for key, tenant in keys.items()
+        }
         self._file = keys_file
         self._interval_s = reload_interval_s
         self._lock = threading.Lock()
-        self._from_file: dict[bytes, str] = {}
+        self._from_file: dict[bytes, KeyOwner] = {}
         self._file_stamp: tuple[int, int, int] | None = None
         self._checked_at = -float("inf")
         if keys_file is not None:
@@ -114,13 +130,13 @@ class KeyStore:
             return None
         self._maybe_reload()
         presented = _digest(token)
-        tenant: str | None = None
+        found: KeyOwner | None = None
         with self._lock:
             candidates = list(self._fixed.items()) + list(self._from_file.items())
         for digest, owner in candidates:  # every digest compared: no early exit
             if hmac.compare_digest(presented, digest):
-                tenant = owner
-        return None if tenant is None else Caller(tenant, presented.hex()[:12])
+                found = owner
+        return None if found is None else Caller(found.tenant, presented.hex()[:12], found.user_id)
 
     def _maybe_reload(self) -> None:
         if self._file is None:
@@ -147,4 +163,5 @@ class KeyStore:
             return
         with self._lock:
             self._from_file, self._file_stamp = keys, stamp
-        log.info("keys file loaded", extra={"keys": len(keys), "tenants": len(set(keys.values()))})
+        tenants = {owner.tenant for owner in keys.values()}
+        log.info("keys file loaded", extra={"keys": len(keys), "tenants": len(tenants)})

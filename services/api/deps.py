@@ -69,8 +69,12 @@ AssistantId = Annotated[
 
 def space_key(caller: CallerDep, user_id: UserId, assistant_id: AssistantId) -> SpaceKey:
     """The space the path names, in the caller's tenant; ids checked by the engine's rule (no path
-    separators, no `..`: 422 before any file is touched)."""
-    return SpaceKey(caller.tenant, validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
+    separators, no `..`: 422 before any file is touched). A key bound to one user reaches that user only
+    (403 otherwise)."""
+    user = validate_id("user_id", user_id)
+    if caller.user_id is not None and user != caller.user_id:
+        raise HTTPException(403, f"this API key may reach user {caller.user_id!r} only")
+    return SpaceKey(caller.tenant, user, validate_id("assistant_id", assistant_id))
 
 
 SpaceDep = Annotated[SpaceKey, Depends(space_key)]

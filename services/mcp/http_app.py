@@ -61,8 +61,7 @@ class BearerGate:
         if retry_after is not None:
             await _refuse(send, 429, "request rate over this key's limit", {"retry-after": str(retry_after)})
             return
-        # A key bound to one user (when the key store says so) reaches that user only.
-        caller = Caller(found.tenant, getattr(found, "user_id", None))
+        caller = Caller(found.tenant, found.user_id)  # a key bound to one user reaches that user only
         await self.app({**scope, CALLER_SCOPE_KEY: caller}, receive, send)
 
 

@@ -1,5 +1,6 @@
 """`memoryos mcp`: the MCP server over stdio on the embedded engine, for a client that spawns it (Claude
-Desktop, Cline, Cursor), one process per client.
+Desktop, Cline, Cursor), one process per client — or, with `--api-url` (and `--api-key`), as a thin client
+of a running API (`remote.py`): no store, no model in this process.
 
 Stdout carries protocol only: logging goes to stderr (WARNING, or INFO with `--verbose`), and while it
 serves, the SDK points file descriptor 1 at stderr so a stray print cannot corrupt the stream. Nothing
@@ -17,9 +18,12 @@ import sys
 
 from memoryos.cli_session import config_of
 from memoryos.validation import validate_id
+from services.api.access import Spaces
 from services.api.settings import ApiSettings
 from services.api.spaces import EmbeddedSpaces
+from services.client import AsyncMemoryClient
 from services.mcp.access import MemoryAccess
+from services.mcp.remote import RemoteSpaces
 from services.mcp.scope import DEFAULT_ASSISTANT_ID, Caller, Defaults
 from services.mcp.server import build_server
 
@@ -34,12 +38,17 @@ def configure_stderr_logging(verbose: bool) -> None:
 
 def run_stdio(args: argparse.Namespace) -> None:
     """Serve until the client closes stdin. `args`: the CLI's `--data-dir`, `--verbose`, `--user` (optional:
-    without it every call names its user) and `--assistant`."""
+    without it every call names its user), `--assistant`, and `--api-url` / `--api-key`."""
     configure_stderr_logging(bool(getattr(args, "verbose", False)))
     user = validate_id("user", args.user) if args.user is not None else None  # a typo fails before serving
     assistant = validate_id("assistant", args.assistant or DEFAULT_ASSISTANT_ID)
     config = config_of(args)
-    spaces = EmbeddedSpaces(config, ApiSettings(preload_model=False))
+    api_url = getattr(args, "api_url", None)
+    spaces: Spaces = (
+        RemoteSpaces(config, AsyncMemoryClient(api_url, api_key=getattr(args, "api_key", None)))
+        if api_url
+        else EmbeddedSpaces(config, ApiSettings(preload_model=False))
+    )
     caller = Caller(config.tenant)
     access = MemoryAccess(spaces, lambda _ctx: caller, Defaults(user, assistant))
     server = build_server(access)

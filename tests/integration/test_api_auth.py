@@ -5,12 +5,15 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
+from services.api.auth import KeysFileError, parse_keys_file
 from services.api.settings import ApiSettings
+from tests.integration.test_mcp_http import connect, ok
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder
 
@@ -116,3 +119,34 @@ def test_requests_over_a_keys_rate_get_429_with_retry_after(tmp_path: Path) -> N
         limited = httpx.get(url, headers=as_key(KEY_A))
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
         assert limited.json()["error"] == "rate_limited"
+
+
+def test_a_key_bound_to_one_user_reaches_that_user_only_over_rest_and_mcp(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    agent_key = "key-of-mayas-agent-0123456789"
+    path.write_text(json.dumps({"keys": [{"key": agent_key, "tenant": "clinic", "user_id": "maya"}]}))
+    settings = ApiSettings(port=0, keys_file=path)
+    with running_api(settings, offline_config(tmp_path / "data"), embedder=HashEmbedder()) as api:
+        maya = httpx.post(
+            f"{api.space_url('maya')}/memories",
+            json={"user_input": "I take insulin.", "agent_response": "Noted."},
+            headers=as_key(agent_key),
+        )
+        assert maya.status_code == 201
+        for method, url in space_routes(api):
+            other = url.replace("/users/maya/", "/users/ola/")
+            response = httpx.request(method, other, headers=as_key(agent_key), json={})
+            assert response.status_code == 403, (method, other, response.text)
+            assert response.json()["error"] == "forbidden"
+        with ExitStack() as stack:
+            session = connect(api, agent_key, stack)
+            assert ok(session.tool("retrieve_memory", query="insulin"))["user_id"] == "maya"
+            refused = session.tool("retrieve_memory", query="insulin", user_id="ola")
+            assert refused.is_error
+        assert not (tmp_path / "data" / "clinic" / "ola").exists()
+
+
+def test_a_bound_key_names_a_valid_user(tmp_path: Path) -> None:
+    bad = '{"keys": [{"key": "k", "tenant": "t", "user_id": "../x"}]}'
+    with pytest.raises(KeysFileError, match=r"keys\[0\]\.user_id"):
+        parse_keys_file(bad, tmp_path / "keys.json")
