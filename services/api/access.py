@@ -15,6 +15,7 @@ from memoryos.ops import AddTurns
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space_pool import SpaceKey
 from services.queue.calls import OwnerCall
+from services.queue.dead_letters import DeadLetter
 
 T = TypeVar("T")
 
@@ -69,6 +70,11 @@ class Spaces(Protocol):
 
     async def forget(self, key: SpaceKey) -> None:
         """Erase the space (after every write accepted before it)."""
+        ...
+
+    async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
+        """Writes of the tenant (of one user, if given) that could never be applied: only a queue has
+        any (embedded, a refused write is refused before it is acknowledged)."""
         ...
 
     def bundle_context(self, tenant: str) -> "BundleContext":

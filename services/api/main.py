@@ -15,7 +15,15 @@ from services.api.lifespan import lifespan
 from services.api.metrics import ApiMetrics, LatencyMiddleware
 from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
-from services.api.routes import bundles, health, lifecycle, memories, profile, retrieve
+from services.api.routes import (
+    bundles,
+    dead_letters,
+    health,
+    lifecycle,
+    memories,
+    profile,
+    retrieve,
+)
 from services.api.settings import ApiSettings
 from services.api.spaces import EmbeddedSpaces
 from services.mcp.http_app import mount_mcp
@@ -51,7 +59,7 @@ def create_app(
     )
     app.state.api = state
     install_error_handlers(app)
-    for module in (memories, retrieve, profile, lifecycle, bundles, health):
+    for module in (memories, retrieve, profile, lifecycle, bundles, dead_letters, health):
         app.include_router(module.router)
     mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces
     app.add_middleware(CatchAllMiddleware)

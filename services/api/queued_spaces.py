@@ -21,6 +21,7 @@ from memoryos.space_pool import SpaceKey
 from services.api.access import BackpressureError, BundleContext, NotInThisModeError, SpaceFigures
 from services.queue import streams
 from services.queue.calls import OwnerCall
+from services.queue.dead_letters import DeadLetter, list_dead_letters
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
@@ -66,6 +67,11 @@ class QueuedSpaces:
             self.queue.enqueue(key, ForgetSpace())
 
         await to_thread.run_sync(purge_then_forget)
+
+    async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
+        return await to_thread.run_sync(
+            lambda: list_dead_letters(self.client, self.queue.keys, tenant, user_id, limit)
+        )
 
     def bundle_context(self, tenant: str) -> BundleContext:
         raise NotInThisModeError(

@@ -37,6 +37,7 @@ from memoryos.space_pool import SpaceKey, SpacePool
 from services.api.access import BackpressureError, BundleContext, SpaceFigures
 from services.api.settings import ApiSettings
 from services.queue.calls import OwnerCall, run_call
+from services.queue.dead_letters import DeadLetter
 
 T = TypeVar("T")
 
@@ -93,6 +94,9 @@ class EmbeddedSpaces:
 
     async def forget(self, key: SpaceKey) -> None:
         await self.run(key, lambda memory: memory.forget_user())
+
+    async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
+        return []
 
     def bundle_context(self, tenant: str) -> BundleContext:
         return BundleContext(self.tenant_config(tenant), self.parts.get("embedder"))

@@ -25,10 +25,13 @@ from memoryos.errors import (
 from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError
-from services.client import ApiError
 from services.mcp.scope import AccessDeniedError
 
 log = logging.getLogger(__name__)
+
+
+class RemoteRefusal(Exception):
+    """A running API refused a call (`memoryos mcp --api-url`); its message is written for callers."""
 
 
 def message_of(error: Exception) -> str | None:
@@ -45,8 +48,8 @@ def message_of(error: Exception) -> str | None:
         AccessDeniedError | BackpressureError | ItemNotFoundError | EmbeddingModelMismatchError | LLMError,
     ):
         return str(error)
-    if isinstance(error, ApiError):  # the remote API's own message, written for callers (--api-url)
-        return error.message
+    if isinstance(error, RemoteRefusal):
+        return str(error)
     if isinstance(error, SpaceBusyError):  # the space named by its user and assistant, not its path
         space = f"of user {error.directory.parent.name!r} (assistant {error.directory.name!r})"
         return str(error).replace(str(error.directory), space)

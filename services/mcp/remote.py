@@ -16,8 +16,10 @@ from memoryos.ops import AddTurns
 from memoryos.space_pool import SpaceKey
 from services.api.access import BackpressureError, BundleContext, NotInThisModeError, SpaceFigures
 from services.client import ApiError, AsyncMemoryClient
+from services.mcp.errors import RemoteRefusal
 from services.queue import calls
 from services.queue.calls import OwnerCall
+from services.queue.dead_letters import DeadLetter
 
 T = TypeVar("T")
 
@@ -51,12 +53,13 @@ REMOTE_CALLS: dict[str, Send] = {
 
 def _local_error(error: ApiError, key: SpaceKey) -> Exception:
     """The engine's error for what the server answered, so tools report it as they do embedded: a
-    missing space reads as empty, backpressure says to retry; any other answer keeps its message."""
+    missing space reads as empty, backpressure says to retry; any other answer is passed on with its
+    message."""
     if error.code == "space_not_found":
         return SpaceNotFoundError(Path("api") / key.tenant / key.user_id / key.assistant_id)
     if error.status in (429, 503):
         return BackpressureError(error.message, error.retry_after_s or 1)
-    return error
+    return RemoteRefusal(error.message)
 
 
 class RemoteSpaces:
@@ -91,6 +94,9 @@ class RemoteSpaces:
             await self.api.forget(key.user_id, assistant_id=key.assistant_id)
         except ApiError as error:
             raise _local_error(error, key) from None
+
+    async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
+        return []  # the API lists them itself (GET /v1/dead-letters)
 
     def bundle_context(self, tenant: str) -> BundleContext:
         raise NotInThisModeError("export and import go to the API itself (GET .../export, POST .../import)")

@@ -16,14 +16,13 @@ import argparse
 import logging
 import sys
 
+from memoryos import MemoryConfig
 from memoryos.cli_session import config_of
 from memoryos.validation import validate_id
 from services.api.access import Spaces
 from services.api.settings import ApiSettings
 from services.api.spaces import EmbeddedSpaces
-from services.client import AsyncMemoryClient
 from services.mcp.access import MemoryAccess
-from services.mcp.remote import RemoteSpaces
 from services.mcp.scope import DEFAULT_ASSISTANT_ID, Caller, Defaults
 from services.mcp.server import build_server
 
@@ -36,6 +35,16 @@ def configure_stderr_logging(verbose: bool) -> None:
         logging.getLogger("memoryos").setLevel(logging.INFO)
 
 
+def _spaces(config: MemoryConfig, api_url: str | None, api_key: str | None) -> Spaces:
+    """The engine in this process, or a running API's (imported only then: the start stays short)."""
+    if not api_url:
+        return EmbeddedSpaces(config, ApiSettings(preload_model=False))
+    from services.client import AsyncMemoryClient
+    from services.mcp.remote import RemoteSpaces
+
+    return RemoteSpaces(config, AsyncMemoryClient(api_url, api_key=api_key))
+
+
 def run_stdio(args: argparse.Namespace) -> None:
     """Serve until the client closes stdin. `args`: the CLI's `--data-dir`, `--verbose`, `--user` (optional:
     without it every call names its user), `--assistant`, and `--api-url` / `--api-key`."""
@@ -43,12 +52,7 @@ def run_stdio(args: argparse.Namespace) -> None:
     user = validate_id("user", args.user) if args.user is not None else None  # a typo fails before serving
     assistant = validate_id("assistant", args.assistant or DEFAULT_ASSISTANT_ID)
     config = config_of(args)
-    api_url = getattr(args, "api_url", None)
-    spaces: Spaces = (
-        RemoteSpaces(config, AsyncMemoryClient(api_url, api_key=getattr(args, "api_key", None)))
-        if api_url
-        else EmbeddedSpaces(config, ApiSettings(preload_model=False))
-    )
+    spaces = _spaces(config, getattr(args, "api_url", None), getattr(args, "api_key", None))
     caller = Caller(config.tenant)
     access = MemoryAccess(spaces, lambda _ctx: caller, Defaults(user, assistant))
     server = build_server(access)

@@ -12,6 +12,7 @@ import redis
 from memoryos.ops import AnyOp, op_to_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
+from services.queue.dead_letters import purge_dead_letters
 from services.queue.keys import Keys, shard_of, space_key, space_name
 from services.queue.settings import QueueSettings
 
@@ -68,8 +69,10 @@ class WriteQueue:
         ]
 
     def purge(self, key: SpaceKey) -> int:
-        """Delete the space's entries still in its shard's stream (a forget: its text must not stay in
-        Redis either); returns how many. Entries other spaces wrote are left alone."""
+        """Delete the space's entries still in its shard's stream, and its dead letters (a forget: its
+        text must not stay in Redis either); returns how many stream entries. Other spaces' are left
+        alone."""
+        purge_dead_letters(self.client, self.keys, key)
         stream = self.keys.writes(self.shard(key))
         name = space_name(key).encode()
         self.client.srem(self.keys.spaces(), name)

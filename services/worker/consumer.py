@@ -30,6 +30,15 @@ ApplyOp = Callable[[SpaceKey, AnyOp], object]
 """Apply one op to a space (the worker opens it from its pool)."""
 
 
+def reason_of(error: Exception) -> str:
+    """Why an entry cannot apply, for the dead-letter record its tenant reads: pydantic's message quotes
+    the offending input (memory text), so a validation error is told by field and rule only."""
+    if isinstance(error, ValidationError):
+        problems = error.errors(include_input=False, include_url=False, include_context=False)
+        return "; ".join(f"{'.'.join(map(str, p['loc'])) or 'op'}: {p['msg']}" for p in problems)
+    return str(error)
+
+
 class ShardConsumer:
     """Reads and applies the writes of the shards a worker owns."""
 
@@ -103,13 +112,13 @@ class ShardConsumer:
                 key = space_key(fields[b"space"].decode())
                 op = op_from_json(fields[b"op"])
             except (KeyError, ValueError, ValidationError) as error:
-                self._dead_letter(stream, entry_id, fields, f"malformed entry: {error}")
+                self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
                 done += 1
                 continue
             try:
                 self._apply(key, op)
             except (InvalidInputError, ValidationError) as error:
-                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
+                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {reason_of(error)}")
             except Exception as error:
                 failures = self._failures.get(entry_id, 0) + 1
                 self._failures[entry_id] = failures

