@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memoryos import policy
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder
 from memoryos.embedding.shared import shared_embedder
@@ -26,7 +27,7 @@ from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import MemorySpace
 from memoryos.space_layout import STORE_FILE, erase_space, make_data_root, remove_empty_parents
 from memoryos.storage.space_lock import SpaceBusyError
-from memoryos.types import MemoryStats, RetrievedContext, SegmentStats, WriteStatus
+from memoryos.types import MemoryStats, RetrievedContext, Segment, SegmentStats, WriteStatus
 from memoryos.validation import validate_id, validate_text
 from memoryos.writes import plan_write
 
@@ -317,27 +318,24 @@ class Memoryos(MemoryLifecycle):
     def stats(self) -> MemoryStats:
         self.flush()
         counts = self.space.store.count_pages()
-        heats = self.space.segment_heats(self.clock())
+        config = self.space.config
+        weights = policy.HeatWeights(
+            config.heat_alpha, config.heat_beta, config.heat_gamma, config.heat_tau_hours
+        )
+        now = self.clock()
         return MemoryStats(
             user_id=self.user_id,
             assistant_id=self.assistant_id,
             short_term_pages=counts.get("stm", 0),
             mid_term_pages=counts.get("mtm", 0),
             archived_pages=counts.get("archived", 0),
-            segments=[
-                SegmentStats(
-                    segment_id=s.segment_id,
-                    summary=s.summary,
-                    page_count=s.page_count,
-                    heat=heats[s.segment_id],
-                )
-                for s in self.space.segments(count_pages=True)
-            ],
+            segments=[_segment_stats(s, now, weights) for s in self.space.segments(count_pages=True)],
             user_knowledge=len(self.space.knowledge("user")),
             assistant_knowledge=len(self.space.knowledge("assistant")),
             profile_versions=self.space.store.profile_version_count(),
             embedding_model=self.space.embedding_model,
             embedding_dim=self.space.dim,
+            promotion_threshold=config.mid_term_heat_threshold,
             llm_usage={op: usage.model_dump() for op, usage in self.llm.usage.items()},
         )
 
@@ -383,6 +381,24 @@ class Memoryos(MemoryLifecycle):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _segment_stats(segment: Segment, now: float, weights: policy.HeatWeights) -> SegmentStats:
+    """A segment with its heat and that heat's parts, all from this one row at `now`, so the parts a
+    view stacks always add up to the heat it shows (the same terms `policy.heat_of` ranks by)."""
+    state = policy.SegmentState(
+        segment.segment_id, segment.visit_count, segment.interaction_count, segment.last_visit_at
+    )
+    parts = policy.heat_parts(state, now, weights)
+    return SegmentStats(
+        segment_id=segment.segment_id,
+        summary=segment.summary,
+        page_count=segment.page_count,
+        heat=parts.total,
+        heat_visits=parts.visits,
+        heat_length=parts.length,
+        heat_recency=parts.recency,
+    )
 
 
 def forget_space(

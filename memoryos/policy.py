@@ -41,11 +41,39 @@ class SegmentState:
     has_unanalyzed_pages: bool = False
 
 
+@dataclass(frozen=True)
+class HeatParts:
+    """Heat split into the three weighted terms it sums, so a view can show *why* a segment is hot
+    (visited often, long, or touched recently) and not only how hot it is."""
+
+    visits: float
+    """α·visits."""
+    length: float
+    """β·interactions: pages filed since the segment was last analyzed."""
+    recency: float
+    """γ·exp(−hours since last visit / τ)."""
+
+    @property
+    def total(self) -> float:
+        return self.visits + self.length + self.recency
+
+
+def heat_parts(segment: SegmentState, now: float, weights: HeatWeights) -> HeatParts:
+    """The terms of `heat_of` at `now`, each already weighted, in its order: `total` is its heat exactly."""
+    hours = max(0.0, now - segment.last_visit_at) / SECONDS_PER_HOUR
+    return HeatParts(
+        visits=weights.alpha * segment.visit_count,
+        length=weights.beta * segment.interaction_count,
+        recency=weights.gamma * math.exp(-hours / weights.tau_hours),
+    )
+
+
 def heat_of(segment: SegmentState, now: float, weights: HeatWeights) -> float:
     """Heat = α·visits + β·interactions + γ·exp(−hours since last visit / τ), computed at `now`.
 
     Computing recency at read time (not when the segment was last written) is what lets untouched
-    segments cool down; the reference froze it.
+    segments cool down; the reference froze it. `heat_parts` gives the same terms one by one (kept apart
+    so this hot path builds no object; tests/unit/test_segment_heat_parts.py holds the two equal).
     """
     hours = max(0.0, now - segment.last_visit_at) / SECONDS_PER_HOUR
     recency = math.exp(-hours / weights.tau_hours)

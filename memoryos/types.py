@@ -171,10 +171,17 @@ class WriteStatus(BaseModel):
 
 
 class SegmentStats(BaseModel):
+    """A mid-term segment as `stats` shows it. `heat` is the sum of the three `heat_*` parts (the
+    weighted terms of `policy.heat_of`), given apart so a view can show why a segment is hot; the parts
+    default to 0 so stats saved before they existed still validate."""
+
     segment_id: int
     summary: str
     page_count: int
     heat: float
+    heat_visits: float = Field(0.0, description="α·visits: reads that returned its pages since its analysis.")
+    heat_length: float = Field(0.0, description="β·interactions: pages filed since it was last analyzed.")
+    heat_recency: float = Field(0.0, description="γ·exp(−hours since its last visit / τ).")
 
 
 class MemoryStats(BaseModel):
@@ -191,6 +198,11 @@ class MemoryStats(BaseModel):
     profile_versions: int
     embedding_model: str
     embedding_dim: int
+    promotion_threshold: float | None = Field(
+        None,
+        description="Heat at which a segment with unanalyzed pages is promoted to the profile and facts "
+        "(the space's `mid_term_heat_threshold`); None in stats from before it was reported.",
+    )
     llm_usage: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="Per operation: calls, prompt_tokens, completion_tokens."
     )

@@ -21,6 +21,7 @@ from services.api.routes import (
     health,
     lifecycle,
     memories,
+    playground,
     profile,
     retrieve,
 )
@@ -59,7 +60,7 @@ def create_app(
     )
     app.state.api = state
     install_error_handlers(app)
-    for module in (memories, retrieve, profile, lifecycle, bundles, dead_letters, health):
+    for module in (memories, retrieve, profile, lifecycle, bundles, dead_letters, health, playground):
         app.include_router(module.router)
     mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces
     app.add_middleware(CatchAllMiddleware)
