@@ -7,10 +7,11 @@ Callers name what to run (`services/queue/calls.py`), never pass code, so the sa
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memoryos import MemoryConfig
-from memoryos.embedding.base import Embedder
+from memoryos.bundle import ImportReport
 from memoryos.ops import AddTurns
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space_pool import SpaceKey
@@ -45,13 +46,6 @@ class SpaceFigures:
     """This process's embedding batcher, when it embeds (embedded mode, once a model is loaded)."""
 
 
-@dataclass(frozen=True)
-class BundleContext:
-    config: MemoryConfig
-    embedder: Embedder | None
-    """The process's embedder, if one was injected (tests); None: the engine's shared one."""
-
-
 class Spaces(Protocol):
     """The memory spaces behind one API process."""
 
@@ -77,9 +71,12 @@ class Spaces(Protocol):
         any (embedded, a refused write is refused before it is acknowledged)."""
         ...
 
-    def bundle_context(self, tenant: str) -> "BundleContext":
-        """What export and import open a tenant's spaces with, in this process; `NotInThisModeError` where
-        this process does not hold the spaces."""
+    async def export_bundle(self, key: SpaceKey, out: Path) -> None:
+        """Write the space as a bundle file at `out` (`SpaceNotFoundError` when there is none)."""
+        ...
+
+    async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
+        """Import the bundle file into the space, which must hold no memory yet."""
         ...
 
     async def ready(self) -> bool:

@@ -33,7 +33,7 @@ from memoryos.errors import (
 from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError, NotInThisModeError
-from services.queue.reads import ReadUnavailableError, RemoteReadError
+from services.queue.reads import REMOTE_ERRORS, ReadUnavailableError, RemoteReadError
 
 log = logging.getLogger(__name__)
 
@@ -156,21 +156,6 @@ async def _retry_later(request: Request, exc: Exception) -> ErrorResponse:
 
 async def _not_in_this_mode(request: Request, exc: Exception) -> ErrorResponse:
     return error_response(501, str(exc))
-
-
-REMOTE_ERRORS: dict[str, tuple[int, str | None]] = {
-    "SpaceNotFoundError": (404, "space_not_found"),
-    "ItemNotFoundError": (404, "item_not_found"),
-    "InvalidInputError": (422, None),
-    "SpaceNotEmptyError": (409, "conflict"),
-    "EmbeddingModelMismatchError": (409, "embedding_model_mismatch"),
-    "SpaceBusyError": (503, "space_busy"),
-    "TimeoutError": (503, None),
-    "SchedulerClosedError": (503, None),
-    "BatcherClosedError": (503, None),
-    "LLMError": (502, None),
-}
-"""An engine error the owning worker answered (Redis mode), by class name, as the embedded mode maps it."""
 
 
 async def _remote_error(request: Request, exc: Exception) -> ErrorResponse:

@@ -8,6 +8,7 @@ accepted with no worker running, so autoscaling on queue depth can start workers
 """
 
 import time
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -15,12 +16,14 @@ import redis
 from anyio import to_thread
 
 from memoryos import MemoryConfig
+from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns, ForgetSpace
 from memoryos.space_pool import SpaceKey
-from services.api.access import BackpressureError, BundleContext, NotInThisModeError, SpaceFigures
+from services.api.access import BackpressureError, SpaceFigures
 from services.queue import streams
-from services.queue.calls import OwnerCall
+from services.queue.bundle_transfer import download, upload
+from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
 from services.queue.dead_letters import DeadLetter, list_dead_letters
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, RemoteReadError
@@ -41,10 +44,12 @@ class QueuedSpaces:
         self.client: redis.Redis = redis.Redis.from_url(settings.redis_url)
         self.queue = WriteQueue(self.client, settings)
         self.reads = ReadClient(self.client, settings)
+        self.max_bundle_bytes = settings.max_queued_bundle_mb * 1024 * 1024
 
     async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
+        timeout_s = self.settings.read_timeout_s if call.facade else self.settings.bundle_timeout_s
         try:
-            return await to_thread.run_sync(self.reads.ask, key, call, args)
+            return await to_thread.run_sync(self.reads.ask, key, call, args, timeout_s)
         except RemoteReadError as error:
             if error.kind == "SpaceNotFoundError":  # rebuilt here: the worker's message names its paths
                 tenant_dir = self.config.model_copy(update={"tenant": key.tenant})
@@ -73,11 +78,17 @@ class QueuedSpaces:
             lambda: list_dead_letters(self.client, self.queue.keys, tenant, user_id, limit)
         )
 
-    def bundle_context(self, tenant: str) -> BundleContext:
-        raise NotInThisModeError(
-            "export and import are not served with --redis-url yet: run `memoryos export` / `memoryos "
-            "import` where the data volume is mounted (docs/service.md)"
+    async def export_bundle(self, key: SpaceKey, out: Path) -> None:
+        """The owner writes the bundle into Redis (`bundle_transfer.py`); this process streams it out."""
+        sent = await self.call(key, EXPORT_BUNDLE, max_bytes=self.max_bundle_bytes)
+        await to_thread.run_sync(download, self.client, self.queue.keys, sent.transfer_id, out)
+
+    async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
+        """The upload crosses Redis to the owner, which imports it into the (empty) space."""
+        transfer_id = await to_thread.run_sync(
+            upload, self.client, self.queue.keys, bundle, self.max_bundle_bytes
         )
+        return await self.call(key, IMPORT_BUNDLE, transfer_id=transfer_id)
 
     async def ready(self) -> bool:
         try:

@@ -21,12 +21,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 from anyio import to_thread
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.bundle import ImportReport, export_space, import_space
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns
@@ -34,7 +36,7 @@ from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space_layout import STORE_FILE
 from memoryos.space_pool import SpaceKey, SpacePool
-from services.api.access import BackpressureError, BundleContext, SpaceFigures
+from services.api.access import BackpressureError, SpaceFigures
 from services.api.settings import ApiSettings
 from services.queue.calls import OwnerCall, run_call
 from services.queue.dead_letters import DeadLetter
@@ -98,8 +100,15 @@ class EmbeddedSpaces:
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []
 
-    def bundle_context(self, tenant: str) -> BundleContext:
-        return BundleContext(self.tenant_config(tenant), self.parts.get("embedder"))
+    async def export_bundle(self, key: SpaceKey, out: Path) -> None:
+        config = self.tenant_config(key.tenant)
+        await to_thread.run_sync(export_space, config, key.user_id, key.assistant_id, out)
+
+    async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
+        config, embedder = self.tenant_config(key.tenant), self.parts.get("embedder")
+        return await to_thread.run_sync(
+            lambda: import_space(config, key.user_id, key.assistant_id, bundle, embedder=embedder)
+        )
 
     async def ready(self) -> bool:
         return True  # the model is loaded before the process says it is ready (`preload`)

@@ -26,6 +26,7 @@ from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError
 from services.mcp.scope import AccessDeniedError
+from services.queue.reads import REMOTE_ERRORS, RemoteReadError
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ def message_of(error: Exception) -> str | None:
         return str(error)
     if isinstance(error, RemoteRefusal):
         return str(error)
+    if isinstance(error, RemoteReadError) and REMOTE_ERRORS.get(error.kind, (500, None))[0] < 500:
+        return str(error)  # the owning worker's engine refused it (Redis mode)
     if isinstance(error, SpaceBusyError):  # the space named by its user and assistant, not its path
         space = f"of user {error.directory.parent.name!r} (assistant {error.directory.name!r})"
         return str(error).replace(str(error.directory), space)

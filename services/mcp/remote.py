@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from memoryos import MemoryConfig
+from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns
 from memoryos.space_pool import SpaceKey
-from services.api.access import BackpressureError, BundleContext, NotInThisModeError, SpaceFigures
+from services.api.access import BackpressureError, NotInThisModeError, SpaceFigures
 from services.client import ApiError, AsyncMemoryClient
 from services.mcp.errors import RemoteRefusal
 from services.queue import calls
@@ -98,7 +99,10 @@ class RemoteSpaces:
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []  # the API lists them itself (GET /v1/dead-letters)
 
-    def bundle_context(self, tenant: str) -> BundleContext:
+    async def export_bundle(self, key: SpaceKey, out: Path) -> None:
+        raise NotInThisModeError("export and import go to the API itself (GET .../export, POST .../import)")
+
+    async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
         raise NotInThisModeError("export and import go to the API itself (GET .../export, POST .../import)")
 
     async def ready(self) -> bool:

@@ -15,9 +15,10 @@ accepted before them) and answers only once they are durable.
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from memoryos import Memoryos
+from memoryos.bundle import ImportReport
 from memoryos.types import (
     DeleteResult,
     FactHistory,
@@ -40,6 +41,16 @@ class OwnerCall(Generic[T]):
     result: TypeAdapter[T] = field(compare=False)
     creates: bool = False
     """Whether the call may create the space (it stores an exchange); the others need an existing one."""
+    facade: bool = True
+    """A method of the open space's `Memoryos` (`run_call`); False: a bundle call, which a worker runs on
+    the space's files (`services/worker/bundles.py`) — embedded, the API runs export and import itself."""
+
+
+class BundleSent(BaseModel):
+    """An exported bundle, waiting in Redis for the API (`services/queue/bundle_transfer.py`)."""
+
+    transfer_id: str
+    size_bytes: int
 
 
 RETRIEVE = OwnerCall("retrieve", TypeAdapter(RetrievedContext))
@@ -57,6 +68,8 @@ UPDATE_FACT = OwnerCall("update_fact", TypeAdapter(KnowledgeEntry))
 DELETE_FACT = OwnerCall("delete_fact", TypeAdapter(DeleteResult))
 CONSOLIDATE = OwnerCall("force_mid_term_analysis", TypeAdapter(type(None)))
 RESPOND = OwnerCall("get_response", TypeAdapter(str), creates=True)
+EXPORT_BUNDLE = OwnerCall("export_bundle", TypeAdapter(BundleSent), facade=False)
+IMPORT_BUNDLE = OwnerCall("import_bundle", TypeAdapter(ImportReport), creates=True, facade=False)
 
 OWNER_CALLS: dict[str, OwnerCall[Any]] = {
     call.method: call
@@ -76,6 +89,8 @@ OWNER_CALLS: dict[str, OwnerCall[Any]] = {
         DELETE_FACT,
         CONSOLIDATE,
         RESPOND,
+        EXPORT_BUNDLE,
+        IMPORT_BUNDLE,
     )
 }
 
@@ -90,5 +105,7 @@ def owner_call(method: str) -> OwnerCall[Any]:
 
 def run_call(memory: Memoryos, call: OwnerCall[T], args: dict[str, Any]) -> T:
     """The call on an open space, in this process."""
+    if not call.facade:
+        raise ValueError(f"kind: {call.method} is not run on an open space")
     result: T = getattr(memory, call.method)(**args)
     return result

@@ -52,6 +52,10 @@ class Keys:
     def reply(self, request_id: str) -> str:
         return f"{self.namespace}:reply:{request_id}"
 
+    def bundle(self, transfer_id: str) -> str:
+        """A bundle on its way between the API and a space's owner (export or import)."""
+        return f"{self.namespace}:bundle:{transfer_id}"
+
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
 

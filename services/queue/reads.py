@@ -23,6 +23,23 @@ from services.queue.settings import QueueSettings
 T = TypeVar("T")
 
 
+REMOTE_ERRORS: dict[str, tuple[int, str | None]] = {
+    "SpaceNotFoundError": (404, "space_not_found"),
+    "ItemNotFoundError": (404, "item_not_found"),
+    "InvalidInputError": (422, None),
+    "InvalidBundleError": (422, None),
+    "SpaceNotEmptyError": (409, "conflict"),
+    "EmbeddingModelMismatchError": (409, "embedding_model_mismatch"),
+    "SpaceBusyError": (503, "space_busy"),
+    "TimeoutError": (503, None),
+    "SchedulerClosedError": (503, None),
+    "BatcherClosedError": (503, None),
+    "LLMError": (502, None),
+}
+"""An engine error the owning worker answered, by class name: the HTTP status and error code the API
+answers it with, the same as for that error in embedded mode. Below 500, its message is for the caller."""
+
+
 class ReadUnavailableError(Exception):
     """No worker owns the space's shard, or it did not answer within the timeout: retry later."""
 
@@ -49,9 +66,13 @@ class ReadClient:
         self.keys = Keys(settings.redis_namespace)
         self.writes = WriteQueue(client, settings)
 
-    def ask(self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any]) -> T:
+    def ask(
+        self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any], timeout_s: float | None = None
+    ) -> T:
         """The owner's answer to `call` on the space, as the facade method's own type, or an error
-        above. Blocking (up to `read_timeout_s`): the async API runs it on a worker thread."""
+        above. Blocking (up to `timeout_s`, default `read_timeout_s`): the async API runs it on a worker
+        thread."""
+        timeout_s = self.settings.read_timeout_s if timeout_s is None else timeout_s
         shard = shard_of(key, self.settings.shard_count)
         if self.client.get(self.keys.lease(shard)) is None:
             raise ReadUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
@@ -64,10 +85,10 @@ class ReadClient:
             "through": self.writes.last_entry_id(key),
         }
         self.client.rpush(self.keys.reads(shard), json.dumps(request))
-        reply = self.client.blpop([self.keys.reply(request_id)], timeout=self.settings.read_timeout_s)
+        reply = self.client.blpop([self.keys.reply(request_id)], timeout=timeout_s)
         if reply is None:
             raise ReadUnavailableError(
-                f"the worker owning shard {shard} did not answer within {self.settings.read_timeout_s} s",
+                f"the worker owning shard {shard} did not answer within {timeout_s} s",
                 self.settings.read_timeout_s,
             )
         answer = json.loads(reply[1])

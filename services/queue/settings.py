@@ -38,6 +38,12 @@ class QueueSettings(BaseSettings):
     read_timeout_s: float = Field(
         10.0, gt=0, description="How long the API waits for the owning worker's answer to a read."
     )
+    bundle_timeout_s: float = Field(
+        300.0, gt=0, description="How long the API waits for the owner to export or import a bundle."
+    )
+    max_queued_bundle_mb: int = Field(
+        256, ge=1, description="Largest bundle that crosses Redis for an export or import (it holds it once)."
+    )
     batch_entries: int = Field(256, ge=1, description="Stream entries one worker read takes per shard.")
     worker_memory_budget_mb: int = Field(
         4096, ge=16, description="Resident memory of the spaces a worker keeps open (LRU beyond it)."

@@ -18,6 +18,7 @@ from services.queue import streams
 from services.queue.calls import owner_call, run_call
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
+from services.worker.bundles import run_bundle_call
 from services.worker.spaces import WorkerSpaces
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,14 @@ class ReadServer:
         try:
             self._wait_applied(shard, request["space"], request["through"])
             key = space_key(request["space"])
-            opened = (
-                self.spaces.writing(key) if owner_call(request["kind"]).creates else self.spaces.reading(key)
-            )
-            with opened as memory:
-                reply: dict[str, Any] = {
-                    "ok": True,
-                    "result": run_read(memory, request["kind"], request["args"]),
-                }
+            call = owner_call(request["kind"])
+            if not call.facade:
+                result = run_bundle_call(call, self.client, self.keys, self.spaces, key, request["args"])
+            else:
+                opened = self.spaces.writing(key) if call.creates else self.spaces.reading(key)
+                with opened as memory:
+                    result = run_read(memory, request["kind"], request["args"])
+            reply: dict[str, Any] = {"ok": True, "result": result}
         except (MemoryOSError, ValueError, TypeError, TimeoutError) as error:
             reply = {
                 "ok": False,

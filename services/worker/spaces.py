@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.space_layout import STORE_FILE
@@ -27,11 +28,17 @@ class WorkerSpaces:
             max_open=settings.worker_max_open_spaces,
         )
 
-    def _config_of(self, key: SpaceKey) -> MemoryConfig:
+    def config_of(self, key: SpaceKey) -> MemoryConfig:
+        """The engine settings of the space's tenant (`<data_dir>/<tenant>/...`)."""
         return self.config.model_copy(update={"tenant": key.tenant})
 
+    def embedder(self) -> Embedder:
+        """The embedder every space of this worker shares (an injected one in tests)."""
+        injected: Embedder | None = self._parts.get("embedder")
+        return injected if injected is not None else shared_embedder(self.config)
+
     def _open(self, key: SpaceKey) -> Memoryos:
-        return Memoryos.from_config(key.user_id, self._config_of(key), key.assistant_id, **self._parts)
+        return Memoryos.from_config(key.user_id, self.config_of(key), key.assistant_id, **self._parts)
 
     @contextmanager
     def writing(self, key: SpaceKey) -> Iterator[Memoryos]:
@@ -41,7 +48,7 @@ class WorkerSpaces:
     @contextmanager
     def reading(self, key: SpaceKey) -> Iterator[Memoryos]:
         """An existing space only: `SpaceNotFoundError` (nothing created) for one that has no store."""
-        directory = self._config_of(key).space_dir(key.user_id, key.assistant_id)
+        directory = self.config_of(key).space_dir(key.user_id, key.assistant_id)
         if not (directory / STORE_FILE).is_file():
             raise SpaceNotFoundError(directory)
         with self.pool.use(key) as memory:
@@ -50,8 +57,7 @@ class WorkerSpaces:
     def warm_up(self) -> None:
         """Load the embedding model (and its runtime) now: a worker that took shards before loading it
         would hold their writes and reads for the seconds a load takes."""
-        embedder = self._parts.get("embedder") or shared_embedder(self.config)
-        embedder.encode(["warm up"])
+        self.embedder().encode(["warm up"])
 
     def close(self) -> None:
         self.pool.close()

@@ -59,6 +59,10 @@ def api(queue: QueueSettings, tmp_path: Path) -> Iterator[RunningApi]:
         yield running
 
 
+def redis_keys(queue: QueueSettings) -> list[bytes]:
+    return list(redis.Redis.from_url(queue.redis_url).scan_iter(f"{queue.redis_namespace}:*"))
+
+
 def client(api: RunningApi, key: str = "key-acme") -> MemoryClient:
     return MemoryClient(api.url, api_key=key, timeout_s=30)
 
@@ -125,12 +129,24 @@ def test_every_lifecycle_route_reaches_the_owner_and_tenants_stay_apart(
         with pytest.raises(ApiError) as bad:
             acme.update_page("rui", first.page_id, user_input="")
         assert bad.value.status == 422 and bad.value.field == "user_input"
-        with pytest.raises(ApiError) as export:
-            acme.export_bundle("rui")
-        assert export.value.status == 501
+        bundle = acme.export_bundle("rui")  # written by the owner, through Redis
+        assert bundle[:2] == b"PK"
+        report = acme.import_bundle("rui-copy", bundle)
+        assert report.counts["pages"] == 2 and report.space == "rui-copy/default_assistant_profile"
+        copied = [page.user_input for page in acme.list_pages("rui-copy").pages]
+        assert copied == [page.user_input for page in acme.list_pages("rui").pages]
+        with pytest.raises(ApiError) as again:
+            acme.import_bundle("rui-copy", bundle)
+        assert (again.value.status, again.value.code) == (409, "conflict")
+        with pytest.raises(ApiError) as damaged:
+            acme.import_bundle("zed", b"PK not a bundle")
+        assert (
+            damaged.value.status == 422 and not config.space_dir("zed", "default_assistant_profile").exists()
+        )
+        assert not any(Keys(queue.redis_namespace).bundle("") in k.decode() for k in redis_keys(queue))
 
         acme.forget("rui")
-        wait_for(lambda: not config.space_dir("rui", "bot").exists())
+        wait_for(lambda: not config.space_dir("rui", "default_assistant_profile").exists())
         with pytest.raises(ApiError) as forgotten:
             acme.stats("rui")
         assert forgotten.value.status == 404
@@ -176,7 +192,7 @@ def test_mcp_tools_work_through_the_queue(
             profile = ok(session.tool("get_user_profile", user_id="ana"))
             assert profile["space_exists"] and profile["user_knowledge"] is not None
             missing = session.tool("delete_memory", page_id=999, user_id="ana")
-            assert missing.is_error  # a tool error, and the server keeps answering
+            assert missing.is_error and "999" in str(missing.content)  # the engine's message, via the owner
             assert ok(session.tool("retrieve_memory", query="cat", user_id="nobody"))["space_exists"] is False
     finally:
         worker.stop()

@@ -8,12 +8,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from memoryos.bundle import ImportReport, export_space, import_space
+from memoryos.bundle import ImportReport
 from services.api.deps import SpaceDep, StateDep
 from services.api.routes import SPACE_PREFIX
 
@@ -34,8 +33,7 @@ async def export(key: SpaceDep, state: StateDep) -> FileResponse:
     staging = Path(tempfile.mkdtemp(prefix="memoryos-export-"))
     out = staging / f"{key.user_id}.bundle"
     try:
-        config = state.spaces.bundle_context(key.tenant).config
-        await to_thread.run_sync(export_space, config, key.user_id, key.assistant_id, out)
+        await state.spaces.export_bundle(key, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -66,8 +64,5 @@ async def import_bundle(request: Request, key: SpaceDep, state: StateDep) -> Imp
         with path.open("wb") as file:
             async for chunk in request.stream():
                 file.write(chunk)
-        target = state.spaces.bundle_context(key.tenant)
-        report = await to_thread.run_sync(
-            lambda: import_space(target.config, key.user_id, key.assistant_id, path, embedder=target.embedder)
-        )
+        report = await state.spaces.import_bundle(key, path)
     return report.model_copy(update={"space": f"{key.user_id}/{key.assistant_id}", "source": "upload"})

@@ -1,0 +1,41 @@
+"""Bundle calls a worker runs for the API (`memoryos serve --redis-url`), as the owner of the space:
+export writes the space's bundle into Redis for the API to stream out; import takes an uploaded bundle
+from Redis into the (empty) space. Both go through the engine's own `export_space` / `import_space`, on
+the worker that owns the space, so no other process opens it (`services/queue/bundle_transfer.py`)."""
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from memoryos.bundle import export_space, import_space
+from memoryos.space_pool import SpaceKey
+from services.queue.bundle_transfer import download, upload
+from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
+from services.queue.keys import Keys
+from services.worker.spaces import WorkerSpaces
+
+
+def run_bundle_call(
+    call: OwnerCall[Any],
+    client: redis.Redis,
+    keys: Keys,
+    spaces: WorkerSpaces,
+    key: SpaceKey,
+    args: dict[str, Any],
+) -> Any:
+    """The bundle call's result as JSON data."""
+    config = spaces.config_of(key)
+    with tempfile.TemporaryDirectory(prefix="memoryos-bundle-") as staging:
+        path = Path(staging) / "space.bundle"
+        if call is EXPORT_BUNDLE:
+            export_space(config, key.user_id, key.assistant_id, path)
+            transfer_id = upload(client, keys, path, int(args["max_bytes"]))
+            sent = BundleSent(transfer_id=transfer_id, size_bytes=path.stat().st_size)
+            return sent.model_dump(mode="json")
+        if call is IMPORT_BUNDLE:
+            download(client, keys, str(args["transfer_id"]), path)
+            report = import_space(config, key.user_id, key.assistant_id, path, embedder=spaces.embedder())
+            return report.model_dump(mode="json")
+    raise ValueError(f"kind: {call.method} is not a bundle call")
