@@ -7,13 +7,15 @@ recorded so tests can assert what the client sent. An exhausted queue answers 40
 not retry, so a test that scripted too few replies fails at once instead of hanging in backoff — unless
 `respond_always` set a default reply, which then answers every request the queue does not (load and
 concurrency tests). The server counts requests being handled at once (`in_flight`, `max_in_flight`).
+`respond_with(function)` computes each reply the queue does not hold from the request's body instead: a
+model that reads its prompt (one that obeys instructions found there, or one that fails on purpose).
 """
 
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -38,7 +40,9 @@ class ScriptedReply:
     send_usage: bool = True
     """False: no `usage` field, as some OpenAI-compatible servers answer."""
     raw_body: str | None = None
-    """Sent verbatim as text/html with status 200 instead of a completion: a misconfigured proxy."""
+    """Sent verbatim with status 200 instead of a completion: a misconfigured proxy (text/html), a
+    truncated or malformed JSON body, a completion with no choices (`raw_content_type`)."""
+    raw_content_type: str = "text/html"
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class RecordedRequest:
 class _State:
     replies: deque[ScriptedReply] = field(default_factory=deque)
     default_reply: ScriptedReply | None = None
+    responder: "Callable[[dict[str, Any]], ScriptedReply | str] | None" = None
     requests: list[RecordedRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -75,10 +80,14 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.requests.append(RecordedRequest(self.path, dict(self.headers.items()), body))
             reply = state.replies.popleft() if state.replies else state.default_reply
+            responder = state.responder if reply is None else None
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             self._handling = True
         try:
+            if responder is not None:
+                computed = responder(body)
+                reply = ScriptedReply(computed) if isinstance(computed, str) else computed
             self._answer(body, reply)
         finally:
             self._done_handling()
@@ -103,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_s and state.closing.wait(reply.delay_s):
             return
         if reply.raw_body is not None:
-            self._send(200, reply.raw_body.encode(), "text/html")
+            self._send(200, reply.raw_body.encode(), reply.raw_content_type)
             return
         if reply.status != 200:
             error = {"error": {"message": f"scripted status {reply.status}", "type": "server_error"}}
@@ -214,6 +223,13 @@ class ScriptedOpenAIServer:
         default = ScriptedReply(reply, delay_s=delay_s) if isinstance(reply, str) else reply
         with self._server.state.lock:
             self._server.state.default_reply = default
+
+    def respond_with(self, responder: Callable[[dict[str, Any]], ScriptedReply | str] | None) -> None:
+        """Answer every request that neither the script nor `respond_always` does with
+        `responder(request body)` (a plain string: a 200 with that content); None stops it. Swapping the
+        function swaps the model's behaviour for the next request: a failing model that recovers."""
+        with self._server.state.lock:
+            self._server.state.responder = responder
 
     def start(self) -> None:
         self._thread.start()
