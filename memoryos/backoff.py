@@ -34,6 +34,11 @@ class Backoff:
         self.failures += 1
         self.retry_at = self._clock() + delay_s(self.failures, self._first_s, self._max_s)
 
+    def retry_now(self) -> None:
+        """Make the work due at once (an explicit "consolidate now"); a new failure still pauses longer
+        than the last one."""
+        self.retry_at = 0.0
+
     def succeeded(self) -> None:
         self.failures = 0
         self.retry_at = 0.0

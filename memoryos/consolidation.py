@@ -71,6 +71,8 @@ class Consolidator:
         self._overflow_backoff = self._new_backoff()
         self._rebuild_backoff = self._new_backoff()
         self._segment_backoffs: dict[int, Backoff] = {}
+        self._step_errors: dict[str, LLMError] = {}
+        """The LLM failure that postponed each step of `run` still postponed ("rebuild", "overflow")."""
 
     def _new_backoff(self) -> Backoff:
         return Backoff(FIRST_BACKOFF_S, self._backoff_max_s)
@@ -87,15 +89,19 @@ class Consolidator:
                 await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock)
                 await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock)
                 self._rebuild_backoff.succeeded()
+                self._step_errors.pop("rebuild", None)
             except LLMError as error:
                 self._rebuild_backoff.failed()
+                self._step_errors["rebuild"] = error
                 log.warning("rewriting after a delete postponed: the LLM failed", extra={"error": str(error)})
         if self._overflow_backoff.ready():
             try:
                 await self.move_overflow(space)
                 self._overflow_backoff.succeeded()
+                self._step_errors.pop("overflow", None)
             except LLMError as error:
                 self._overflow_backoff.failed()
+                self._step_errors["overflow"] = error
                 log.warning(
                     "moving short-term overflow postponed: the LLM failed", extra={"error": str(error)}
                 )
@@ -108,6 +114,17 @@ class Consolidator:
             await self.promote(space, due)
         except LLMError as error:
             log.warning("promotion postponed: the LLM failed", extra={"error": str(error)})
+
+    def retry_now(self) -> None:
+        """Make every step postponed by LLM failures due at once: the next `run` tries it (an explicit
+        "consolidate now" must not be answered from a backoff set before the LLM recovered)."""
+        for backoff in (self._overflow_backoff, self._rebuild_backoff, *self._segment_backoffs.values()):
+            backoff.retry_now()
+
+    def postponed_error(self) -> LLMError | None:
+        """Why filing the short-term overflow or a rewrite after a delete is postponed, if it is: the LLM
+        failure of its latest try (promotion failures are reported by `promote` itself)."""
+        return next(iter(self._step_errors.values()), None)
 
     def retry_in_s(self) -> float | None:
         """Seconds until the earliest postponed work may be tried again; None when nothing is postponed."""

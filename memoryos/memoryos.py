@@ -306,11 +306,18 @@ class Memoryos(MemoryLifecycle):
         ]
 
     def force_mid_term_analysis(self) -> None:
-        """Analyze every segment with unanalyzed pages now, whatever its heat."""
+        """Analyze every segment with unanalyzed pages now, whatever its heat. Work postponed by earlier
+        LLM failures (filing short-term overflow, rewrites after a delete) is tried now too, not when its
+        backoff ends. Raises `LLMError` if the LLM fails on any of it; what succeeded is kept, what failed
+        is left as it was and retried later — a failure is never reported as done."""
+        self._work.consolidator.retry_now()
         self.flush()
+        postponed = self._work.consolidator.postponed_error()
         segments = [s.segment_id for s in self.space.segments()]
         ready = [sid for sid in segments if self.space.unanalyzed_pages(sid)]
         self._work.run_now(lambda consolidator: consolidator.promote(self.space, ready))
+        if postponed is not None:
+            raise postponed
 
     def get_memory_stats(self) -> dict[str, Any]:
         return self.stats().model_dump()

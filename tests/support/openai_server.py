@@ -37,6 +37,8 @@ class ScriptedReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     retry_after_ms: int = 1
+    retry_after_s: int | None = None
+    """Set: sent on errors as a standard `Retry-After` header (seconds) instead of `retry-after-ms`."""
     send_usage: bool = True
     """False: no `usage` field, as some OpenAI-compatible servers answer."""
     raw_body: str | None = None
@@ -50,6 +52,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    received_at: float = 0.0
+    """`time.monotonic()` when the request arrived."""
 
 
 @dataclass
@@ -78,7 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         state = self.server.state
         with state.lock:
-            state.requests.append(RecordedRequest(self.path, dict(self.headers.items()), body))
+            state.requests.append(
+                RecordedRequest(self.path, dict(self.headers.items()), body, time.monotonic())
+            )
             reply = state.replies.popleft() if state.replies else state.default_reply
             responder = state.responder if reply is None else None
             state.in_flight += 1
@@ -116,7 +122,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.status != 200:
             error = {"error": {"message": f"scripted status {reply.status}", "type": "server_error"}}
-            self._send_json(reply.status, error, {"retry-after-ms": str(reply.retry_after_ms)})
+            retry_after = (
+                {"retry-after": str(reply.retry_after_s)}
+                if reply.retry_after_s is not None
+                else {"retry-after-ms": str(reply.retry_after_ms)}
+            )
+            self._send_json(reply.status, error, retry_after)
             return
         prompt_text = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _word_count(prompt_text)

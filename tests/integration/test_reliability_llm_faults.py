@@ -1,0 +1,194 @@
+"""An LLM that fails in every way an endpoint does — a hung call, 429 with `Retry-After`, 500, a 200 whose
+JSON is cut off, a completion with no choices, a proxy's HTML page — behind the real API and the real
+`openai` client: writes are acknowledged and searchable all along, consolidation is retried with backoff
+and never stores an error as memory, and once the model answers again consolidation completes."""
+
+import itertools
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from memoryos import MemoryConfig
+from memoryos.consolidation import FIRST_BACKOFF_S
+from services.api.settings import ApiSettings
+from tests.support.api_server import RunningApi, running_api
+from tests.support.fakes import HashEmbedder
+from tests.support.obedient_llm import obedient_reply
+from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
+from tests.support.openai_server import openai_server as openai_server  # the fixture
+from tests.support.queue_worker import wait_for
+
+pytestmark = pytest.mark.integration
+
+LLM_TIMEOUT_S = 0.3
+FAULTS = {
+    "hung": ScriptedReply(delay_s=LLM_TIMEOUT_S * 4),
+    "429": ScriptedReply(status=429, retry_after_s=1),
+    "500": ScriptedReply(status=500),
+    "cut-json": ScriptedReply(
+        raw_body='{"id": "x", "object": "chat.completion", "choices": [{"ind',
+        raw_content_type="application/json",
+    ),
+    "no-choices": ScriptedReply(
+        raw_body=json.dumps(
+            {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": []}
+        ),
+        raw_content_type="application/json",
+    ),
+    "proxy-page": ScriptedReply(raw_body="<html><body>502 Bad Gateway: error upstream</body></html>"),
+}
+ERROR_WORDS = (
+    "error",
+    "scripted",
+    "429",
+    "502",
+    "bad gateway",
+    "timeout",
+    "timed out",
+    "<html",
+    "traceback",
+    "failed",
+)
+"""None of these is in the turns written, so any of them in memory came from a failure."""
+
+
+class FaultyModel:
+    """Each request gets the next fault in turn; `fault_of(body)` says which a recorded request got (the
+    server records the very body object it hands over)."""
+
+    def __init__(self) -> None:
+        self._next = itertools.cycle(FAULTS.items())
+        self._lock = threading.Lock()
+        self._sent: dict[int, str] = {}
+
+    def __call__(self, body: dict[str, Any]) -> ScriptedReply:
+        with self._lock:
+            name, reply = next(self._next)
+            self._sent[id(body)] = name
+        return reply
+
+    def fault_of(self, body: dict[str, Any]) -> str | None:
+        with self._lock:
+            return self._sent.get(id(body))
+
+    def faults_sent(self) -> set[str]:
+        with self._lock:
+            return set(self._sent.values())
+
+
+class PostponedPasses(logging.Handler):
+    """When the consolidator postponed work because the LLM failed (its own log lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.at: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "postponed: the LLM failed" in record.getMessage():
+            self.at.append(record.created)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[RunningApi, ScriptedOpenAIServer]]:
+    server = ScriptedOpenAIServer()
+    server.start()
+    config = MemoryConfig(
+        data_dir=tmp_path,
+        openai_api_key="test-key",
+        openai_base_url=server.base_url,
+        llm_timeout_s=LLM_TIMEOUT_S,
+        llm_max_retries=2,
+        llm_backoff_max_s=2.0,
+        short_term_capacity=2,
+        faiss_use_gpu="never",
+    )
+    try:
+        with running_api(ApiSettings(port=0), config, embedder=HashEmbedder()) as running:
+            yield running, server
+    finally:
+        server.stop()
+
+
+def remembered(api: RunningApi, user: str) -> str:
+    """Everything the space holds that consolidation writes (profile, facts, segments, chain summaries),
+    with the pages, as one lower-cased text."""
+    space = api.space_url(user)
+    parts = [
+        httpx.get(f"{space}/profile", timeout=30).json(),
+        httpx.get(f"{space}/facts", timeout=30).json(),
+        httpx.get(f"{space}/facts?kind=assistant", timeout=30).json(),
+        httpx.get(f"{space}/stats", timeout=30).json()["segments"],
+        httpx.get(f"{space}/memories", timeout=30).json()["pages"],
+    ]
+    return json.dumps(parts).lower()
+
+
+def write_and_find(api: RunningApi, user: str, words: list[str]) -> None:
+    """Write one turn per word, then find each by its word: acknowledged and searchable."""
+    space = api.space_url(user)
+    for word in words:
+        turn = {"user_input": f"I bought a {word} today.", "agent_response": f"A {word}, nice."}
+        written = httpx.post(f"{space}/memories", json=turn, timeout=30)
+        assert written.status_code == 201, written.text
+    for word in words:
+        found = httpx.post(f"{space}/retrieve", json={"query": f"{word} bought", "top_k": 3}, timeout=30)
+        assert found.status_code == 200, found.text
+        texts = [p["user_input"] for p in found.json()["retrieved_pages"]]
+        texts += [p["user_input"] for p in found.json()["short_term_memory"]]
+        assert f"I bought a {word} today." in texts, (word, texts)
+
+
+def test_a_failing_llm_never_becomes_memory_and_consolidation_completes_once_it_recovers(
+    api: tuple[RunningApi, ScriptedOpenAIServer],
+) -> None:
+    running, server = api
+    faulty = FaultyModel()
+    server.respond_with(faulty)
+    postponed = PostponedPasses()
+    logging.getLogger("memoryos.consolidation").addHandler(postponed)
+    try:
+        write_and_find(running, "maya", ["kettle", "bicycle", "lantern", "umbrella", "violin"])
+        forced = httpx.post(f"{running.space_url('maya')}/consolidate", timeout=60)
+        assert forced.status_code == 502 and forced.json()["error"] == "llm_failed", forced.text
+        # The scheduler retries on its own, each time after a longer pause: no write asks for it.
+        wait_for(lambda: len(postponed.at) >= 3 and faulty.faults_sent() == set(FAULTS), timeout_s=60)
+        write_and_find(running, "maya", ["compass", "teapot"])  # still accepted, still searchable
+    finally:
+        logging.getLogger("memoryos.consolidation").removeHandler(postponed)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(postponed.at)]
+    assert all(gap >= FIRST_BACKOFF_S * 0.9 for gap in gaps), gaps
+
+    # The client retried each call (its attempt counter), and waited out the 429's Retry-After.
+    requests = server.requests
+    assert max(int(r.headers.get("x-stainless-retry-count", "0")) for r in requests) == 2
+    attempt = {id(r.body): int(r.headers.get("x-stainless-retry-count", "0")) for r in requests}
+    after_429 = [
+        later.received_at - earlier.received_at
+        for earlier in requests
+        if faulty.fault_of(earlier.body) == "429"
+        for later in requests
+        if later.body == earlier.body and attempt[id(later.body)] == attempt[id(earlier.body)] + 1
+    ]
+    assert after_429 and all(gap >= 0.95 for gap in after_429), after_429
+
+    failing = remembered(running, "maya")
+    assert "kettle" in failing and "teapot" in failing  # the check below reads the real pages
+    assert not [word for word in ERROR_WORDS if word in failing], failing
+    stats = httpx.get(f"{running.space_url('maya')}/stats").json()
+    assert stats["user_knowledge"] == 0 and stats["mid_term_pages"] == 0  # nothing moved on a failure
+
+    server.respond_with(obedient_reply)  # the model answers again
+    forced = httpx.post(f"{running.space_url('maya')}/consolidate", timeout=60)
+    assert forced.status_code == 204, forced.text
+    stats = httpx.get(f"{running.space_url('maya')}/stats").json()
+    assert stats["short_term_pages"] == 2 and stats["mid_term_pages"] == 5 and stats["user_knowledge"] >= 1
+    profile = httpx.get(f"{running.space_url('maya')}/profile").json()["profile"]
+    assert profile == "- The user talks with the assistant."
+    recovered = remembered(running, "maya")
+    assert not [word for word in ERROR_WORDS if word in recovered], recovered
