@@ -93,6 +93,16 @@ class MemoryConfig(BaseSettings):
         gt=0,
         description="Smaller spaces embed the query as written: there a name's share of pages says little.",
     )
+    lexical_other_side_weight: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="BM25 weight of the side of a page that the speaker a query names did not say (the "
+        "speaker's side counts 1; 1 here weighs both alike). A name one side says in more than "
+        "dense_name_max_df_fraction of the pages, and the other side less, is the other side's name "
+        "(memoryos/retrieval_speaker.py). 0.25 was chosen leave-one-conversation-out on LoCoMo dev; 0 loses "
+        "adversarial questions, which name the wrong speaker on purpose.",
+    )
 
     # Ingest.
     ingest_mode: Literal["background", "inline"] = Field(

@@ -4,18 +4,19 @@ Pages are ranked over every tier (the reference first picked top segments and on
 which hid ~18 points of evidence recall on LoCoMo). The score fuses dense and BM25 evidence, each z-scored
 against the whole space so neither scale dominates, adds a bonus to pages stored at a date the query names,
 and lets the best neighbouring turn lift a page: an answer often sits one turn after the words of the
-question. The query is embedded without the names found in most pages (`dense_query_text`).
+question. The query is embedded without the names found in most pages (`dense_query_text`), and a query
+naming one side's speaker weighs that side's words most in BM25 (`retrieval_speaker`).
 docs/retrieval.md has the measurements.
 Retrieval only reads; the facade records segment visits as a separate op.
 """
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.lexical import STOPWORDS, fts_match_expression, query_terms, quoted
+from memoryos.lexical import fts_match_expression, query_terms, quoted
+from memoryos.retrieval_speaker import common_name_limit, query_names, side_weights, without_names
 from memoryos.space import MemorySpace
 from memoryos.temporal import date_proximity, julian_to_epoch_days, query_date_windows
 from memoryos.types import KnowledgeKind, Page, RetrievedContext, RetrievedKnowledge, RetrievedPage
@@ -23,11 +24,6 @@ from memoryos.validation import format_unix_timestamp
 
 LEXICAL_FETCH_FACTOR = 5
 """BM25 hits fetched per candidate slot: their scores also estimate the space-wide BM25 mean and spread."""
-
-
-_NAME = re.compile(r"(?<![.!?]\s)(?<=\s)([A-Z][^\W\d_]*)(?:['\u2019]s\b)?")
-"""A capitalized word that does not open a sentence, with its possessive: "Caroline's" in "What did
-Caroline's mom say?"."""
 
 
 @dataclass(frozen=True)
@@ -71,21 +67,18 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
     name carries much of the vector and pulls it toward turns that address the person. Left out, recall@7
     rose 2 points on the LoCoMo dev conversations (docs/retrieval.md). The query is still embedded once.
     """
-    config = space.config
     with space.lock:
-        total = space.page_index.count()
-        if total < config.dense_name_min_pages:
+        limit = common_name_limit(space)
+        if limit is None:
             return query
-        limit = int(config.dense_name_max_df_fraction * total)
         common = {
-            word
-            for word in {match[1] for match in _NAME.finditer(query)}
-            if word.lower() not in STOPWORDS
-            and space.store.document_frequency(quoted(word.lower()), at_most=limit + 1) > limit
+            name
+            for name in query_names(query)
+            if space.store.document_frequency(quoted(name.lower()), at_most=limit + 1) > limit
         }
     if not common:
         return query
-    stripped = " ".join(_NAME.sub(lambda m: "" if m[1] in common else m[0], query).split())
+    stripped = without_names(query, common)
     return stripped if query_terms(stripped) else query
 
 
@@ -101,7 +94,11 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
     expression = fts_match_expression(_lexical_terms(space, query))
-    lexical = space.store.lexical_search(expression, pool * LEXICAL_FETCH_FACTOR) if expression else []
+    lexical = (
+        space.store.lexical_search(expression, pool * LEXICAL_FETCH_FACTOR, side_weights(space, query))
+        if expression
+        else []
+    )
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)
     lexical_mean = float(raw.sum()) / total

@@ -339,11 +339,15 @@ class PageQueries(StoreQueries):
             )
         return days
 
-    def lexical_search(self, match_expression: str, limit: int) -> list[tuple[int, float]]:
-        """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated."""
+    def lexical_search(
+        self, match_expression: str, limit: int, column_weights: tuple[float, float] | None = None
+    ) -> list[tuple[int, float]]:
+        """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated.
+        `column_weights` scale the (user_input, agent_response) sides' contributions; None weighs both 1."""
+        weights = "" if column_weights is None else ", ?, ?"
         rows = self._db.execute(
-            "SELECT rowid, -bm25(pages_fts) AS score FROM pages_fts WHERE pages_fts MATCH ? "
-            "ORDER BY bm25(pages_fts) LIMIT ?",
-            (match_expression, limit),
+            f"SELECT rowid, -bm25(pages_fts{weights}) AS score FROM pages_fts WHERE pages_fts MATCH ? "
+            "ORDER BY score DESC LIMIT ?",
+            (*(column_weights or ()), match_expression, limit),
         )
         return [(int(row[0]), float(row[1])) for row in rows]
