@@ -186,6 +186,19 @@ class MemoryConfig(BaseSettings):
     scheduler_store_threads: int = Field(
         4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
     )
+    query_rewrite: bool = Field(
+        False,
+        description="With an LLM endpoint configured, each distinct query is first sent to llm_model, which "
+        "lists words an answer would mention; retrieval searches the question followed by them. One call "
+        "per distinct query (cached), off by default: not measured on LoCoMo offline "
+        "(memoryos/retrieval_rewrite.py).",
+    )
+    query_rewrite_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="Longest wait for a query rewrite, with no retry; past it the question is searched as "
+        "written. It bounds what a rewrite adds to a retrieve's latency.",
+    )
 
     # Vector index.
     vector_backend: Literal["faiss", "chroma"] = Field(

@@ -22,6 +22,7 @@ from memoryos.generation import answer_request
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.ops import AddTurns, AnyOp, ForgetSpace, UpdatePage
 from memoryos.retrieval import dense_query_text, retrieve_context
+from memoryos.retrieval_rewrite import query_rewriter
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import MemorySpace
@@ -99,6 +100,7 @@ class Memoryos(MemoryLifecycle):
         self.clock = clock
         self.embedder = embedder or shared_embedder(self.config)
         self.llm = llm or create_llm(self.config)
+        self._rewriter = query_rewriter(self.config)
         if create:
             make_data_root(self.config.data_dir)
         self.space = MemorySpace(
@@ -246,9 +248,10 @@ class Memoryos(MemoryLifecycle):
         self.space.refresh()  # vectors other processes stored since the last look
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
-        query_vector = self._work.encode_query(dense_query_text(self.space, text))
+        search = self._rewriter.search_text(text) if self._rewriter else text
+        query_vector = self._work.encode_query(dense_query_text(self.space, search))
         now = self.clock()
-        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now)
+        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search)
         visited = sorted(
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )

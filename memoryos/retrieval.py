@@ -158,22 +158,17 @@ def _retrieved(page: Page, score: float = 0.0) -> RetrievedPage:
 
 
 def retrieve_context(
-    space: MemorySpace, query: str, query_vector: np.ndarray, page_k: int, knowledge_k: int, now: float
+    space: MemorySpace,
+    query: str,
+    query_vector: np.ndarray,
+    page_k: int,
+    knowledge_k: int,
+    now: float,
+    search_text: str | None = None,
 ) -> RetrievedContext:
-    """Everything the answer needs from every tier; reads only."""
-    with space.lock:
-        return _context(space, query, query_vector, page_k, knowledge_k, now)
-
-
-def _context(
-    space: MemorySpace, query: str, query_vector: np.ndarray, page_k: int, knowledge_k: int, now: float
-) -> RetrievedContext:
+    """Everything the answer needs from every tier; reads only. Pages are ranked for `search_text` when
+    given (the query with a rewrite's words: `retrieval_rewrite`), else for `query`."""
     config: MemoryConfig = space.config
-    # Expired pages are never returned, also before the sweep erases them: rank past them.
-    expired = space.store.count_expired(now)
-    ranked = rank_pages(space, query, query_vector, page_k + expired)
-    pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked]) if _live(p, now)}
-    ranked = [s for s in ranked if s.page_id in pages][:page_k]
 
     def facts(kind: KnowledgeKind) -> list[RetrievedKnowledge]:
         return [
@@ -184,13 +179,19 @@ def _context(
             if score >= config.knowledge_min_score
         ]
 
-    return RetrievedContext(
-        query=query,
-        retrieved_at=format_unix_timestamp(now),
-        short_term_memory=[_retrieved(p) for p in space.short_term_pages() if _live(p, now)],
-        retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
-        retrieved_user_knowledge=facts("user"),
-        retrieved_assistant_knowledge=facts("assistant"),
-        user_profile=space.profile(),
-        user_profile_version=space.store.latest_profile_version(),
-    )
+    with space.lock:
+        # Expired pages are never returned, also before the sweep erases them: rank past them.
+        expired = space.store.count_expired(now)
+        ranked = rank_pages(space, search_text or query, query_vector, page_k + expired)
+        pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked]) if _live(p, now)}
+        ranked = [s for s in ranked if s.page_id in pages][:page_k]
+        return RetrievedContext(
+            query=query,
+            retrieved_at=format_unix_timestamp(now),
+            short_term_memory=[_retrieved(p) for p in space.short_term_pages() if _live(p, now)],
+            retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
+            retrieved_user_knowledge=facts("user"),
+            retrieved_assistant_knowledge=facts("assistant"),
+            user_profile=space.profile(),
+            user_profile_version=space.store.latest_profile_version(),
+        )
