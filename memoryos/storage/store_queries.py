@@ -12,7 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from memoryos.errors import StorageError
 from memoryos.storage.vector_blobs import from_blobs
+
+_DISK_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
+"""Primary result codes of a disk that is full or failing, as opposed to a bug or a busy database."""
 
 
 class StoreQueries:
@@ -25,14 +29,24 @@ class StoreQueries:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time)."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time).
+
+        A full disk or a failing one (SQLite's FULL and IOERR, at any statement or at COMMIT) raises
+        `StorageError` with nothing of the transaction stored, and leaves the connection usable: once
+        there is room again the next write succeeds. SQLite may have rolled back on its own by then."""
         try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as error:
+            if getattr(error, "sqlite_errorcode", 0) & 0xFF not in _DISK_FAILURES:
+                raise
+            raise StorageError(f"the memory store could not be written: {error}") from error
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._db.execute(sql, params).fetchone()

@@ -144,7 +144,9 @@ async def _shutting_down(request: Request, exc: Exception) -> ErrorResponse:
 
 
 async def _storage_failed(request: Request, exc: Exception) -> ErrorResponse:
-    log.error("memory store failed (%s)", type(exc).__name__)
+    # The engine words these messages itself (a store's path, SQLite's reason: "database or disk is
+    # full", "file is not a database"), never from memory text; an operator needs the reason.
+    log.error("memory store failed (%s): %s", type(exc).__name__, exc)
     return error_response(500, "the memory store failed", code="storage_error")
 
 
