@@ -46,8 +46,8 @@ FAULTS = {
 ERROR_WORDS = (
     "error",
     "scripted",
-    "429",
-    "502",
+    "status 429",
+    "status 500",
     "bad gateway",
     "timeout",
     "timed out",
@@ -55,7 +55,8 @@ ERROR_WORDS = (
     "traceback",
     "failed",
 )
-"""None of these is in the turns written, so any of them in memory came from a failure."""
+"""None of these is in the turns written, so any of them in memory came from a failure (status codes
+only as the error texts word them: bare digits occur in ids and times)."""
 
 
 class FaultyModel:
