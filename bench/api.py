@@ -1,5 +1,6 @@
 """`python -m bench.api`: the HTTP API's figures, embedded mode (`memoryos serve` in a subprocess, MiniLM on
-CPU, offline LLM), load from this process over real HTTP (httpx, async).
+CPU, offline LLM), load from this process over real HTTP (aiohttp: httpx spent ~9 ms of CPU per request
+here, so at a few hundred requests/s the generator, not the server, set the latency).
 
 - Acknowledged-write latency, open loop: writes sent at a fixed offered rate (250, 500, 1000/s) whatever
   the answers, each timed from its *scheduled* send time (so a stalled server is charged for the queue
@@ -8,7 +9,9 @@ CPU, offline LLM), load from this process over real HTTP (httpx, async).
   acknowledged.
 - Retrieve through the API at 1k and 10k pages per space (filled through the batch route, embedded by the
   server), p50 / p99, next to the engine's own figure on the same space (in-process, after the server
-  stops).
+  stops). Each size gets a server and data directory of its own, and every load starts once the last
+  one's pages are embedded (`memoryos_queue_depth` 0; how long that took is reported), so no figure
+  meets another phase's backlog.
 
 Writes go to 64 users round-robin. The load generator shares the machine's cores with the server: on
 2 cores the figures include its cost.
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from memoryos import MemoryConfig, Memoryos
@@ -116,7 +120,7 @@ def _space(user: str) -> str:
 
 
 async def open_loop(
-    client: httpx.AsyncClient, rate_per_s: float, duration_s: float, offset: int
+    client: aiohttp.ClientSession, rate_per_s: float, duration_s: float, offset: int
 ) -> dict[str, Any]:
     total = int(rate_per_s * duration_s)
     latencies: list[float] = []
@@ -129,9 +133,10 @@ async def open_loop(
         scheduled = start + i / rate_per_s
         await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
         try:
-            response = await client.post(f"{_space(f'u{i % USERS}')}/memories", json=_turn(offset + i))
-            errors += response.status_code != 201
-        except httpx.HTTPError as error:
+            async with client.post(f"{_space(f'u{i % USERS}')}/memories", json=_turn(offset + i)) as response:
+                await response.read()
+                errors += response.status != 201
+        except aiohttp.ClientError as error:
             kinds[type(error).__name__] = kinds.get(type(error).__name__, 0) + 1
             errors += 1
         latencies.append(time.perf_counter() - scheduled)
@@ -147,7 +152,7 @@ async def open_loop(
 
 
 async def closed_loop(
-    client: httpx.AsyncClient, clients: int, duration_s: float, offset: int
+    client: aiohttp.ClientSession, clients: int, duration_s: float, offset: int
 ) -> dict[str, Any]:
     latencies: list[float] = []
     deadline = time.perf_counter() + duration_s
@@ -156,7 +161,10 @@ async def closed_loop(
         i = 0
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
-            await client.post(f"{_space(f'u{w}')}/memories", json=_turn(offset + w * 100000 + i))
+            async with client.post(
+                f"{_space(f'u{w}')}/memories", json=_turn(offset + w * 100000 + i)
+            ) as answer:
+                await answer.read()
             latencies.append(time.perf_counter() - sent)
             i += 1
 
@@ -166,29 +174,34 @@ async def closed_loop(
     return {"clients": clients, "writes_per_s": round(len(latencies) / elapsed, 1), **_percentiles(latencies)}
 
 
-async def fill(client: httpx.AsyncClient, user: str, pages: int) -> float:
+async def fill(client: aiohttp.ClientSession, user: str, pages: int) -> float:
     started = time.perf_counter()
     write_id = ""
     for first in range(0, pages, 256):
         turns = [_turn(i) for i in range(first, min(pages, first + 256))]
         write_id = f"fill-{user}-{first}"
-        response = await client.post(
+        async with client.post(
             f"{_space(user)}/memories/batch", json={"turns": turns, "write_id": write_id}
-        )
-        response.raise_for_status()
-    while not (await client.get(f"{_space(user)}/writes/{write_id}")).json()["searchable"]:
+        ) as response:
+            response.raise_for_status()
+    while not await _searchable(client, user, write_id):
         await asyncio.sleep(0.2)
     return time.perf_counter() - started
 
 
-async def retrieve_latency(client: httpx.AsyncClient, user: str, queries: int) -> dict[str, float]:
+async def _searchable(client: aiohttp.ClientSession, user: str, write_id: str) -> bool:
+    async with client.get(f"{_space(user)}/writes/{write_id}") as response:
+        return bool((await response.json())["searchable"])
+
+
+async def retrieve_latency(client: aiohttp.ClientSession, user: str, queries: int) -> dict[str, float]:
     samples = []
     for i in range(queries):
         started = time.perf_counter()
-        response = await client.post(
-            f"{_space(user)}/retrieve", json={"query": f"Where did I buy the {WORDS[i % len(WORDS)]}?"}
-        )
-        response.raise_for_status()
+        query = {"query": f"Where did I buy the {WORDS[i % len(WORDS)]}?"}
+        async with client.post(f"{_space(user)}/retrieve", json=query) as response:
+            await response.read()
+            response.raise_for_status()
         samples.append(time.perf_counter() - started)
     return _percentiles(samples)
 
@@ -205,29 +218,66 @@ def engine_retrieve_latency(data_dir: Path, user: str, queries: int) -> dict[str
     return _percentiles(samples)
 
 
-async def run(url: str, data_dir: Path, duration_s: float, sizes: list[int], queries: int) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+def _session(url: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        url, connector=aiohttp.TCPConnector(limit=256), timeout=aiohttp.ClientTimeout(total=120)
+    )
+
+
+async def drained(client: aiohttp.ClientSession, limit_s: float) -> float:
+    """Seconds until the server reports no page waiting to be embedded (`memoryos_queue_depth` 0), so the
+    next load does not meet the last one's backlog; `limit_s` at most."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        async with client.get("/metrics") as response:
+            text = await response.text()
+        if "\nmemoryos_queue_depth 0.0" in text:
+            break
+        await asyncio.sleep(0.5)
+    return round(time.perf_counter() - started, 1)
+
+
+async def write_loads(url: str, duration_s: float) -> dict[str, Any]:
+    async with _session(url) as client:
         for user in range(USERS):  # spaces created, model warm
-            await client.post(f"{_space(f'u{user}')}/memories", json=_turn(user))
-        results: dict[str, Any] = {"open_loop": [], "retrieve": []}
+            async with client.post(f"{_space(f'u{user}')}/memories", json=_turn(user)) as answer:
+                answer.raise_for_status()
+        await drained(client, 120)
+        results: dict[str, Any] = {"open_loop": []}
         for n, rate in enumerate((250, 500, 1000)):
-            results["open_loop"].append(await open_loop(client, rate, duration_s, offset=(n + 1) * 1_000_000))
-            await asyncio.sleep(2)  # the backlog embedded before the next rate
+            figures = await open_loop(client, rate, duration_s, offset=(n + 1) * 1_000_000)
+            figures["embedded_after_s"] = await drained(client, 600)
+            results["open_loop"].append(figures)
         results["closed_loop"] = await closed_loop(client, 64, duration_s, offset=9_000_000)
-        for size in sizes:
-            try:
-                await asyncio.wait_for(_retrieve_at(client, size, queries, results), timeout=900)
-            except (httpx.HTTPError, TimeoutError) as error:  # recorded, not lost with the figures before it
-                results["retrieve"].append({"pages": size, "error": f"{type(error).__name__}: {error}"})
+        results["closed_loop"]["embedded_after_s"] = await drained(client, 600)
     return results
 
 
-async def _retrieve_at(client: httpx.AsyncClient, size: int, queries: int, results: dict[str, Any]) -> None:
-    fill_s = await fill(client, f"r{size}", size)
-    await retrieve_latency(client, f"r{size}", 5)  # warm
-    api = await retrieve_latency(client, f"r{size}", queries)
-    results["retrieve"].append({"pages": size, "fill_s": round(fill_s, 1), "api": api})
+async def retrieve_at(url: str, size: int, queries: int) -> dict[str, Any]:
+    async with _session(url) as client:
+        fill_s = await fill(client, f"r{size}", size)
+        await drained(client, 600)  # consolidation's texts too
+        await retrieve_latency(client, f"r{size}", 5)  # warm
+        return {
+            "pages": size,
+            "fill_s": round(fill_s, 1),
+            "api": await retrieve_latency(client, f"r{size}", queries),
+        }
+
+
+def serving(data_dir: Path, work: Any) -> Any:
+    """`work(url)` against a fresh `memoryos serve` on `data_dir`, stopped after."""
+    port = _free_port()
+    server = start_server(data_dir, port)
+    try:
+        return asyncio.run(work(f"http://127.0.0.1:{port}"))
+    finally:
+        server.terminate()  # a graceful stop waits for the embedding backlog: bounded here
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def main() -> None:
@@ -237,28 +287,20 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="memoryos-bench-api-"))
-    port = _free_port()
-    server = start_server(data_dir, port)
-    try:
-        results = asyncio.run(
-            run(
-                f"http://127.0.0.1:{port}",
-                data_dir,
-                args.duration_s,
-                [int(s) for s in args.sizes.split(",")],
-                args.queries,
-            )
-        )
-    finally:
-        server.terminate()  # a graceful stop waits for the embedding backlog: bounded here
+    root = Path(tempfile.mkdtemp(prefix="memoryos-bench-api-"))
+    results = serving(root / "writes", lambda url: write_loads(url, args.duration_s))
+    results["retrieve"] = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        data_dir = root / f"retrieve-{size}"  # a server of its own: no other space's backlog in the way
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    for entry in (e for e in results["retrieve"] if "api" in e):
-        entry["engine"] = engine_retrieve_latency(data_dir, f"r{entry['pages']}", args.queries)
+            entry = serving(
+                data_dir, lambda url, size=size: asyncio.wait_for(retrieve_at(url, size, args.queries), 1800)
+            )
+        except (aiohttp.ClientError, TimeoutError) as error:  # recorded, not lost with the figures before it
+            results["retrieve"].append({"pages": size, "error": f"{type(error).__name__}: {error}"})
+            continue
+        entry["engine"] = engine_retrieve_latency(data_dir, f"r{size}", args.queries)
+        results["retrieve"].append(entry)
     results["machine"] = (
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU"
     )

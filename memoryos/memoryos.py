@@ -6,6 +6,7 @@ process's scheduler (`memoryos/scheduler/`), pooled with every other open space;
 vectors of the writes before it, not for consolidation. One instance may be shared by threads.
 """
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -346,6 +347,7 @@ class Memoryos(MemoryLifecycle):
             embedding_model=self.space.embedding_model,
             embedding_dim=self.space.dim,
             promotion_threshold=config.mid_term_heat_threshold,
+            storage_bytes=_directory_bytes(self.space.directory),
             llm_usage={op: usage.model_dump() for op, usage in self.llm.usage.items()},
         )
 
@@ -391,6 +393,17 @@ class Memoryos(MemoryLifecycle):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _directory_bytes(directory: Path) -> int:
+    """Bytes of the files under `directory`; a file removed while they are counted (a snapshot replaced)
+    counts as gone."""
+    total = 0
+    for path in directory.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file():
+                total += path.stat().st_size
+    return total
 
 
 def _segment_stats(segment: Segment, now: float, weights: policy.HeatWeights) -> SegmentStats:

@@ -203,6 +203,11 @@ class MemoryStats(BaseModel):
         description="Heat at which a segment with unanalyzed pages is promoted to the profile and facts "
         "(the space's `mid_term_heat_threshold`); None in stats from before it was reported.",
     )
+    storage_bytes: int | None = Field(
+        None,
+        description="Bytes of the space's files on disk when the stats were taken (store, its WAL, index "
+        "snapshots): what this user's memory costs. None in stats from before it was reported.",
+    )
     llm_usage: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="Per operation: calls, prompt_tokens, completion_tokens."
     )

@@ -29,7 +29,7 @@ class ApiState:
     ready: bool = False
 
 
-def get_state(request: Request) -> ApiState:
+async def get_state(request: Request) -> ApiState:
     state: ApiState = request.app.state.api
     return state
 
@@ -39,7 +39,7 @@ StateDep = Annotated[ApiState, Depends(get_state)]
 _bearer = HTTPBearer(auto_error=False, description="An API key, as `Authorization: Bearer <key>`.")
 
 
-def authenticate(
+async def authenticate(
     state: StateDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Caller:
     """The caller its key names (401 otherwise), within its rate (429 with Retry-After otherwise)."""
@@ -67,7 +67,7 @@ AssistantId = Annotated[
 ]
 
 
-def space_key(caller: CallerDep, user_id: UserId, assistant_id: AssistantId) -> SpaceKey:
+async def space_key(caller: CallerDep, user_id: UserId, assistant_id: AssistantId) -> SpaceKey:
     """The space the path names, in the caller's tenant; ids checked by the engine's rule (no path
     separators, no `..`: 422 before any file is touched). A key bound to one user reaches that user only
     (403 otherwise)."""

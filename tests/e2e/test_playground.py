@@ -141,6 +141,7 @@ def test_import_ask_consolidate_and_forget_in_the_page(
     stm = int(page.inner_text("#count-stm b"))
     mtm = int(page.inner_text("#count-mtm b"))
     assert stm + mtm == len(TURNS)
+    expect(page.locator("#count-storage b")).to_have_text(re.compile(r"^\d+(\.\d)? (kB|MB)$"))
 
     # Memory text is shown as text: the markup in a turn is neither parsed nor run.
     expect(page.get_by_text(INJECTED, exact=False).first).to_be_attached()

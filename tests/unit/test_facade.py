@@ -79,10 +79,11 @@ def op_kinds(memory: Memoryos) -> list[str]:
 
 
 def stored_state(memory: Memoryos) -> dict[str, Any]:
-    """Everything a caller could observe of the space, to compare before and after a rejected call."""
+    """Everything a caller could observe of the space, to compare before and after a rejected call —
+    but the files' size, which moves with the WAL and the snapshots written at close."""
     store = memory.space.store
     return {
-        "stats": memory.get_memory_stats(),
+        "stats": {**memory.get_memory_stats(), "storage_bytes": None},
         "pages": store.pages(list(range(1, store.max_page_id() + 1))),
         "ops": op_kinds(memory),
         "profile": memory.get_user_profile_summary(),

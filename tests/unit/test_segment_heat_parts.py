@@ -80,6 +80,8 @@ def test_stats_reports_each_segments_heat_parts_and_the_promotion_threshold(tmp_
         assert segment.heat == engine_heats[segment.segment_id]
     assert any(s.heat_length > 0 for s in stats.segments)
     assert any(s.heat_visits > 0 for s in stats.segments), "the retrieval should have visited a segment"
+    on_disk = sum(p.stat().st_size for p in memory.space.directory.rglob("*") if p.is_file())
+    assert stats.storage_bytes == on_disk > 0
     memory.close()
 
 
@@ -102,3 +104,4 @@ def test_stats_saved_before_the_parts_existed_still_validate() -> None:
         }
     )
     assert old_stats.promotion_threshold is None and old_stats.segments[0].heat == 3.5
+    assert old_stats.storage_bytes is None

@@ -243,6 +243,19 @@
     replace($("assistant-facts"), el("li", { class: "empty", text: "None." }));
   }
 
+  /** A byte count as people read it ("1.4 MB"); "—" when the server does not report it. */
+  function formatBytes(bytes) {
+    if (typeof bytes !== "number") return "—";
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let value = bytes;
+    let unit = 0;
+    while (value >= 1000 && unit < units.length - 1) {
+      value /= 1000;
+      unit += 1;
+    }
+    return `${unit === 0 ? value : value.toFixed(1)} ${units[unit]}`;
+  }
+
   function renderCounts(stats, listed) {
     const usage = Object.values(stats.llm_usage || {});
     const llmCalls = usage.reduce((sum, op) => sum + (op.calls || 0), 0);
@@ -255,6 +268,7 @@
       ["assistant facts", stats.assistant_knowledge, "count-assistant-facts"],
       ["profile versions", stats.profile_versions, "count-profile"],
       ["LLM calls (this process)", llmCalls, "count-llm"],
+      ["storage", formatBytes(stats.storage_bytes), "count-storage"],
     ];
     const note = listed.total === null ? `only the first ${MAX_LISTED_PAGES} pages are listed` : null;
     replace(
