@@ -1,10 +1,22 @@
-"""The worker fault loop: the real `memoryos worker` process SIGKILLed at random instants while a client
-writes through the Redis queue, with Redis restarted (AOF) along the way; then one last worker drains the
-queue and every acknowledged write is counted in the stores: lost (0 expected) and applied twice (0).
+"""Fault loops: a process killed at random instants while a client writes; then every acknowledged
+write is counted in the stores: lost (0 expected) and applied twice (0).
 
-    python -m bench.faults [--rounds 50] [--redis-restarts 3]
+- `--target worker` (default): the real `memoryos worker` SIGKILLed at random instants while a client
+  writes through the Redis queue, with Redis restarted (AOF) along the way; one last worker drains.
+- `--target takeover`: two workers serve the shards; each round one of them is SIGKILLed and the other
+  takes its shards over (lease TTL), while a new one starts in its place.
+- `--target rollout`: two workers; each round one gets SIGTERM (a Kubernetes rollout: it drains and
+  releases its leases) and a new one replaces it.
+- `--target api`: the embedded `memoryos serve` (no Redis: writes acknowledged by SQLite) SIGKILLed at
+  random instants while a client writes over HTTP, retrying a failed write with the same write id;
+  restarted each round.
 
-CI runs the short form (`tests/integration/test_worker_process.py`: 10 rounds, one restart).
+A round lasts `--writes-per-round` acknowledged writes; its fault falls after a random number of them.
+
+    python -m bench.faults [--target worker|takeover|rollout|api] [--rounds 50] [--redis-restarts 3]
+        [--writes-per-round 500]
+
+CI runs a short form (`tests/integration/test_worker_process.py`: 10 worker rounds, one restart).
 """
 
 import argparse
@@ -12,6 +24,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,9 +32,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import redis
 
 from memoryos.space_pool import SpaceKey
@@ -89,59 +104,114 @@ def stored_texts(data_dir: Path) -> Counter[str]:
 
 
 class Client:
-    """Writes until stopped, each with its own write id; a write is acknowledged when `enqueue`
-    returns. A failed call is retried with the same write id (the engine stores it once)."""
+    """Writes until stopped, each with its own write id; a write is acknowledged when `send` returns. A
+    failed call is retried with the same write id (the engine stores it once)."""
 
-    def __init__(self, settings: QueueSettings) -> None:
-        self.settings = settings
+    def __init__(self, send: Callable[[int, str], None], retry_on: tuple[type[Exception], ...]) -> None:
+        self.send = send
+        self.retry_on = retry_on
         self.acknowledged: list[str] = []
         self.attempted: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        queue = WriteQueue(redis.Redis.from_url(self.settings.redis_url), self.settings)
         i = 0
         while not self.stop.is_set():
             text = f"write {i}"
-            op = plan_write(
-                [{"user_input": text, "agent_response": "ok"}],
-                max_text_chars=100,
-                at=time.time(),
-                write_id=f"w{i}",
-            )
             self.attempted.append(text)
             while not self.stop.is_set():
                 try:
-                    queue.enqueue(SPACES[i % len(SPACES)], op)
+                    self.send(i, text)
                     self.acknowledged.append(text)
                     break
-                except redis.ConnectionError:
+                except self.retry_on:
                     time.sleep(0.05)
             i += 1
             time.sleep(0.005)
 
+    def wait_for(self, acknowledged: int, limit_s: float = 600) -> None:
+        """Until `acknowledged` writes are acknowledged in all."""
+        deadline = time.monotonic() + limit_s
+        while len(self.acknowledged) < acknowledged:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(self.acknowledged)} of {acknowledged} writes acknowledged")
+            time.sleep(0.01)
+
+
+def queue_client(settings: QueueSettings) -> Client:
+    """A client writing through the Redis queue, acknowledged once Redis holds the write."""
+    queue = WriteQueue(redis.Redis.from_url(settings.redis_url), settings)
+
+    def send(i: int, text: str) -> None:
+        op = plan_write(
+            [{"user_input": text, "agent_response": "ok"}],
+            max_text_chars=100,
+            at=time.time(),
+            write_id=f"w{i}",
+        )
+        queue.enqueue(SPACES[i % len(SPACES)], op)
+
+    return Client(send, (redis.ConnectionError,))
+
+
+def http_client(url: str) -> Client:
+    """A client writing over HTTP, acknowledged by the API's 201."""
+    http = httpx.Client(base_url=url, timeout=10)
+
+    def send(i: int, text: str) -> None:
+        key = SPACES[i % len(SPACES)]
+        path = f"/v1/users/{key.user_id}/assistants/{key.assistant_id}/memories"
+        body = {"user_input": text, "agent_response": "ok", "write_id": f"w{i}"}
+        if http.post(path, json=body).status_code != 201:
+            raise httpx.TransportError("not stored")
+
+    return Client(send, (httpx.HTTPError,))
+
 
 def run_fault_loop(
-    server: RedisServer, data_dir: Path, rounds: int, redis_restarts: int, seed: int = 7
+    server: RedisServer,
+    data_dir: Path,
+    rounds: int,
+    redis_restarts: int,
+    seed: int = 7,
+    writes_per_round: int = 0,
 ) -> FaultReport:
+    """SIGKILL one worker per round (`writes_per_round` 0: after 0.2-1.5 s, else after a random number
+    of that round's acknowledged writes), restarting Redis `redis_restarts` times along the way."""
     settings = QueueSettings(redis_url=server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
-    client = Client(settings)
+    client = queue_client(settings)
     client.thread.start()
     rng = random.Random(seed)
     restart_at = {int(rounds * (k + 1) / (redis_restarts + 1)) for k in range(redis_restarts)}
     try:
         for round_ in range(rounds):
             worker = start_worker(server, data_dir, f"w-{round_}")
-            time.sleep(rng.uniform(0.2, 1.5))
+            fault_after(client, rng, writes_per_round)
             worker.kill()  # SIGKILL: mid-batch, mid-apply, mid-commit
             worker.wait()
             if round_ in restart_at:
                 server.restart()
+            if writes_per_round:
+                client.wait_for((round_ + 1) * writes_per_round)
     finally:
         client.stop.set()
         client.thread.join(timeout=10)
     before_last = sum(stored_texts(data_dir).values())
+    drain_with_last_worker(server, data_dir, settings)
+    return count(client, data_dir, rounds, len(restart_at), before_last)
+
+
+def fault_after(client: Client, rng: random.Random, writes_per_round: int) -> None:
+    """Wait for the fault's random instant: a random number of this round's writes, or 0.2-1.5 s."""
+    if writes_per_round:
+        round_start = len(client.acknowledged) // writes_per_round * writes_per_round
+        client.wait_for(round_start + rng.randint(1, writes_per_round))
+    else:
+        time.sleep(rng.uniform(0.2, 1.5))
+
+
+def drain_with_last_worker(server: RedisServer, data_dir: Path, settings: QueueSettings) -> None:
     last = start_worker(server, data_dir, "w-last")
     try:
         queue = WriteQueue(redis.Redis.from_url(settings.redis_url), settings)
@@ -151,11 +221,14 @@ def run_fault_loop(
     finally:
         last.send_signal(signal.SIGTERM)
         last.wait(timeout=60)
+
+
+def count(client: Client, data_dir: Path, rounds: int, restarts: int, before_last: int) -> FaultReport:
     applied = stored_texts(data_dir)
     acknowledged = set(client.acknowledged)
     return FaultReport(
         rounds=rounds,
-        redis_restarts=len(restart_at),
+        redis_restarts=restarts,
         acknowledged=len(acknowledged),
         applied_before_last_worker=before_last,
         lost=sum(1 for text in acknowledged if applied[text] == 0),
@@ -164,15 +237,110 @@ def run_fault_loop(
     )
 
 
+def run_pair_loop(
+    server: RedisServer, data_dir: Path, rounds: int, writes_per_round: int, stop_signal: int, seed: int = 7
+) -> FaultReport:
+    """Two workers serve the shards; each round one of them gets `stop_signal` (SIGKILL: the other takes
+    its shards when its leases expire; SIGTERM: it drains and hands them over) and a new one replaces it."""
+    settings = QueueSettings(redis_url=server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
+    client = queue_client(settings)
+    client.thread.start()
+    rng = random.Random(seed)
+    workers = [start_worker(server, data_dir, "w-a"), start_worker(server, data_dir, "w-b")]
+    try:
+        for round_ in range(rounds):
+            fault_after(client, rng, writes_per_round)
+            stopped = workers.pop(rng.randrange(2))
+            stopped.send_signal(stop_signal)
+            stopped.wait(timeout=120)
+            workers.append(start_worker(server, data_dir, f"w-{round_}"))
+            client.wait_for((round_ + 1) * writes_per_round)
+    finally:
+        client.stop.set()
+        client.thread.join(timeout=10)
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+    before_last = sum(stored_texts(data_dir).values())
+    drain_with_last_worker(server, data_dir, settings)
+    return count(client, data_dir, rounds, 0, before_last)
+
+
+def start_api(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """The embedded `memoryos serve`, returned once `/readyz` answers (its model loaded)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMORYOS_OPENAI")}
+    env |= {"MEMORYOS_FAISS_USE_GPU": "never", "MEMORYOS_API_RATE_LIMIT_PER_S": "0"}
+    command = [
+        sys.executable,
+        "-m",
+        "memoryos.cli",
+        "--data-dir",
+        str(data_dir),
+        "serve",
+        "--port",
+        str(port),
+    ]
+    api = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return api
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    api.kill()
+    raise RuntimeError("the API did not become ready")
+
+
+def run_api_loop(data_dir: Path, rounds: int, writes_per_round: int, seed: int = 7) -> FaultReport:
+    """The embedded API SIGKILLed at a random instant of each round while a client writes over HTTP."""
+    port = _free_port()
+    client = http_client(f"http://127.0.0.1:{port}")
+    rng = random.Random(seed)
+    api = start_api(data_dir, port)
+    client.thread.start()
+    try:
+        for round_ in range(rounds):
+            fault_after(client, rng, writes_per_round)
+            api.kill()  # SIGKILL: mid-request, mid-commit, mid-embedding
+            api.wait()
+            api = start_api(data_dir, port)
+            client.wait_for((round_ + 1) * writes_per_round)
+    finally:
+        client.stop.set()
+        client.thread.join(timeout=20)
+        api.send_signal(signal.SIGTERM)
+        api.wait(timeout=120)
+    return count(client, data_dir, rounds, 0, sum(stored_texts(data_dir).values()))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=["worker", "takeover", "rollout", "api"], default="worker")
     parser.add_argument("--rounds", type=int, default=50)
-    parser.add_argument("--redis-restarts", type=int, default=3)
+    parser.add_argument("--redis-restarts", type=int, default=3, help="--target worker only")
+    parser.add_argument("--writes-per-round", type=int, default=0, help="0: a fault every 0.2-1.5 s")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir, running_redis(Path(workdir) / "redis") as server:
         started = time.perf_counter()
-        report = run_fault_loop(server, Path(workdir) / "data", args.rounds, args.redis_restarts)
-    print(json.dumps({**asdict(report), "seconds": round(time.perf_counter() - started, 1)}, indent=2))
+        data_dir = Path(workdir) / "data"
+        if args.target == "api":
+            report = run_api_loop(data_dir, args.rounds, args.writes_per_round or 500)
+        elif args.target == "worker":
+            report = run_fault_loop(
+                server, data_dir, args.rounds, args.redis_restarts, writes_per_round=args.writes_per_round
+            )
+        else:
+            stop_signal = signal.SIGKILL if args.target == "takeover" else signal.SIGTERM
+            report = run_pair_loop(server, data_dir, args.rounds, args.writes_per_round or 500, stop_signal)
+    summary = {"target": args.target, **asdict(report), "seconds": round(time.perf_counter() - started, 1)}
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
