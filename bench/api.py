@@ -90,8 +90,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "MEMORYOS_API_RATE_LIMIT_PER_S": "0", "MEMORYOS_API_MAX_PENDING_PAGES": "1000000"}
+def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subprocess.Popen[bytes]:
+    """`memoryos serve` on `data_dir`, once ready. No rate limit; `unbounded`: no backpressure either, so
+    latency figures measure acknowledgement alone (the soak keeps the shipped bound)."""
+    env = {**os.environ, "MEMORYOS_API_RATE_LIMIT_PER_S": "0"}
+    if unbounded:
+        env["MEMORYOS_API_MAX_PENDING_PAGES"] = "1000000"
     command = [
         sys.executable,
         "-m",
