@@ -186,6 +186,14 @@ class MemoryConfig(BaseSettings):
     scheduler_store_threads: int = Field(
         4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
     )
+    background_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How much lower the scheduler's threads (embedding batcher, consolidation, store) run "
+        "than the threads answering callers, as a Linux nice increment: on few cores, writes and reads are "
+        "answered first while a backlog embeds. 0 keeps one priority for all (memoryos/scheduler/priority.py).",
+    )
     query_rewrite: bool = Field(
         False,
         description="With an LLM endpoint configured, each distinct query is first sent to llm_model, which "

@@ -49,6 +49,20 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     raise ValueError(f"pooling mode {mode!r} is not implemented")
 
 
+def cpu_session_options(threads: int) -> Any:
+    """ONNX Runtime options for an encoder on CPU: `threads` intra-op threads, and no spinning. By default
+    the pool's threads spin after each run waiting for the next; between page batches that burns cores
+    the request threads need. Measured here on a loaded 2-core machine, 10 batches of 32 x 40 tokens:
+    3.4 s of CPU without spinning against 5.1 s with it, and no slower in wall time."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class OnnxEncoder:
     """Texts to vectors with a tokenizer and an ONNX Runtime session; thread-safe (both are)."""
 
@@ -92,11 +106,10 @@ class OnnxEncoder:
             )
         else:
             tokenizer.no_truncation()
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
         try:
-            session = onnxruntime.InferenceSession(str(export), options, providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(
+                str(export), cpu_session_options(threads), providers=["CPUExecutionProvider"]
+            )
         except Exception as error:
             raise TorchFreeUnavailableError(f"cannot load {export}: {error}") from error
         return cls(manifest, tokenizer, session)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from memoryos.embedding.onnx_encoder import OnnxEncoder, runtime_versions
+from memoryos.embedding.onnx_encoder import OnnxEncoder, cpu_session_options, runtime_versions
 from memoryos.embedding.onnx_manifest import (
     FORMAT,
     POOLING_MODES,
@@ -208,11 +208,10 @@ def _export(model: "SentenceTransformer", path: Path) -> None:
 def _session(path: Path, threads: int) -> Any:
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
     try:
-        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(
+            str(path), cpu_session_options(threads), providers=["CPUExecutionProvider"]
+        )
     except Exception as error:  # a truncated or foreign file
         raise OnnxUnavailableError(f"cannot load {path}: {error}") from error
 

@@ -10,6 +10,8 @@ embedded process with many `Memoryos` instances should not run a thread per spac
 - a small pool of `scheduler_store_threads` threads that apply consolidation ops (a commit waits for an
   fsync, which must not stall the loop).
 
+All of them run `background_nice` lower than the caller's threads (`priority.py`).
+
 `Memoryos`, the embedded `memoryos serve` and the service worker all run this scheduler; the service only
 feeds it from Redis. `shared_scheduler()` is the process's instance, created on first use with that
 caller's settings and closed at interpreter exit, so no scheduler thread is inside PyTorch while the
@@ -29,6 +31,7 @@ from memoryos.errors import SchedulerClosedError
 from memoryos.llm.async_adapters import LimitedLLM, as_async, call_deadline_s
 from memoryos.llm.base import AsyncMemoryLLM, MemoryLLM
 from memoryos.scheduler.batcher import BatcherStats, EmbeddingBatcher
+from memoryos.scheduler.priority import lower_this_thread
 
 T = TypeVar("T")
 
@@ -42,16 +45,23 @@ class Scheduler:
         self._config = config
         self._name = name
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"{name}-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._run_loop, name=f"{name}-scheduler", daemon=True)
         self._thread.start()
         self._store_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=config.scheduler_store_threads, thread_name_prefix=f"{name}-store"
+            max_workers=config.scheduler_store_threads,
+            thread_name_prefix=f"{name}-store",
+            initializer=lower_this_thread,
+            initargs=(config.background_nice,),
         )
         self._lock = threading.Lock()
         self._batchers: dict[int, tuple[Embedder, EmbeddingBatcher]] = {}
         self._llms: dict[int, tuple[MemoryLLM, AsyncMemoryLLM]] = {}
         self._llm_slots = LimitedLLM.shared_slots(config.llm_max_concurrency)
         self._closed = False
+
+    def _run_loop(self) -> None:
+        lower_this_thread(self._config.background_nice)
+        self._loop.run_forever()
 
     @property
     def config(self) -> MemoryConfig:
@@ -84,6 +94,7 @@ class Scheduler:
                     max_batch_tokens=self._config.embedding_max_batch_tokens,
                     max_wait_ms=self._config.embedding_max_wait_ms,
                     name=f"{self._name}-embed-{len(self._batchers)}",
+                    nice=self._config.background_nice,
                 )
                 found = self._batchers[id(embedder)] = (embedder, batcher)
             return found[1]

@@ -63,6 +63,7 @@ from memoryos.scheduler.batch_fill import (
     QueuedWork,
     TextRequest,
 )
+from memoryos.scheduler.priority import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,9 @@ class EmbeddingBatcher(BatchFilling):
         max_batch_tokens: int,
         max_wait_ms: float,
         name: str = "memoryos-embed",
+        nice: int = 0,
     ) -> None:
+        """`nice`: how much lower than its creator the batcher's thread runs (`priority.py`)."""
         if max_batch_size < 1 or max_batch_tokens < 1 or max_wait_ms < 0:
             raise ValueError(
                 "EmbeddingBatcher: max_batch_size and max_batch_tokens must be >= 1 and max_wait_ms >= 0, "
@@ -146,6 +149,7 @@ class EmbeddingBatcher(BatchFilling):
         self._closing = False
         self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
         self._largest = self._tokens = 0
+        self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -227,6 +231,7 @@ class EmbeddingBatcher(BatchFilling):
 
     # --- the thread ---------------------------------------------------------------------------------------
     def _run(self) -> None:
+        lower_this_thread(self._nice)
         try:
             while True:
                 batch = self._collect()
