@@ -23,6 +23,7 @@ import atexit
 import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memoryos.config import MemoryConfig
@@ -34,6 +35,13 @@ from memoryos.scheduler.batcher import BatcherStats, EmbeddingBatcher
 from memoryos.scheduler.priority import lower_this_thread
 
 T = TypeVar("T")
+
+
+@dataclass
+class _PooledLLM:
+    llm: MemoryLLM  # held, so its id is not reused while the entry lives
+    limited: AsyncMemoryLLM
+    users: int = 0
 
 
 class Scheduler:
@@ -55,7 +63,7 @@ class Scheduler:
         )
         self._lock = threading.Lock()
         self._batchers: dict[int, tuple[Embedder, EmbeddingBatcher]] = {}
-        self._llms: dict[int, tuple[MemoryLLM, AsyncMemoryLLM]] = {}
+        self._llms: dict[int, _PooledLLM] = {}
         self._llm_slots = LimitedLLM.shared_slots(config.llm_max_concurrency)
         self._closed = False
 
@@ -75,6 +83,12 @@ class Scheduler:
     def llm_requests_in_flight(self) -> int:
         """LLM calls of every space running now (bounded by `llm_max_concurrency`): a service's gauge."""
         return self._llm_slots.in_flight
+
+    @property
+    def pooled_backends(self) -> int:
+        """LLM backends with a wrapper held for the spaces using them (a leak shows here)."""
+        with self._lock:
+            return len(self._llms)
 
     def batcher_stats(self) -> list[BatcherStats]:
         """The counters of each model's batcher (batches, texts, tokens): a service's metrics."""
@@ -100,15 +114,30 @@ class Scheduler:
             return found[1]
 
     def pooled_llm(self, llm: MemoryLLM) -> AsyncMemoryLLM:
-        """`llm` as an async backend whose calls share the process's bound of calls in flight."""
+        """`llm` as an async backend whose calls share the process's bound of calls in flight: one wrapper
+        per backend while any space uses it. Each call is matched by one `release_llm` when that space
+        closes."""
         with self._lock:
             found = self._llms.get(id(llm))
             if found is None:
                 limited = LimitedLLM(
                     as_async(llm), slots=self._llm_slots, timeout_s=call_deadline_s(self._config)
                 )
-                found = self._llms[id(llm)] = (llm, limited)
-            return found[1]
+                found = _PooledLLM(llm, limited)
+                self._llms[id(llm)] = found
+            found.users += 1
+            return found.limited
+
+    def release_llm(self, llm: MemoryLLM) -> None:
+        """A space using `llm` closed; the wrapper goes with its last user. A worker opens and closes
+        thousands of spaces, each `Memoryos` with a backend of its own unless one is shared: kept, every
+        wrapper stayed for the process's life."""
+        with self._lock:
+            found = self._llms.get(id(llm))
+            if found is not None and found.llm is llm:
+                found.users -= 1
+                if found.users <= 0:
+                    del self._llms[id(llm)]
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
         """Run a coroutine on the scheduler's loop; the future resolves with its result."""

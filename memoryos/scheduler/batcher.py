@@ -168,6 +168,14 @@ class EmbeddingBatcher(BatchFilling):
                 self._queue[id(source)] = QueuedSource(source, time.monotonic(), self._arrivals)
             self._cond.notify_all()
 
+    def discard(self, source: PageSource) -> None:
+        """`source` closed: its queue entry goes now, so the batcher holds no closed space (its pages
+        still pending stay in the store, for its next open). A batch in flight with it is not requeued."""
+        with self._cond:
+            entry = self._queue.get(id(source))
+            if isinstance(entry, QueuedSource) and entry.source is source:
+                del self._queue[id(source)]
+
     def encode_texts(self, texts: Sequence[str]) -> "concurrent.futures.Future[np.ndarray]":
         """Vectors (len(texts), dim) of texts that are not pages, in input order, pooled into the page
         batches. After close the future fails with `BatcherClosedError`."""

@@ -16,6 +16,7 @@
 """
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ from memoryos.space import MemorySpace
 
 if TYPE_CHECKING:
     from memoryos.scheduler import Scheduler
+    from memoryos.scheduler.batcher import EmbeddingBatcher
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +56,14 @@ class SpaceWork:
         self._batcher = scheduler.batcher(embedder)
         self._embedder_name = embedder.name
         self._clock = clock
+        self._llm = llm
+        # Functions of the scheduler's parts, not methods of self: a consolidator holding bound methods
+        # made a cycle with this object, so a closed space's index, sample and SQLite connection waited
+        # for the cyclic garbage collector (RSS climbed while a pool opened and closed spaces).
         self.consolidator = Consolidator(
             scheduler.pooled_llm(llm),
-            self._embed_texts,
-            self._apply,
+            functools.partial(_embed_in_batches, self._batcher),
+            functools.partial(_apply_on_store_threads, scheduler),
             clock,
             backoff_max_s=space.config.llm_backoff_max_s,
         )
@@ -253,10 +259,7 @@ class SpaceWork:
             await self._apply(self.space, RecordVisits(segment_ids=visited, at=at))
 
     async def _apply(self, space: MemorySpace, op: AnyOp) -> list[int]:
-        return await self._scheduler.in_store_pool(space.apply, op)
-
-    async def _embed_texts(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.wrap_future(self._batcher.encode_texts(texts))
+        return await _apply_on_store_threads(self._scheduler, space, op)
 
     def run_now(self, step: Callable[[Consolidator], Coroutine[Any, Any, None]]) -> None:
         """Run a consolidation coroutine made from this space's consolidator on the scheduler's loop and
@@ -281,5 +284,17 @@ class SpaceWork:
             self._changed.wait_for(lambda: not self._running or self._scheduler.closed)
             visited, self._visits = self._visits, []  # one visit per read that returned the segment
             at = self._visits_at
+        self._scheduler.release_llm(self._llm)
         if visited and not self.space.closed:
             self.space.apply(RecordVisits(segment_ids=visited, at=at))
+        self._batcher.discard(self)
+
+
+async def _apply_on_store_threads(scheduler: "Scheduler", space: MemorySpace, op: AnyOp) -> list[int]:
+    """An op's commit waits for an fsync: on the store threads, off the loop."""
+    return await scheduler.in_store_pool(space.apply, op)
+
+
+async def _embed_in_batches(batcher: "EmbeddingBatcher", texts: list[str]) -> np.ndarray:
+    """Consolidation's texts, pooled into the shared page batches."""
+    return await asyncio.wrap_future(batcher.encode_texts(texts))

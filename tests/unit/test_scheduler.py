@@ -5,10 +5,12 @@ Each test builds its own `Scheduler`, so thread counts and batch counts are its 
 """
 
 import asyncio
+import gc
 import math
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -223,3 +225,40 @@ def test_eight_threads_adding_and_reading_on_one_instance_store_every_page_and_e
     assert "terminate called" not in child.stderr
     errors, pages, indexed = child.stdout.split("\n")[0].split()
     assert (errors, pages, indexed) == ("0", "400", "400"), child.stdout
+
+
+def test_spaces_closed_leave_no_llm_wrapper_behind_and_a_shared_backend_keeps_its_own(
+    tmp_path: Path, scheduler: Scheduler
+) -> None:
+    shared = OfflineLLM()
+    keeper = open_memory(tmp_path, "keeper", scheduler, llm=shared)
+    wrappers = scheduler.pooled_backends
+    for n in range(20):  # each with a backend of its own, as the engine builds one per Memoryos
+        open_memory(tmp_path, f"user{n}", scheduler).close()
+        open_memory(tmp_path, f"guest{n}", scheduler, llm=shared).close()
+    assert scheduler.pooled_backends == wrappers, "a closed space's wrapper stays for the process's life"
+    keeper.add_memory("I moved to Lyon.", "Nice city.")
+    keeper.flush()  # the shared backend's wrapper still serves the space that remains
+    keeper.close()
+    assert scheduler.pooled_backends == wrappers - 1
+
+
+def test_a_closed_space_is_freed_at_once_not_left_to_the_cyclic_collector(tmp_path: Path) -> None:
+    """A worker's pool opens and closes spaces all day: a closed space in a reference cycle kept its
+    index, score sample and SQLite connection until a full collection, and RSS climbed far past the pool
+    budget while the open spaces stayed within it. (The scheduler is closed first so that no batch in
+    flight holds the space for the instant of the check.)"""
+    own = Scheduler(MemoryConfig(embedding_max_wait_ms=5.0), name="test-freed")
+    memory = open_memory(tmp_path, "ann", own)
+    memory.add_memory("I moved to Lyon.", "Nice city.")
+    memory.retrieve("Where do I live?")
+    space, work = weakref.ref(memory.space), weakref.ref(memory._work)
+    gc.collect()
+    gc.disable()
+    try:
+        memory.close()
+        own.close()
+        del memory
+        assert space() is None and work() is None
+    finally:
+        gc.enable()
