@@ -48,6 +48,9 @@ from tests.support.redis_server import RedisServer, running_redis
 NAMESPACE = "faults"
 SHARDS = 4
 SPACES = [SpaceKey("default", f"user{i}", "helper") for i in range(SHARDS)]
+DRAIN_LIMIT_S = 900
+"""How long a process told to stop (SIGTERM) may take: it embeds the pages it applied but did not embed
+yet before it exits, minutes of work on 2 busy cores after a round of 500 writes."""
 
 
 @dataclass
@@ -220,7 +223,7 @@ def drain_with_last_worker(server: RedisServer, data_dir: Path, settings: QueueS
             time.sleep(0.1)
     finally:
         last.send_signal(signal.SIGTERM)
-        last.wait(timeout=60)
+        last.wait(timeout=DRAIN_LIMIT_S)
 
 
 def count(client: Client, data_dir: Path, rounds: int, restarts: int, before_last: int) -> FaultReport:
@@ -252,7 +255,7 @@ def run_pair_loop(
             fault_after(client, rng, writes_per_round)
             stopped = workers.pop(rng.randrange(2))
             stopped.send_signal(stop_signal)
-            stopped.wait(timeout=120)
+            stopped.wait(timeout=DRAIN_LIMIT_S)
             workers.append(start_worker(server, data_dir, f"w-{round_}"))
             client.wait_for((round_ + 1) * writes_per_round)
     finally:
@@ -260,7 +263,7 @@ def run_pair_loop(
         client.thread.join(timeout=10)
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=60)
+            worker.wait(timeout=DRAIN_LIMIT_S)
     before_last = sum(stored_texts(data_dir).values())
     drain_with_last_worker(server, data_dir, settings)
     return count(client, data_dir, rounds, 0, before_last)
@@ -310,7 +313,7 @@ def run_api_loop(data_dir: Path, rounds: int, writes_per_round: int, seed: int =
         client.stop.set()
         client.thread.join(timeout=20)
         api.send_signal(signal.SIGTERM)
-        api.wait(timeout=120)
+        api.wait(timeout=DRAIN_LIMIT_S)
     return count(client, data_dir, rounds, 0, sum(stored_texts(data_dir).values()))
 
 

@@ -161,6 +161,9 @@ async def soak(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
                         **(await _gauges(client)),
                     }
                 )
+                if args.out:  # as it goes: a soak cut short still leaves its windows
+                    with args.out.with_suffix(".samples.jsonl").open("a") as trace:
+                        trace.write(json.dumps(samples[-1]) + "\n")
 
         sampling = asyncio.create_task(sampler())
         reads = asyncio.create_task(_paced(args.read_rate, None, stop_reads, lambda i: run.read(rng)))
