@@ -19,9 +19,7 @@ Writes go to 64 users round-robin. The load generator shares the machine's cores
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -34,6 +32,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from bench.output import emit
 from memoryos import MemoryConfig, Memoryos
 
 USERS = 64
@@ -84,7 +83,7 @@ def _percentiles(samples_s: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ordered) * 1000, 2), "p99_ms": round(p99 * 1000, 2)}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -93,7 +92,8 @@ def _free_port() -> int:
 def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subprocess.Popen[bytes]:
     """`memoryos serve` on `data_dir`, once ready. No rate limit; `unbounded`: no backpressure either, so
     latency figures measure acknowledgement alone (the soak keeps the shipped bound)."""
-    env = {**os.environ, "MEMORYOS_API_RATE_LIMIT_PER_S": "0"}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMORYOS_OPENAI")}
+    env |= {"MEMORYOS_API_RATE_LIMIT_PER_S": "0", "MEMORYOS_FAISS_USE_GPU": "never"}  # offline LLM
     if unbounded:
         env["MEMORYOS_API_MAX_PENDING_PAGES"] = "1000000"
     command = [
@@ -271,7 +271,7 @@ async def retrieve_at(url: str, size: int, queries: int) -> dict[str, Any]:
 
 def serving(data_dir: Path, work: Any) -> Any:
     """`work(url)` against a fresh `memoryos serve` on `data_dir`, stopped after."""
-    port = _free_port()
+    port = free_port()
     server = start_server(data_dir, port)
     try:
         return asyncio.run(work(f"http://127.0.0.1:{port}"))
@@ -305,13 +305,7 @@ def main() -> None:
             continue
         entry["engine"] = engine_retrieve_latency(data_dir, f"r{size}", args.queries)
         results["retrieve"].append(entry)
-    results["machine"] = (
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU"
-    )
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(results, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 import httpx
 import redis
 
+from bench.api import free_port, start_server
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.producer import WriteQueue
@@ -269,45 +269,19 @@ def run_pair_loop(
     return count(client, data_dir, rounds, 0, before_last)
 
 
-def start_api(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    """The embedded `memoryos serve`, returned once `/readyz` answers (its model loaded)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMORYOS_OPENAI")}
-    env |= {"MEMORYOS_FAISS_USE_GPU": "never", "MEMORYOS_API_RATE_LIMIT_PER_S": "0"}
-    command = [
-        sys.executable,
-        "-m",
-        "memoryos.cli",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-    ]
-    api = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                return api
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    api.kill()
-    raise RuntimeError("the API did not become ready")
-
-
 def run_api_loop(data_dir: Path, rounds: int, writes_per_round: int, seed: int = 7) -> FaultReport:
     """The embedded API SIGKILLed at a random instant of each round while a client writes over HTTP."""
-    port = _free_port()
+    port = free_port()
     client = http_client(f"http://127.0.0.1:{port}")
     rng = random.Random(seed)
-    api = start_api(data_dir, port)
+    api = start_server(data_dir, port, unbounded=False)
     client.thread.start()
     try:
         for round_ in range(rounds):
             fault_after(client, rng, writes_per_round)
             api.kill()  # SIGKILL: mid-request, mid-commit, mid-embedding
             api.wait()
-            api = start_api(data_dir, port)
+            api = start_server(data_dir, port, unbounded=False)
             client.wait_for((round_ + 1) * writes_per_round)
     finally:
         client.stop.set()
@@ -315,12 +289,6 @@ def run_api_loop(data_dir: Path, rounds: int, writes_per_round: int, seed: int =
         api.send_signal(signal.SIGTERM)
         api.wait(timeout=DRAIN_LIMIT_S)
     return count(client, data_dir, rounds, 0, sum(stored_texts(data_dir).values()))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main() -> None:

@@ -14,8 +14,6 @@ be `--turns` (none lost, none twice), and RSS growth over the soak's second half
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import tempfile
 import time
@@ -26,8 +24,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.api import _free_port, _space, start_server
+from bench.api import _space, free_port, start_server
 from bench.corpus import dev_conversations, exchanges
+from bench.output import emit
 
 
 @dataclass
@@ -209,20 +208,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="memoryos-soak-"))
-    port = _free_port()
+    port = free_port()
     server = start_server(data_dir, port, unbounded=False)
     try:
         report = asyncio.run(soak(f"http://127.0.0.1:{port}", server.pid, args))
     finally:
         server.terminate()
         server.wait(120)
-    report["machine"] = (
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU"
-    )
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

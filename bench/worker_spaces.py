@@ -16,9 +16,7 @@ cost measured here (each is its own SQLite file and index snapshot).
 """
 
 import argparse
-import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -33,6 +31,7 @@ import numpy as np
 import redis
 
 from bench.corpus import ReusingEmbedder, dev_conversations, exchanges
+from bench.output import emit
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.shared import shared_embedder
 from memoryos.space_pool import SpaceKey
@@ -154,7 +153,6 @@ def run(spaces: int, pages: int, budget_mb: int, workdir: Path) -> dict[str, Any
         "second_pass_random": _percentiles(again),
         "worker_after": final,
         "trace": trace,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU",
     }
 
 
@@ -167,10 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="memoryos-bench-spaces-") as workdir:
         report = run(args.spaces, args.pages, args.budget_mb, Path(workdir))
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":
