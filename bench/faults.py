@@ -41,6 +41,7 @@ import redis
 from bench.api import free_port, start_server
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
+from services.queue.connection import connect
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
 from tests.support.redis_server import RedisServer, running_redis
@@ -144,7 +145,7 @@ class Client:
 
 def queue_client(settings: QueueSettings) -> Client:
     """A client writing through the Redis queue, acknowledged once Redis holds the write."""
-    queue = WriteQueue(redis.Redis.from_url(settings.redis_url), settings)
+    queue = WriteQueue(connect(settings), settings)
 
     def send(i: int, text: str) -> None:
         op = plan_write(
@@ -217,7 +218,7 @@ def fault_after(client: Client, rng: random.Random, writes_per_round: int) -> No
 def drain_with_last_worker(server: RedisServer, data_dir: Path, settings: QueueSettings) -> None:
     last = start_worker(server, data_dir, "w-last")
     try:
-        queue = WriteQueue(redis.Redis.from_url(settings.redis_url), settings)
+        queue = WriteQueue(connect(settings), settings)
         deadline = time.monotonic() + 300
         while queue.depth() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -3,12 +3,19 @@
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU"
+    """The host, and the GPU when this process has used torch and torch sees one (torch is never imported
+    here just to ask: the API benches run without it)."""
+    torch = sys.modules.get("torch")
+    gpu = "no GPU"
+    if torch is not None and torch.cuda.is_available():
+        gpu = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {gpu}"
 
 
 def emit(report: dict[str, Any], out: Path | None) -> None:

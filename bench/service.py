@@ -1,16 +1,19 @@
-"""The service's write path on one box: Redis + one worker, MiniLM on CPU (issue 14's figures).
+"""The service's write path on one box: Redis + one worker, MiniLM on CPU or a GPU (issue 14's figures).
 
 - ingest to searchable: `--users` clients write `--turns` exchanges each at once through the Redis queue;
-  one worker applies and embeds them. Throughput against raw `encode` of the same texts at the same batch
-  size and threads, and the batcher's mean batch size.
+  one worker applies and embeds them. Throughput against the engine's embedder alone on the same texts
+  at the same batch size and threads, and the batcher's mean batch size; beside it the raw
+  sentence-transformers `model.encode` of the same page texts (fp16 on CUDA) at batch 1, per chunk of the
+  engine's batch size, and at its best batch size (all texts in one call), in texts/s and real tokens/s.
+  On CUDA, the worker's page vectors are checked against the same model on the CPU in fp32.
 - acknowledged-write latency (XADD until Redis holds it) at fixed offered rates, open loop.
 - takeover: a worker dies without releasing its leases; time until another owns every shard.
 
-    python -m bench.service [--users 100 --turns 20]
+    python -m bench.service [--users 100 --turns 20] [--device auto|cpu|cuda] [--model PATH]
 """
 
 import argparse
-import json
+import logging
 import tempfile
 import threading
 import time
@@ -18,18 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import redis
 
 from bench.corpus import dev_conversations, exchanges
+from bench.gpu_embedding import count_tokens
+from bench.gpu_models import load_named_model, parse_model_spec
+from bench.output import emit
 from memoryos import MemoryConfig
 from memoryos.embedding.shared import shared_embedder
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.calls import WRITE_STATUS
+from services.queue.connection import connect
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient
+from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
 from tests.support.redis_server import running_redis
@@ -53,15 +59,73 @@ def raw_encode_rate(config: MemoryConfig, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def page_texts(fill: list[dict[str, str]]) -> list[str]:
+    return [f"User: {t['user_input']} Assistant: {t['agent_response']}" for t in fill]
+
+
+def raw_model_rows(location: str, device: str, texts: list[str], engine_batch: int) -> list[dict[str, Any]]:
+    """The bare sentence-transformers model on the same texts: batch 1 (the first 256), one call per
+    `engine_batch` texts in arrival order (padded to each chunk's longest, as the batcher's batches are),
+    and all texts in one call at several batch sizes (sorted by length: the best case)."""
+    import torch
+
+    model = load_named_model(location, device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def row(label: str, batch: int, subset: list[str], per_call: int) -> dict[str, Any]:
+        tokens = count_tokens(model, subset)
+        sync()
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for start in range(0, len(subset), per_call):
+                model.encode(subset[start : start + per_call], batch_size=batch, show_progress_bar=False)
+        sync()
+        seconds = time.perf_counter() - started
+        return {
+            "call": label,
+            "batch_size": batch,
+            "texts": len(subset),
+            "texts_per_s": round(len(subset) / seconds, 1),
+            "tokens_per_s": round(tokens / seconds),
+        }
+
+    model.encode(texts[:engine_batch], batch_size=engine_batch, show_progress_bar=False)  # warm-up
+    rows = [
+        row("batch 1", 1, texts[:256], 1),
+        row(f"per {engine_batch} texts", engine_batch, texts, engine_batch),
+    ]
+    for batch in sorted({64, 256, 1024} - {engine_batch}):
+        rows.append(row("all texts in one call", batch, texts, len(texts)))
+    best = max(rows, key=lambda r: r["tokens_per_s"])
+    return [{**r, "best": r is best} for r in rows]
+
+
+def vector_agreement(config: MemoryConfig, location: str, texts: list[str]) -> float:
+    """Lowest cosine between the worker's stored-page vectors (its embedder: fp16 on CUDA) and the same
+    model's fp32 vectors on the CPU."""
+    worker_vectors = shared_embedder(config).encode(texts)
+    cpu = load_named_model(location, "cpu").encode(texts, normalize_embeddings=True)
+    return round(float((worker_vectors * cpu).sum(axis=1).min()), 5)
+
+
+def searchable(reads: ReadClient, key: SpaceKey, write_id: str) -> bool:
+    """Whether the write is searchable; False while the owner is still applying the backlog before it
+    (no answer within the read timeout: the API's 503, retried)."""
+    try:
+        return bool(getattr(reads.ask(key, WRITE_STATUS, {"write_id": write_id}), "searchable", False))
+    except ReadUnavailableError:
+        return False
+
+
 def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int) -> dict[str, Any]:
     fill = exchanges(users * turns, dev_conversations())
-    raw = raw_encode_rate(config, [f"User: {t['user_input']} Assistant: {t['agent_response']}" for t in fill])
+    raw = raw_encode_rate(config, page_texts(fill))
     worker = Worker(settings, config, worker_id="bench")
     worker.spaces.warm_up()
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     thread.start()
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings)
     while len(worker.leases.owned) < settings.shard_count:
         time.sleep(0.05)
     keys = [SpaceKey("bench", f"user{u}", "helper") for u in range(users)]
@@ -81,9 +145,7 @@ def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int
         w.join()
     reads = ReadClient(client, settings)
     for u, key in enumerate(keys):
-        while not getattr(
-            reads.ask(key, WRITE_STATUS, {"write_id": f"u{u}t{turns - 1}"}), "searchable", False
-        ):
+        while not searchable(reads, key, f"u{u}t{turns - 1}"):
             time.sleep(0.02)
     elapsed = time.perf_counter() - started
     batcher = shared_scheduler(config).batcher(shared_embedder(config)).stats()
@@ -104,7 +166,7 @@ def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int
 
 def ack_latency(settings: QueueSettings, rates: list[int], seconds: float) -> list[dict[str, Any]]:
     """Open loop: writes sent at a fixed rate whatever the replies; latency of each XADD."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings)
     queue = WriteQueue(client, settings.model_copy(update={"queue_max_entries": 10**9}))
     op = plan_write([{"user_input": "hello", "agent_response": "hi"}], max_text_chars=100, at=time.time())
     rows = []
@@ -125,7 +187,7 @@ def ack_latency(settings: QueueSettings, rates: list[int], seconds: float) -> li
 
 def takeover(settings: QueueSettings, config: MemoryConfig) -> float:
     """Seconds from a worker's death (leases not released) until another owns every shard."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings)
     keys = Keys(settings.redis_namespace)
     dying = Worker(settings, config, worker_id="dying")
     dying.spaces.warm_up()
@@ -157,11 +219,21 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--rates", type=int, nargs="+", default=[250, 500, 1000])
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="a name or a model directory")
+    parser.add_argument("--raw-texts", type=int, default=512, help="texts for the raw model rows (0: none)")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory() as workdir, running_redis(Path(workdir) / "redis") as server:
         settings = QueueSettings(redis_url=server.url, shard_count=16, lease_ttl_s=2.0)
-        config = MemoryConfig(data_dir=Path(workdir) / "data", faiss_use_gpu="never")
-        report = {
+        config = MemoryConfig(
+            data_dir=Path(workdir) / "data",
+            embedding_model_name=args.model,
+            embedding_device=args.device,
+            faiss_use_gpu="auto",
+        )
+        report: dict[str, Any] = {
             "ingest": ingest(settings, config, args.users, args.turns),
             "ack_latency": ack_latency(
                 settings.model_copy(update={"redis_namespace": "ack"}), args.rates, 5.0
@@ -169,7 +241,20 @@ def main() -> None:
             "takeover_s": takeover(settings.model_copy(update={"redis_namespace": "takeover"}), config),
             "lease_ttl_s": 2.0,
         }
-    print(json.dumps(report, indent=2))
+        if args.raw_texts:
+            import torch
+
+            device = (
+                "cuda"
+                if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+                else "cpu"
+            )
+            location = parse_model_spec(args.model)[1]
+            texts = page_texts(exchanges(args.raw_texts, dev_conversations()))
+            report["raw_model"] = raw_model_rows(location, device, texts, config.embedding_batch_size)
+            if device == "cuda":
+                report["cuda_vs_cpu_fp32_min_cosine"] = vector_agreement(config, location, texts[:256])
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from services.api.access import BackpressureError, SpaceFigures
 from services.queue import streams
 from services.queue.bundle_transfer import download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
+from services.queue.connection import connect
 from services.queue.dead_letters import DeadLetter, list_dead_letters
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, RemoteReadError
@@ -41,7 +42,7 @@ class QueuedSpaces:
     def __init__(self, config: MemoryConfig, settings: QueueSettings) -> None:
         self.config = config
         self.settings = settings
-        self.client: redis.Redis = redis.Redis.from_url(settings.redis_url)
+        self.client: redis.Redis = connect(settings)
         self.queue = WriteQueue(self.client, settings)
         self.reads = ReadClient(self.client, settings)
         self.max_bundle_bytes = settings.max_queued_bundle_mb * 1024 * 1024

@@ -3,9 +3,8 @@ any rq job runs in its own worker process."""
 
 import time
 
-import redis
-
 from memoryos.ops import ExpireDue
+from services.queue.connection import connect
 from services.queue.keys import space_key
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
@@ -15,7 +14,7 @@ QUEUE_NAME = "memoryos-maintenance"
 
 def _queue() -> WriteQueue:
     settings = QueueSettings()
-    return WriteQueue(redis.Redis.from_url(settings.redis_url), settings)
+    return WriteQueue(connect(settings), settings)
 
 
 def sweep_space(space: str) -> str:

@@ -9,6 +9,7 @@ no answer in time, is `ReadUnavailableError`: the API's 503 with Retry-After.
 """
 
 import json
+import time
 import uuid
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ import redis
 
 from memoryos.space_pool import SpaceKey
 from services.queue.calls import OwnerCall
+from services.queue.connection import BLOCK_SLICE_S
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
@@ -85,7 +87,7 @@ class ReadClient:
             "through": self.writes.last_entry_id(key),
         }
         self.client.rpush(self.keys.reads(shard), json.dumps(request))
-        reply = self.client.blpop([self.keys.reply(request_id)], timeout=timeout_s)
+        reply = self._wait_reply(request_id, timeout_s)
         if reply is None:
             raise ReadUnavailableError(
                 f"the worker owning shard {shard} did not answer within {timeout_s} s",
@@ -96,3 +98,14 @@ class ReadClient:
             error = answer["error"]
             raise RemoteReadError(error["kind"], error["message"], error.get("field"))
         return call.result.validate_python(answer["result"])
+
+    def _wait_reply(self, request_id: str, timeout_s: float) -> Any:
+        """The reply, or None after `timeout_s`: BLPOPs of at most `BLOCK_SLICE_S` each (connection.py)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            reply = self.client.blpop(
+                [self.keys.reply(request_id)], timeout=max(0.01, min(left, BLOCK_SLICE_S))
+            )
+            if reply is not None:
+                return reply
+        return None

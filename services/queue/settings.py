@@ -20,6 +20,15 @@ class QueueSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMORYOS_", extra="ignore")
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="The Redis holding queue and leases.")
+    redis_socket_timeout_s: float = Field(
+        10.0,
+        gt=1.0,
+        description="A Redis command unanswered this long fails (services/queue/connection.py); blocking "
+        "waits are sliced below it.",
+    )
+    redis_max_connections: int = Field(
+        512, ge=1, description="Connections one process opens to Redis at most; more requests wait for one."
+    )
     redis_namespace: str = Field(
         "memoryos", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Prefix of every key: deployments apart."
     )

@@ -7,6 +7,10 @@ the space's store), so a worker killed at any instant loses nothing; the engine'
 op and write id, so the entry delivered again changes nothing. A transient failure stops the shard's
 batch (later writes of the space must not overtake it) until the next poll; an entry that fails
 `max_deliveries` times, or can never apply (malformed), goes to the dead-letter list so its shard moves on.
+
+A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each entry the
+consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
+was lost, so a shard's new owner, which claims the entries left pending here, is its only writer.
 """
 
 import json
@@ -28,6 +32,8 @@ log = logging.getLogger(__name__)
 
 ApplyOp = Callable[[SpaceKey, AnyOp], object]
 """Apply one op to a space (the worker opens it from its pool)."""
+StillOwned = Callable[[int], bool]
+"""Whether this worker still holds the shard's lease (renewing it when due): asked before each entry."""
 
 
 def reason_of(error: Exception) -> str:
@@ -48,12 +54,14 @@ class ShardConsumer:
         settings: QueueSettings,
         worker_id: str,
         apply: ApplyOp,
+        still_owned: StillOwned = lambda shard: True,
     ) -> None:
         self.client = client
         self.settings = settings
         self.worker_id = worker_id
         self.keys = Keys(settings.redis_namespace)
         self._apply = apply
+        self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
         self.dead_letters = 0
         """Entries this consumer dead-lettered (a metric)."""
@@ -108,6 +116,8 @@ class ShardConsumer:
         stream = self.keys.writes(shard)
         done = 0
         for entry_id, fields in entries:
+            if not self._still_owned(shard):
+                return done  # the lease lapsed mid-round: the rest is the new owner's to claim
             try:
                 key = space_key(fields[b"space"].decode())
                 op = op_from_json(fields[b"op"])

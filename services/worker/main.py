@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ import redis
 from memoryos import MemoryConfig
 from memoryos.ops import AnyOp
 from memoryos.space_pool import SpaceKey
+from services.queue.connection import connect
 from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.leases import ShardLeases
@@ -42,15 +44,14 @@ class Worker:
         """`parts` (embedder, llm, clock, scheduler) go to every space opened: tests inject them."""
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
-        self.client: redis.Redis = redis.Redis.from_url(settings.redis_url)
+        self.client: redis.Redis = connect(settings)
         self.spaces = WorkerSpaces(config, settings, **parts)
         self.leases = ShardLeases(self.client, settings, self.worker_id)
-        self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply)
+        self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
-        self._reads = ReadServer(
-            redis.Redis.from_url(settings.redis_url), settings, self.spaces, lambda: self._owned_snapshot
-        )
+        self._reads = ReadServer(connect(settings), settings, self.spaces, lambda: self._owned_snapshot)
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
+        self._renewed_at = 0.0
 
     def owned_queue_depth(self) -> int:
         """Unapplied writes in the shards owned now (applied entries are deleted)."""
@@ -63,10 +64,23 @@ class Worker:
         with self.spaces.writing(key) as memory:
             return memory.apply_queued(op)
 
-    def step(self) -> int:
-        """One round: leases, then the owned shards' writes. Returns how many entries were handled."""
+    def _keep_leases(self) -> None:
+        """Heartbeat and renew every lease held; the shards lost stop being served at once."""
         self.leases.heartbeat()
         self.leases.renew()
+        self._renewed_at = time.monotonic()
+        self._owned_snapshot = sorted(self.leases.owned)
+
+    def _still_owned(self, shard: int) -> bool:
+        """Asked by the consumer before each entry: renews the leases when a period has passed since the
+        last renewal, so a long round of writes never lets them lapse while this worker is alive."""
+        if time.monotonic() - self._renewed_at >= self.period_s:
+            self._keep_leases()
+        return shard in self.leases.owned
+
+    def step(self) -> int:
+        """One round: leases, then the owned shards' writes. Returns how many entries were handled."""
+        self._keep_leases()
         for shard in self.leases.acquire(self.leases.target()):
             self.consumer.take_over(shard)
         for shard in self.leases.surplus():

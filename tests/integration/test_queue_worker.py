@@ -6,6 +6,7 @@ runs the real `memoryos worker` process."""
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,15 +14,17 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig
-from memoryos.ops import ForgetSpace
+from memoryos.ops import AnyOp, ForgetSpace
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
+from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
@@ -175,6 +178,60 @@ def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, conf
     finally:
         for worker in workers:
             worker.stop()
+
+
+def test_a_round_longer_than_the_lease_keeps_it(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applying a backlog can outlast the lease TTL (1 s here): the worker renews between entries, so its
+    shard never lapses to another writer while it lives."""
+    client = redis.Redis.from_url(settings.redis_url)
+    lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))
+    queue = WriteQueue(client, settings)
+    for i in range(8):  # one backlog, read in one round
+        write(queue, MAYA, f"Slow note {i}.", write_id=f"slow{i}")
+    owners_seen: list[bytes | None] = []
+    applying = Worker._apply
+
+    def slow_apply(self: Worker, key: SpaceKey, op: AnyOp) -> object:
+        owners_seen.append(client.get(lease))
+        time.sleep(0.4)  # 8 entries: 3.2 s in one round, three TTLs
+        return applying(self, key, op)
+
+    monkeypatch.setattr(Worker, "_apply", slow_apply)
+    worker = Running(settings, config, "w-slow")
+    try:
+        assert ReadClient(client, settings).ask(MAYA, LIST_PAGES, {"limit": 20}).total == 8
+    finally:
+        worker.stop()
+    assert len(owners_seen) == 8 and set(owners_seen) == {b"w-slow"}
+
+
+def test_a_read_waits_longer_than_the_socket_timeout_and_a_busy_pool_waits(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read waits for the writes before it however long the owner takes (within the read timeout), not
+    at most the client's socket timeout; more concurrent callers than connections wait for one."""
+    settings = settings.model_copy(update={"redis_socket_timeout_s": 1.5, "redis_max_connections": 2})
+    client = connect(settings)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    applying = Worker._apply
+
+    def slow_apply(self: Worker, key: SpaceKey, op: AnyOp) -> object:
+        time.sleep(0.5)
+        return applying(self, key, op)
+
+    monkeypatch.setattr(Worker, "_apply", slow_apply)
+    worker = Running(settings, config, "w-patient")
+    try:
+        for i in range(6):  # 3 s of applying before the read is answered: twice the socket timeout
+            write(queue, MAYA, f"Patient note {i}.")
+        assert reads.ask(MAYA, LIST_PAGES, {"limit": 20}).total == 6
+        with ThreadPoolExecutor(8) as pool:  # 8 callers, 2 connections
+            totals = list(pool.map(lambda _: reads.ask(MAYA, LIST_PAGES, {}).total, range(8)))
+        assert totals == [6] * 8
+    finally:
+        worker.stop()
 
 
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:

@@ -52,6 +52,8 @@ class RedisServer:
                 "",
                 "--maxmemory-policy",
                 "noeviction",
+                "--logfile",
+                str(self.directory / "redis.log"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -1,0 +1,30 @@
+"""The one way the service opens Redis: timeouts and a pool sized for the queue's own blocking calls.
+
+redis-py 8 changed two defaults that break a queue under load: every socket read times out after 5 s,
+and a client's pool holds at most 100 connections and raises `MaxConnectionsError` past that. A read
+through the owning worker blocks (BLPOP) for as long as the worker takes to apply the writes before it,
+so a busy worker turned slow reads into `redis.TimeoutError`, and a burst of concurrent requests (an
+API under load, a bench with a thread per user) into `Too many connections`. Here blocking calls wait in
+slices well below the socket timeout (`BLOCK_SLICE_S`), and a request that finds the pool busy waits
+for a connection (`BlockingConnectionPool`) rather than failing.
+"""
+
+import redis
+
+from services.queue.settings import QueueSettings
+
+BLOCK_SLICE_S = 1.0
+"""Longest single blocking command (BLPOP, XREADGROUP BLOCK): far below `redis_socket_timeout_s`, so a
+long wait is many short commands and a socket timeout means Redis stopped answering."""
+
+
+def connect(settings: QueueSettings) -> redis.Redis:
+    """A client of `settings.redis_url` with the service's timeouts and pool."""
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_socket_timeout_s,  # waiting for a free connection
+        socket_timeout=settings.redis_socket_timeout_s,
+        socket_connect_timeout=settings.redis_socket_timeout_s,
+    )
+    return redis.Redis(connection_pool=pool)
