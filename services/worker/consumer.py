@@ -7,6 +7,7 @@ the space's store), so a worker killed at any instant loses nothing; the engine'
 op and write id, so the entry delivered again changes nothing. A transient failure stops the shard's
 batch (later writes of the space must not overtake it) until the next poll; an entry that fails
 `max_deliveries` times, or can never apply (malformed), goes to the dead-letter list so its shard moves on.
+Applied entries are acknowledged in groups (`ACK_EVERY_S`): still only after they applied.
 
 A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each entry the
 consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
@@ -15,6 +16,7 @@ was lost, so a shard's new owner, which claims the entries left pending here, is
 
 import json
 import logging
+import time
 from collections.abc import Callable
 
 import redis
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 ApplyOp = Callable[[SpaceKey, AnyOp], object]
 """Apply one op to a space (the worker opens it from its pool)."""
+ACK_EVERY_S = 0.05
+"""Applied entries are acknowledged together at most this long after the first of them (and when a
+shard's batch ends): a read waits for its writes to leave the stream, so this bounds what it waits for
+beyond their applying. A crash before the acknowledgement redelivers them; applying is idempotent."""
 StillOwned = Callable[[int], bool]
 """Whether this worker still holds the shard's lease (renewing it when due): asked before each entry."""
 
@@ -115,41 +121,62 @@ class ShardConsumer:
     def _process(self, shard: int, entries: list[Entry]) -> int:
         stream = self.keys.writes(shard)
         done = 0
-        for entry_id, fields in entries:
-            if not self._still_owned(shard):
-                return done  # the lease lapsed mid-round: the rest is the new owner's to claim
-            try:
-                key = space_key(fields[b"space"].decode())
-                op = op_from_json(fields[b"op"])
-            except (KeyError, ValueError, ValidationError) as error:
-                self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
-                done += 1
-                continue
-            try:
-                self._apply(key, op)
-            except (InvalidInputError, ValidationError) as error:
-                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {reason_of(error)}")
-            except Exception as error:
-                failures = self._failures.get(entry_id, 0) + 1
-                self._failures[entry_id] = failures
-                if failures < self.settings.max_deliveries:
-                    log.warning(
-                        "write not applied; retried at the next poll",
-                        extra={"shard": shard, "entry": entry_id.decode(), "error": type(error).__name__},
-                    )
+        applied: list[bytes] = []
+        oldest = 0.0
+        try:
+            for entry_id, fields in entries:
+                if not self._still_owned(shard):
+                    return done  # the lease lapsed mid-round: the rest is the new owner's to claim
+                outcome = self._handle(shard, stream, entry_id, fields)
+                if outcome == "retry":
                     return done  # later writes of the shard wait: order within a space
-                self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
-            else:
-                self._acknowledge(stream, entry_id)
-            done += 1
-        return done
+                if outcome == "applied":
+                    oldest = oldest if applied else time.monotonic()
+                    applied.append(entry_id)
+                    if time.monotonic() - oldest >= ACK_EVERY_S:
+                        self._acknowledge(stream, applied)
+                        applied = []
+                done += 1
+            return done
+        finally:
+            if applied:
+                self._acknowledge(stream, applied)
 
-    def _acknowledge(self, stream: str, entry_id: bytes) -> None:
+    def _handle(self, shard: int, stream: str, entry_id: bytes, fields: dict[bytes, bytes]) -> str:
+        """Apply one entry: "applied" (to acknowledge), "settled" (dead-lettered here) or "retry"."""
+        try:
+            key = space_key(fields[b"space"].decode())
+            op = op_from_json(fields[b"op"])
+        except (KeyError, ValueError, ValidationError) as error:
+            self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
+            return "settled"
+        try:
+            self._apply(key, op)
+        except (InvalidInputError, ValidationError) as error:
+            self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {reason_of(error)}")
+            return "settled"
+        except Exception as error:
+            failures = self._failures.get(entry_id, 0) + 1
+            self._failures[entry_id] = failures
+            if failures < self.settings.max_deliveries:
+                log.warning(
+                    "write not applied; retried at the next poll",
+                    extra={"shard": shard, "entry": entry_id.decode(), "error": type(error).__name__},
+                )
+                return "retry"
+            self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
+            return "settled"
+        return "applied"
+
+    def _acknowledge(self, stream: str, entry_ids: list[bytes]) -> None:
+        """Acknowledge and delete applied entries together: with `appendfsync always` every write command
+        costs Redis an fsync, and one per entry was a third of a worker's time per write."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.xack(stream, CONSUMER_GROUP, entry_id)
-        pipe.xdel(stream, entry_id)
+        pipe.xack(stream, CONSUMER_GROUP, *entry_ids)
+        pipe.xdel(stream, *entry_ids)
         pipe.execute()
-        self._failures.pop(entry_id, None)
+        for entry_id in entry_ids:
+            self._failures.pop(entry_id, None)
 
     def _dead_letter(self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], reason: str) -> None:
         """Keep the entry aside, visible through the API and a metric, and let the shard move on."""

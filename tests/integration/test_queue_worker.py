@@ -24,6 +24,7 @@ from services.queue.keys import Keys, shard_of
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.worker.consumer import ShardConsumer
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
 from tests.support.queue_worker import Running, wait_for
@@ -232,6 +233,28 @@ def test_a_read_waits_longer_than_the_socket_timeout_and_a_busy_pool_waits(
         assert totals == [6] * 8
     finally:
         worker.stop()
+
+
+def test_applied_entries_are_acknowledged_together(settings: QueueSettings) -> None:
+    """One XACK/XDEL for a batch applied within `ACK_EVERY_S`, not one per entry: with `appendfsync
+    always` each write command costs Redis an fsync."""
+    client = connect(settings)
+    queue = WriteQueue(client, settings)
+    for i in range(8):
+        write(queue, MAYA, f"Quick note {i}.")
+    applied: list[str] = []
+    consumer = ShardConsumer(client, settings, "w-quick", lambda key, op: applied.append(key.user_id))
+    shard = queue.shard(MAYA)
+    consumer.take_over(shard)
+
+    def xack_calls() -> int:
+        return int(client.info("commandstats").get("cmdstat_xack", {}).get("calls", 0))
+
+    before = xack_calls()
+    assert consumer.poll([shard], block_ms=100) == 8
+    assert applied == ["maya"] * 8
+    assert xack_calls() - before == 1
+    assert queue.depth() == 0
 
 
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
