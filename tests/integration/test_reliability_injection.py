@@ -18,11 +18,14 @@ import pytest
 
 from memoryos import MemoryConfig
 from services.api.settings import ApiSettings
+from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, running_api
 from tests.support.fakes import HashEmbedder
 from tests.support.obedient_llm import obedient_reply, prompt_text, task_of
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.openai_server import openai_server as openai_server  # the fixture
+from tests.support.queue_worker import Running
+from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -52,8 +55,18 @@ def as_key(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
 
 
-@pytest.fixture
-def api(tmp_path: Path, openai_server: ScriptedOpenAIServer) -> Iterator[RunningApi]:
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def api(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer, request: pytest.FixtureRequest
+) -> Iterator[RunningApi]:
+    """The embedded API, and the API with `--redis-url` in front of a worker that owns the spaces and
+    calls the model (its spaces' LLM made from the same config, as a real worker's)."""
     openai_server.respond_with(obedient_reply)
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(
@@ -76,8 +89,21 @@ def api(tmp_path: Path, openai_server: ScriptedOpenAIServer) -> Iterator[Running
         short_term_capacity=2,
         faiss_use_gpu="never",
     )
-    with running_api(settings, config, embedder=HashEmbedder()) as running:
-        yield running
+    if request.param == "embedded":
+        with running_api(settings, config, embedder=HashEmbedder()) as running:
+            yield running
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    queue = QueueSettings(
+        redis_url=server.url, redis_namespace=f"inj{abs(hash(str(tmp_path))) % 10**8}", shard_count=2
+    )
+    worker = Running(queue, config, "w-injection", embedder=HashEmbedder(), llm=None)
+    try:
+        with running_api(settings, config, queue=queue) as running:
+            running.app.state.worker_config = worker.worker.spaces.config
+            yield running
+    finally:
+        worker.stop()
 
 
 def remember(api: RunningApi, key: str, user: str, turns: list[tuple[str, str]]) -> None:
@@ -120,6 +146,8 @@ def test_an_obedient_llm_sees_and_writes_only_the_space_it_consolidates(
     alice_b_before = what_is_remembered(api, KEY_B, "alice")
     assert alice_before["user_facts"] and alice_before["profile"]["profile"]  # consolidation ran
     config_before = api.app.state.api.spaces.config.model_dump_json()
+    worker_config = getattr(api.app.state, "worker_config", None)  # the owner's, in Redis mode
+    worker_config_before = worker_config.model_dump_json() if worker_config else None
     settings_before = api.app.state.api.settings.model_dump_json()
     sent_before = len(openai_server.requests)
 
@@ -167,6 +195,7 @@ def test_an_obedient_llm_sees_and_writes_only_the_space_it_consolidates(
     assert what_is_remembered(api, KEY_B, "alice") == alice_b_before
     assert api.app.state.api.spaces.config.model_dump_json() == config_before
     assert api.app.state.api.settings.model_dump_json() == settings_before
+    assert (worker_config.model_dump_json() if worker_config else None) == worker_config_before
     refused = httpx.get(f"{api.space_url('alice')}/profile", headers=as_key(MALLORY_KEY))
     assert refused.status_code == 403  # her key is still bound to her
     assert not (api.data_dir / "tenant-b" / "mallory").exists()

@@ -17,12 +17,14 @@ import pytest
 from memoryos import MemoryConfig
 from memoryos.consolidation import FIRST_BACKOFF_S
 from services.api.settings import ApiSettings
+from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, running_api
 from tests.support.fakes import HashEmbedder
 from tests.support.obedient_llm import obedient_reply
 from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
 from tests.support.openai_server import openai_server as openai_server  # the fixture
-from tests.support.queue_worker import wait_for
+from tests.support.queue_worker import Running, wait_for
+from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +97,16 @@ class PostponedPasses(logging.Handler):
             self.at.append(record.created)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[tuple[RunningApi, ScriptedOpenAIServer]]:
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def api(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[RunningApi, ScriptedOpenAIServer]]:
+    """The embedded API, and the API with `--redis-url` in front of a worker whose spaces call the model
+    (consolidation runs in the owner's scheduler there)."""
     server = ScriptedOpenAIServer()
     server.start()
     config = MemoryConfig(
@@ -110,8 +120,23 @@ def api(tmp_path: Path) -> Iterator[tuple[RunningApi, ScriptedOpenAIServer]]:
         faiss_use_gpu="never",
     )
     try:
-        with running_api(ApiSettings(port=0), config, embedder=HashEmbedder()) as running:
-            yield running, server
+        if request.param == "embedded":
+            with running_api(ApiSettings(port=0), config, embedder=HashEmbedder()) as running:
+                yield running, server
+            return
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        queue = QueueSettings(
+            redis_url=redis.url,
+            redis_namespace=f"llm{abs(hash(str(tmp_path))) % 10**8}",
+            shard_count=2,
+            read_timeout_s=60,
+        )
+        worker = Running(queue, config, "w-llm-faults", embedder=HashEmbedder(), llm=None)
+        try:
+            with running_api(ApiSettings(port=0), config, queue=queue) as running:
+                yield running, server
+        finally:
+            worker.stop()
     finally:
         server.stop()
 

@@ -23,8 +23,11 @@ class Running:
     """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
     Starting returns once it owns a shard."""
 
-    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str) -> None:
-        self.worker = Worker(settings, config, worker_id=name, embedder=HashEmbedder(), llm=OfflineLLM())
+    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str, **parts: Any) -> None:
+        """`parts` replace the default hashed embedder and offline LLM; `llm=None` makes each space's LLM
+        from `config` (an OpenAI-compatible test server, say), as a real worker does."""
+        chosen = {"embedder": HashEmbedder(), "llm": OfflineLLM(), **parts}
+        self.worker = Worker(settings, config, worker_id=name, **chosen)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
         self.thread.start()
