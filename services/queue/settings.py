@@ -64,3 +64,10 @@ class QueueSettings(BaseSettings):
         9400, ge=0, le=65535, description="Where a worker serves /metrics for Prometheus (0: not served)."
     )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")
+    worker_mmap_threshold_kb: int = Field(
+        64,
+        ge=0,
+        le=32768,
+        description="glibc's mmap threshold, fixed at worker start (services/worker/allocator.py): freed "
+        "spaces' buffers go back to the system; 0 keeps glibc's rising default.",
+    )

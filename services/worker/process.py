@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from memoryos.cli_session import config_of
 from memoryos.scheduler import shared_scheduler
 from services.queue.settings import QueueSettings, redacted_url
+from services.worker.allocator import fix_mmap_threshold
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
 
@@ -17,6 +18,7 @@ def run_worker_process(args: argparse.Namespace) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`)."""
     overrides = {"redis_url": args.redis_url} if args.redis_url else {}
     settings = QueueSettings(**overrides)
+    fix_mmap_threshold(settings.worker_mmap_threshold_kb * 1024)  # before any space is opened
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
