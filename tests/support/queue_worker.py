@@ -23,8 +23,12 @@ class Running:
     """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
     Starting returns once it owns a shard."""
 
-    def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str) -> None:
-        self.worker = Worker(settings, config, worker_id=name, embedder=HashEmbedder(), llm=OfflineLLM())
+    def __init__(
+        self, settings: QueueSettings, config: MemoryConfig, name: str, embedder: HashEmbedder | None = None
+    ) -> None:
+        """`embedder`: the model this worker serves (default: the fake one every test space is made with)."""
+        self.embedder = embedder or HashEmbedder()
+        self.worker = Worker(settings, config, worker_id=name, embedder=self.embedder, llm=OfflineLLM())
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
         self.thread.start()
