@@ -48,4 +48,6 @@ def _outcome(job: Job, settings: QueueSettings) -> dict[str, object]:
     if status == JobStatus.FINISHED and result is not None:
         return dict(result.return_value or {})
     reason = (result.exc_string or "").strip().splitlines()[-1:] if result is not None else []
-    raise MemoryOSError(f"reindex job {job.id} {status}: {reason[0] if reason else 'no reason recorded'}")
+    raise MemoryOSError(
+        f"reindex job {job.id} {JobStatus(status).value}: {reason[0] if reason else 'no reason recorded'}"
+    )

@@ -60,17 +60,25 @@ def recorded(config: MemoryConfig) -> dict[str, str]:
         return {str(k): str(v) for k, v in rows}
 
 
-def run_rq_worker_process(url: str, data_dir: Path) -> None:
-    """rq's own worker as a process, in burst mode: runs the queued jobs, then exits. Its data directory
-    does not exist: the job has nothing of the space to open."""
-    env = {
+def subprocess_env(data_dir: Path) -> dict[str, str]:
+    """This test's environment (the queue's settings), this checkout first on the path, and a data
+    directory that does not exist: the process has nothing of any space to open."""
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "MEMORYOS_DATA_DIR": str(data_dir),
     }
+
+
+def cli_reindex(url: str, model: str) -> list[str]:
+    return ["reindex", "--redis-url", url, "--user", "maya", "--assistant", "helper", "--model", model]
+
+
+def run_rq_worker_process(url: str, data_dir: Path) -> None:
+    """rq's own worker as a process, in burst mode: runs the queued jobs, then exits."""
     done = subprocess.run(
         [sys.executable, "-m", "rq.cli", "worker", "--burst", "--url", url, QUEUE_NAME],
-        env=env,
+        env=subprocess_env(data_dir),
         capture_output=True,
         text=True,
         timeout=300,
@@ -135,34 +143,53 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
         found = reads.ask(MAYA, RETRIEVE, {"query": "where is my bike"})
         assert "blue shed" in found.retrieved_pages[0].user_input
 
-        # The space is open in the owner's pool now: a second reindex (asked with the CLI) must close it
-        # first, or the engine's exclusive claim is refused; a write after it reopens the space.
+        # The space is open in the owner's pool now: a second reindex (asked with `memoryos reindex
+        # --redis-url --wait`) must close it first, or the engine's exclusive claim is refused; a write
+        # after it reopens the space.
         write(queue, "I started learning the cello")
         wait_for(lambda: reads.ask(MAYA, LIST_PAGES, {}).total == 3)
         assert MAYA in new.worker.spaces.pool.open_keys()
-        code = main(
-            [
-                "reindex",
-                "--redis-url",
-                redis_server.url,
-                "--user",
-                "maya",
-                "--assistant",
-                "helper",
-                "--model",
-                NEW_MODEL,
-            ]
+        jobs = Queue(QUEUE_NAME, connection=client)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "memoryos.cli", *cli_reindex(redis_server.url, NEW_MODEL), "--wait"],
+            env={**subprocess_env(tmp_path / "cli-has-no-data"), "MEMORYOS_REINDEX_RETRIES": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        queued = json.loads(capsys.readouterr().out)
-        assert code == 0 and queued["space"] == "default/maya/helper" and queued["queue"] == QUEUE_NAME
-        SimpleWorker([Queue(QUEUE_NAME, connection=client)], connection=client).work(burst=True)
-        second = Job.fetch(queued["job_id"], connection=client)
-        assert second.get_status() == "finished", second.latest_result()
-        assert second.return_value() == {"model": NEW_MODEL, "dim": 128, "pages": 3, "facts": 0}
+        try:
+            wait_for(lambda: jobs.count == 1, timeout_s=120)  # queued by the command, which now waits
+            SimpleWorker([jobs], connection=client).work(burst=True)
+            out, err = waiting.communicate(timeout=120)
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 0, err
+        assert json.loads(out) == {
+            "space": "default/maya/helper",
+            "model": NEW_MODEL,
+            "dim": 128,
+            "pages": 3,
+            "facts": 0,
+        }
         assert recorded(config)["vector_generation"] == "2"
         write(queue, "My favourite dish is bacalhau")
         wait_for(lambda: reads.ask(MAYA, LIST_PAGES, {}).total == 4)
         found = reads.ask(MAYA, RETRIEVE, {"query": "learning the cello"})
         assert "cello" in found.retrieved_pages[0].user_input
+
+        # Asked for a model the workers do not serve (no retries): the job fails saying so, nothing moves.
+        monkeypatch.setenv("MEMORYOS_REINDEX_RETRIES", "0")
+        assert main(cli_reindex(redis_server.url, "fake-hash-embedder")) == 0
+        queued = json.loads(capsys.readouterr().out)
+        assert queued["space"] == "default/maya/helper" and queued["queue"] == QUEUE_NAME
+        SimpleWorker([jobs], connection=client).work(burst=True)
+        refused_job = Job.fetch(queued["job_id"], connection=client)
+        assert refused_job.get_status() == "failed"
+        failure = refused_job.latest_result()
+        assert failure is not None and "MEMORYOS_EMBEDDING_MODEL_NAME=fake-hash-embedder" in str(
+            failure.exc_string
+        )
+        assert recorded(config)["embedding_model"] == NEW_MODEL
+        assert recorded(config)["vector_generation"] == "2"
     finally:
         new.stop()
