@@ -8,10 +8,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 from rq import Queue, SimpleWorker
@@ -22,7 +24,8 @@ from memoryos.cli import main
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.jobs.tasks import QUEUE_NAME, RETRY_INTERVALS_S, enqueue_reindex
-from services.queue.calls import LIST_PAGES, REINDEX, RETRIEVE, STATS
+from services.queue.calls import LIST_PAGES, REINDEX, RETRIEVE, STATS, ReindexReport
+from services.queue.keys import Keys, shard_of
 from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
@@ -193,3 +196,61 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
         assert recorded(config)["vector_generation"] == "2"
     finally:
         new.stop()
+
+
+class SlowOnce(HashEmbedder):
+    """The fake model, taking `delay_s` over the first batch of texts after `arm()`: a long reindex."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.armed, self.entered = threading.Event(), threading.Event()
+
+    def arm(self) -> None:
+        self.armed.set()
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        if self.armed.is_set() and not is_query:
+            self.armed.clear()
+            self.entered.set()
+            time.sleep(self.delay_s)
+        return super().encode(texts, is_query=is_query)
+
+
+def test_a_write_waiting_for_a_long_reindex_keeps_the_leases(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The owner holds the space closed while it re-embeds (3 s here, three lease TTLs); a write of the
+    space arriving meanwhile waits for it on the worker's main thread, which renews the leases while it
+    waits: the shard never lapses to another writer, and the write applies after the reindex."""
+    settings = QueueSettings(
+        redis_url=redis_server.url, redis_namespace="slow", shard_count=4, lease_ttl_s=1.0
+    )
+    client = redis.Redis.from_url(redis_server.url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, settings.shard_count))
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    embedder = SlowOnce(delay_s=3.0)
+    worker = Running(settings, config, "w-slow", embedder=embedder)
+    try:
+        write(queue, "I keep my bike in the blue shed")
+        write(queue, "My sister lives in Lisbon")
+        wait_for(lambda: reads.ask(MAYA, LIST_PAGES, {}).total == 2)
+        answers: list[ReindexReport] = []
+        embedder.arm()
+        asking = threading.Thread(
+            target=lambda: answers.append(reads.ask(MAYA, REINDEX, {"model": embedder.name}, timeout_s=60))
+        )
+        asking.start()
+        assert embedder.entered.wait(30)  # the owner re-embeds, the space held closed
+        write(queue, "I started learning the cello")
+        owners_seen: list[bytes | None] = []
+        while asking.is_alive():
+            owners_seen.append(client.get(lease))
+            time.sleep(0.05)
+        asking.join()
+        assert answers and answers[0].pages == 2
+        assert len(owners_seen) > 10 and set(owners_seen) == {b"w-slow"}, owners_seen
+        wait_for(lambda: reads.ask(MAYA, LIST_PAGES, {}).total == 3)
+    finally:
+        worker.stop()
