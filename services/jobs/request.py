@@ -34,12 +34,12 @@ def request_reindex(args: argparse.Namespace) -> None:
         if not args.wait:
             print_json({"job_id": job.id, "queue": QUEUE_NAME, "space": space_name(key), "model": args.model})
             return
-        print_json({"space": space_name(key), **_outcome(job, settings)})
+        print_json({"space": space_name(key), **_outcome(job)})
     finally:
         client.close()
 
 
-def _outcome(job: Job, settings: QueueSettings) -> dict[str, object]:
+def _outcome(job: Job) -> dict[str, object]:
     """The finished job's report; `MemoryOSError` naming the job's last error once rq gave up on it.
     Polled: `Job.latest_result(timeout=)` blocks in one Redis command, past the client's socket timeout."""
     while (status := job.get_status(refresh=True)) not in ENDED:

@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry
-from rq.job import Job
+from rq.job import Job, get_current_job
 
 from memoryos.errors import InvalidInputError
 from memoryos.ops import ExpireDue
@@ -16,7 +16,7 @@ from services.queue.calls import REINDEX
 from services.queue.connection import connect
 from services.queue.keys import space_key, space_name
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient
+from services.queue.reads import REMOTE_ERRORS, ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
 
 QUEUE_NAME = "memoryos-maintenance"
@@ -53,11 +53,22 @@ def reindex_space_job(space: str, model: str) -> dict[str, Any]:
     never opens the space: the owner closes it in its pool, runs the engine's reindex and reopens it.
 
     A failure raises, so rq retries it (`enqueue_reindex`): no worker owns the shard yet
-    (`ReadUnavailableError`), or the owner refused (`RemoteReadError`: no such space, another model).
-    A retry after a timeout re-embeds again, which is harmless."""
+    (`ReadUnavailableError`), the space is busy, the owner stopped midway. A refusal that a retry would
+    only repeat (no such space, a model the workers do not serve: a 4xx in `REMOTE_ERRORS`) fails the job
+    at once, its retries dropped. A retry after a timeout re-embeds again, which is harmless."""
     settings = QueueSettings()
-    reads = ReadClient(connect(settings), settings)
-    report = reads.ask(space_key(space), REINDEX, {"model": model}, timeout_s=settings.reindex_timeout_s)
+    client = connect(settings)
+    try:
+        reads = ReadClient(client, settings)
+        report = reads.ask(space_key(space), REINDEX, {"model": model}, timeout_s=settings.reindex_timeout_s)
+    except RemoteReadError as error:
+        status, _ = REMOTE_ERRORS.get(error.kind, (500, None))
+        job = get_current_job()
+        if status < 500 and job is not None:
+            job.retries_left = None  # rq's worker reads this very instance when the job fails
+        raise
+    finally:
+        client.close()
     return report.model_dump(mode="json")
 
 

@@ -74,6 +74,8 @@ class Worker:
         self._owned_snapshot = sorted(self.leases.owned)
 
     def _renew_if_due(self) -> None:
+        """Heartbeat and renew when a period has passed: between entries, and while a write waits for a
+        space held closed (a reindex)."""
         if time.monotonic() - self._renewed_at >= self.period_s:
             self._keep_leases()
 

@@ -180,12 +180,13 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
         found = reads.ask(MAYA, RETRIEVE, {"query": "learning the cello"})
         assert "cello" in found.retrieved_pages[0].user_input
 
-        # Asked for a model the workers do not serve (no retries): the job fails saying so, nothing moves.
-        monkeypatch.setenv("MEMORYOS_REINDEX_RETRIES", "0")
+        # Asked for a model the workers do not serve: the job fails at once (a retry would only be refused
+        # again), saying so, and nothing moves.
         assert main(cli_reindex(redis_server.url, "fake-hash-embedder")) == 0
         queued = json.loads(capsys.readouterr().out)
         assert queued["space"] == "default/maya/helper" and queued["queue"] == QUEUE_NAME
-        SimpleWorker([jobs], connection=client).work(burst=True)
+        assert Job.fetch(queued["job_id"], connection=client).retries_left == settings.reindex_retries
+        run_rq_worker_process(redis_server.url, job_data)  # rq's forking worker, as deployed
         refused_job = Job.fetch(queued["job_id"], connection=client)
         assert refused_job.get_status() == "failed"
         failure = refused_job.latest_result()
