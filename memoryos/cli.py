@@ -151,6 +151,19 @@ def cmd_forget(args: argparse.Namespace) -> None:
 
 
 def cmd_reindex(args: argparse.Namespace) -> None:
+    if args.redis_url:  # a deployment's space: its owning worker re-embeds it (services/jobs/request.py)
+        from memoryos.errors import MissingExtraError
+
+        try:
+            from services.jobs.request import request_reindex
+        except ModuleNotFoundError as missing:
+            raise MissingExtraError("service", missing.name or "?") from None
+        request_reindex(args)
+        return
+    if args.wait:
+        from memoryos.errors import InvalidInputError
+
+        raise InvalidInputError("--wait", "goes with --redis-url only (a local reindex always waits)")
     from memoryos.reindex import reindex_space
 
     config = config_of(args).model_copy(update={"embedding_model_name": args.model})
@@ -284,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex = command("reindex", cmd_reindex, "re-embed a space from its stored text with another model")
     reindex.add_argument("--model", required=True, help="embedding model name, e.g. BAAI/bge-m3")
+    reindex.add_argument(
+        "--redis-url",
+        default=None,
+        help="ask the workers of this deployment (rq job; the model must be the one they serve) instead of "
+        "opening the store (docs/service.md)",
+    )
+    reindex.add_argument("--wait", action="store_true", help="with --redis-url: wait for the job's report")
     command("demo", cmd_demo, "store a short conversation and query it, offline", needs_user=False)
     from memoryos.cli_lifecycle import register as register_lifecycle
 

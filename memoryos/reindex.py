@@ -30,13 +30,20 @@ REINDEX_BATCH = 256
 
 
 def reindex_space(
-    config: MemoryConfig, user_id: str, assistant_id: str, show_progress: bool = False
+    config: MemoryConfig,
+    user_id: str,
+    assistant_id: str,
+    show_progress: bool = False,
+    *,
+    embedder: Embedder | None = None,
 ) -> dict[str, object]:
-    """Re-embed pages, segments and facts of one space with `config.embedding_model_name`."""
+    """Re-embed pages, segments and facts of one space with `config.embedding_model_name`, or with
+    `embedder` when given: a service worker passes the model it already holds (and opens every space
+    with), rather than loading a second copy of it."""
     directory = config.space_dir(user_id, assistant_id)  # the ids, checked
     if not (directory / STORE_FILE).is_file():
         raise SpaceNotFoundError(directory)  # before the model loads
-    embedder = create_embedder(config)
+    embedder = embedder if embedder is not None else create_embedder(config)
     # `require`: a space forgotten while this process waited raises SpaceNotFoundError, never is recreated
     hold = SpaceHold(directory, config.space_lock_timeout_s, require=STORE_FILE)
     try:

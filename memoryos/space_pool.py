@@ -15,6 +15,10 @@ What callers may rely on:
 - The budget is soft: spaces in use are never closed, so it can be exceeded while they are all busy; it
   is enforced again as soon as they are released.
 - A space found closed when released (`forget_user` erased it) is dropped, and the next use reopens.
+- `with pool.closed_for(key):` closes the space (once its current users have left) and keeps it from
+  opening until the block exits: for work that needs the space's files to itself in this process too
+  (a reindex takes them exclusively, and an open instance holds them shared). Users arriving meanwhile
+  wait; `use(key, on_wait=...)` lets a waiting caller do its own upkeep (a worker renews its leases).
 """
 
 import contextlib
@@ -41,6 +45,8 @@ FLAT_BYTES_PER_VECTOR_EXTRA = 8
 """Beyond `dim * INDEX_BYTES_PER_DIM` bytes of codes per vector: its int64 id."""
 IVF_BYTES_PER_VECTOR_EXTRA = 8 + 32
 """Beyond the codes: the int64 id stored in its list and the hashtable direct map entry that finds it."""
+WAIT_SLICE_S = 0.25
+"""A caller waiting for a key with an `on_wait` hook runs it at least this often."""
 
 
 class SpaceKey(NamedTuple):
@@ -90,11 +96,15 @@ class SpacePool(Generic[S]):
         self._entries: OrderedDict[SpaceKey, _Entry[S]] = OrderedDict()  # least recently used first
         self._changed = threading.Condition()
         self._closed = False
+        self._held_closed: set[SpaceKey] = set()
 
     @contextmanager
-    def use(self, key: SpaceKey) -> Iterator[S]:
-        """The open space for `key`, opened on first use; it stays open until the block exits."""
-        entry, must_open = self._acquire(key)
+    def use(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[S]:
+        """The open space for `key`, opened on first use; it stays open until the block exits.
+
+        `on_wait` runs, outside the pool's lock, while this caller waits for the key (being opened or
+        closed by another caller, or held by `closed_for`), at least every `WAIT_SLICE_S`."""
+        entry, must_open = self._acquire(key, on_wait)
         if must_open:
             self._finish_opening(key, entry)
         assert entry.space is not None
@@ -102,6 +112,35 @@ class SpacePool(Generic[S]):
             yield entry.space
         finally:
             self._release(key, entry)
+
+    @contextmanager
+    def closed_for(self, key: SpaceKey) -> Iterator[None]:
+        """The space for `key` closed (its snapshot written), and not opened again until the block exits.
+
+        Waits for the callers inside `use(key)` to leave; callers arriving after this one wait until the
+        block exits, then reopen the space. One `closed_for` per key at a time; never call it from inside
+        `use(key)` (it would wait for itself)."""
+        with self._changed:
+            while key in self._held_closed:
+                self._changed.wait()
+            if self._closed:
+                raise RuntimeError("space pool is closed")
+            self._held_closed.add(key)  # from here no new user of `key` gets in
+        try:
+            victim: _Entry[S] | None = None
+            with self._changed:
+                while (entry := self._entries.get(key)) is not None:
+                    if entry.state == "open" and entry.refs == 0:
+                        entry.state, victim = "closing", entry
+                        break
+                    self._changed.wait()  # in use, being opened, or being closed by an eviction
+            if victim is not None:
+                self._close_all([(key, victim)])
+            yield
+        finally:
+            with self._changed:
+                self._held_closed.discard(key)
+                self._changed.notify_all()
 
     def open_keys(self) -> list[SpaceKey]:
         """Keys of the open spaces, least recently used first."""
@@ -129,22 +168,27 @@ class SpacePool(Generic[S]):
         self._close_all(victims)
 
     # --- internals ------------------------------------------------------------------------------------
-    def _acquire(self, key: SpaceKey) -> tuple[_Entry[S], bool]:
-        with self._changed:
-            while True:
+    def _acquire(self, key: SpaceKey, on_wait: Callable[[], None] | None) -> tuple[_Entry[S], bool]:
+        while True:
+            with self._changed:
                 if self._closed:
                     raise RuntimeError("space pool is closed")
                 entry = self._entries.get(key)
-                if entry is None:
+                if key in self._held_closed:
+                    pass  # kept closed (`closed_for`): wait below
+                elif entry is None:
                     entry = _Entry()
                     entry.refs = 1
                     self._entries[key] = entry
                     return entry, True
-                if entry.state == "open":
+                elif entry.state == "open":
                     entry.refs += 1
                     self._entries.move_to_end(key)
                     return entry, False
-                self._changed.wait()  # being opened or closed by another caller
+                # being opened or closed by another caller, or held closed
+                self._changed.wait(None if on_wait is None else WAIT_SLICE_S)
+            if on_wait is not None:
+                on_wait()
 
     def _finish_opening(self, key: SpaceKey, entry: _Entry[S]) -> None:
         space: S | None = None

@@ -42,8 +42,9 @@ class OwnerCall(Generic[T]):
     creates: bool = False
     """Whether the call may create the space (it stores an exchange); the others need an existing one."""
     facade: bool = True
-    """A method of the open space's `Memoryos` (`run_call`); False: a bundle call, which a worker runs on
-    the space's files (`services/worker/bundles.py`) — embedded, the API runs export and import itself."""
+    """A method of the open space's `Memoryos` (`run_call`); False: a call a worker runs on the space's
+    files — a bundle call (`services/worker/bundles.py`; embedded, the API runs export and import itself)
+    or a reindex (`services/worker/reindex.py`)."""
 
 
 class BundleSent(BaseModel):
@@ -51,6 +52,15 @@ class BundleSent(BaseModel):
 
     transfer_id: str
     size_bytes: int
+
+
+class ReindexReport(BaseModel):
+    """What a reindex did: the model the space is now embedded with, and what was re-embedded."""
+
+    model: str
+    dim: int
+    pages: int
+    facts: int
 
 
 RETRIEVE = OwnerCall("retrieve", TypeAdapter(RetrievedContext))
@@ -70,6 +80,7 @@ CONSOLIDATE = OwnerCall("force_mid_term_analysis", TypeAdapter(type(None)))
 RESPOND = OwnerCall("get_response", TypeAdapter(str), creates=True)
 EXPORT_BUNDLE = OwnerCall("export_bundle", TypeAdapter(BundleSent), facade=False)
 IMPORT_BUNDLE = OwnerCall("import_bundle", TypeAdapter(ImportReport), creates=True, facade=False)
+REINDEX = OwnerCall("reindex", TypeAdapter(ReindexReport), facade=False)
 
 OWNER_CALLS: dict[str, OwnerCall[Any]] = {
     call.method: call
@@ -91,6 +102,7 @@ OWNER_CALLS: dict[str, OwnerCall[Any]] = {
         RESPOND,
         EXPORT_BUNDLE,
         IMPORT_BUNDLE,
+        REINDEX,
     )
 }
 

@@ -50,6 +50,15 @@ class QueueSettings(BaseSettings):
     bundle_timeout_s: float = Field(
         300.0, gt=0, description="How long the API waits for the owner to export or import a bundle."
     )
+    reindex_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="How long a reindex job waits for the owner to re-embed a space (every page and fact "
+        "through the model: minutes for a large space on CPU).",
+    )
+    reindex_retries: int = Field(
+        3, ge=0, description="rq retries of a reindex job that failed (no owner yet, a worker restarted)."
+    )
     max_queued_bundle_mb: int = Field(
         256, ge=1, description="Largest bundle that crosses Redis for an export or import (it holds it once)."
     )

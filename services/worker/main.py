@@ -61,7 +61,9 @@ class Worker:
         return sum(int(n) for n in pipe.execute())
 
     def _apply(self, key: SpaceKey, op: AnyOp) -> object:
-        with self.spaces.writing(key) as memory:
+        # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
+        # renewed while this write waits for it, or they would lapse and let a second worker in.
+        with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
             return memory.apply_queued(op)
 
     def _keep_leases(self) -> None:
@@ -71,11 +73,16 @@ class Worker:
         self._renewed_at = time.monotonic()
         self._owned_snapshot = sorted(self.leases.owned)
 
+    def _renew_if_due(self) -> None:
+        """Heartbeat and renew when a period has passed: between entries, and while a write waits for a
+        space held closed (a reindex)."""
+        if time.monotonic() - self._renewed_at >= self.period_s:
+            self._keep_leases()
+
     def _still_owned(self, shard: int) -> bool:
         """Asked by the consumer before each entry: renews the leases when a period has passed since the
         last renewal, so a long round of writes never lets them lapse while this worker is alive."""
-        if time.monotonic() - self._renewed_at >= self.period_s:
-            self._keep_leases()
+        self._renew_if_due()
         return shard in self.leases.owned
 
     def step(self) -> int:
@@ -84,7 +91,8 @@ class Worker:
         for shard in self.leases.acquire(self.leases.target()):
             self.consumer.take_over(shard)
         for shard in self.leases.surplus():
-            self.leases.release(shard)  # between polls: nothing of it is in flight here
+            if shard != self._reads.busy_shard:  # a call running on it (a reindex): give it back later
+                self.leases.release(shard)  # between polls: none of its writes is in flight here
         self._owned_snapshot = sorted(self.leases.owned)
         return self.consumer.poll(self._owned_snapshot, block_ms=int(self.period_s * 1000))
 

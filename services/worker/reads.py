@@ -15,10 +15,11 @@ import redis
 from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
 from services.queue import streams
-from services.queue.calls import owner_call, run_call
+from services.queue.calls import REINDEX, owner_call, run_call
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
 from services.worker.bundles import run_bundle_call
+from services.worker.reindex import run_reindex_call
 from services.worker.spaces import WorkerSpaces
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class ReadServer:
         self.keys = Keys(settings.redis_namespace)
         self.spaces = spaces
         self.owned = owned
+        self.busy_shard: int | None = None
+        """The shard of the call being run now: the worker does not give it back meanwhile (a reindex
+        or an import runs for minutes, and the shard's next owner would open the space under it)."""
 
     def serve(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -63,11 +67,14 @@ class ReadServer:
 
     def _answer(self, queue: str, request: dict[str, Any]) -> None:
         shard = int(queue.rsplit(":", 1)[1])
+        self.busy_shard = shard
         try:
             self._wait_applied(shard, request["space"], request["through"])
             key = space_key(request["space"])
             call = owner_call(request["kind"])
-            if not call.facade:
+            if call is REINDEX:
+                result = run_reindex_call(self.spaces, key, request["args"])
+            elif not call.facade:
                 result = run_bundle_call(call, self.client, self.keys, self.spaces, key, request["args"])
             else:
                 opened = self.spaces.writing(key) if call.creates else self.spaces.reading(key)
@@ -86,6 +93,8 @@ class ReadServer:
         except Exception as error:  # the API must get an answer, not a timeout
             log.exception("read failed", extra={"kind": request.get("kind")})
             reply = {"ok": False, "error": {"kind": "InternalError", "message": type(error).__name__}}
+        finally:
+            self.busy_shard = None
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(self.keys.reply(request["id"]), json.dumps(reply))
         pipe.expire(self.keys.reply(request["id"]), REPLY_TTL_S)

@@ -2,7 +2,7 @@
 assistant), least recently used closed first within the memory budget. Writes open (and create) a
 space; reads only open an existing one, so a read for an unknown user creates nothing."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,9 +41,18 @@ class WorkerSpaces:
         return Memoryos.from_config(key.user_id, self.config_of(key), key.assistant_id, **self._parts)
 
     @contextmanager
-    def writing(self, key: SpaceKey) -> Iterator[Memoryos]:
-        with self.pool.use(key) as memory:
+    def writing(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[Memoryos]:
+        """The space, created if new. `on_wait` runs while the space is not to be had yet (another
+        thread opens or closes it, or a reindex holds it closed): the worker renews its leases there."""
+        with self.pool.use(key, on_wait) as memory:
             yield memory
+
+    @contextmanager
+    def closed(self, key: SpaceKey) -> Iterator[None]:
+        """The space closed in this worker, and kept closed until the block exits: for a reindex, which
+        takes its files exclusively (`SpacePool.closed_for`)."""
+        with self.pool.closed_for(key):
+            yield
 
     @contextmanager
     def reading(self, key: SpaceKey) -> Iterator[Memoryos]:

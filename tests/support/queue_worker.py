@@ -24,9 +24,11 @@ class Running:
     Starting returns once it owns a shard."""
 
     def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str, **parts: Any) -> None:
-        """`parts` replace the default hashed embedder and offline LLM; `llm=None` makes each space's LLM
-        from `config` (an OpenAI-compatible test server, say), as a real worker does."""
+        """`parts` replace the default hashed embedder (the model this worker serves: the fake one every
+        test space is made with) and offline LLM; `llm=None` makes each space's LLM from `config` (an
+        OpenAI-compatible test server, say), as a real worker does."""
         chosen = {"embedder": HashEmbedder(), "llm": OfflineLLM(), **parts}
+        self.embedder = chosen["embedder"]
         self.worker = Worker(settings, config, worker_id=name, **chosen)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)

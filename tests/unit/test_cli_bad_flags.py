@@ -51,3 +51,19 @@ def test_reindex_of_a_missing_space_is_space_not_found_and_creates_nothing(tmp_p
     with pytest.raises(SpaceNotFoundError):
         reindex_space(MemoryConfig(data_dir=tmp_path), "nobody", "default_assistant_profile")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reindex_wait_goes_with_redis_url_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(
+        capsys, "--data-dir", str(tmp_path), "reindex", "--user", "maya", "--model", "m", "--wait"
+    )
+    assert code == 2 and "--wait" in err and "--redis-url" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_queued_reindex_checks_the_ids_before_reaching_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens on port 1: an id checked only after connecting would fail as unreachable (exit 1)."""
+    code, err = run(
+        capsys, "reindex", "--redis-url", "redis://127.0.0.1:1/0", "--user", "../maya", "--model", "m"
+    )
+    assert code == 2 and "user" in err and "'/'" in err

@@ -236,3 +236,63 @@ def test_real_spaces_are_costed_by_their_index_and_reopen_intact_after_eviction(
         context = reopened.retrieve("tomato number 7")
         assert any("tomato number 7" in page.user_input for page in context.retrieved_pages)
     pool.close()
+
+
+def test_closed_for_waits_for_users_then_keeps_the_space_closed_until_it_exits() -> None:
+    opener = Opener()
+    pool = pool_of(opener)
+    in_use, leave = threading.Event(), threading.Event()
+    first: list[FakeSpace] = []
+
+    def user_inside() -> None:
+        with pool.use(key("ann")) as space:
+            first.append(space)
+            in_use.set()
+            leave.wait(5)
+
+    held, finish = threading.Event(), threading.Event()
+    seen_while_held: list[bool] = []
+
+    def holder() -> None:
+        with pool.closed_for(key("ann")):
+            seen_while_held.append(first[0].closed)
+            held.set()
+            finish.wait(5)
+
+    inside = threading.Thread(target=user_inside)
+    inside.start()
+    assert in_use.wait(5)
+    holding = threading.Thread(target=holder)
+    holding.start()
+    assert not held.wait(0.2)  # the space is in use: not closed under its user
+    leave.set()
+    assert held.wait(5) and seen_while_held == [True]
+    waits: list[int] = []
+    second: list[FakeSpace] = []
+
+    def newcomer_use() -> None:
+        with pool.use(key("ann"), on_wait=lambda: waits.append(1)) as space:
+            second.append(space)
+
+    newcomer = threading.Thread(target=newcomer_use)
+    newcomer.start()
+    deadline = time.monotonic() + 5
+    while not waits:  # the newcomer waits, doing its upkeep, while the key is held
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not second and opener.opens == {"ann": 1} and key("ann") not in opener.live
+    finish.set()
+    for thread in (inside, holding, newcomer):
+        thread.join(5)
+    assert second and second[0] is not first[0] and not second[0].closed
+    assert opener.opens == {"ann": 2}
+
+
+def test_closed_for_a_space_not_open_holds_the_key_and_leaves_others_alone() -> None:
+    opener = Opener()
+    pool = pool_of(opener)
+    bob = use_once(pool, "bob")
+    with pool.closed_for(key("ann")):
+        assert use_once(pool, "bob") is bob  # other keys are served meanwhile
+        assert "ann" not in opener.opens
+    assert not use_once(pool, "ann").closed and not bob.closed
