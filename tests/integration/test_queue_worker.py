@@ -201,6 +201,7 @@ def test_a_round_longer_than_the_lease_keeps_it(
 
     monkeypatch.setattr(Worker, "_apply", slow_apply)
     worker = Running(settings, config, "w-slow")
+    wait_for(lambda: shard_of(MAYA, 8) in worker.worker.leases.owned)
     try:
         assert ReadClient(client, settings).ask(MAYA, LIST_PAGES, {"limit": 20}).total == 8
     finally:
@@ -224,6 +225,7 @@ def test_a_read_waits_longer_than_the_socket_timeout_and_a_busy_pool_waits(
 
     monkeypatch.setattr(Worker, "_apply", slow_apply)
     worker = Running(settings, config, "w-patient")
+    wait_for(lambda: shard_of(MAYA, 8) in worker.worker.leases.owned)
     try:
         for i in range(6):  # 3 s of applying before the read is answered: twice the socket timeout
             write(queue, MAYA, f"Patient note {i}.")
