@@ -8,6 +8,7 @@ import argparse
 import uvicorn
 
 from memoryos.cli_session import config_of
+from services.allocator import fix_mmap_threshold
 from services.api.main import create_app
 from services.api.settings import ApiSettings, check_bind
 from services.queue.settings import QueueSettings, redacted_url
@@ -31,6 +32,8 @@ def run_server(args: argparse.Namespace) -> None:
     check_bind(settings)  # before anything is loaded or bound
     config = config_of(args)
     queue = QueueSettings(redis_url=args.redis_url) if getattr(args, "redis_url", None) else None
+    if queue is None:  # embedded: this process opens and evicts the spaces
+        fix_mmap_threshold(settings.mmap_threshold_kb * 1024)
     app = create_app(settings, config, queue)
     url = f"http://{settings.host}:{settings.port}"
     auth = "API keys required" if settings.authenticated else "no API key (single tenant 'default')"

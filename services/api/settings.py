@@ -70,6 +70,13 @@ class ApiSettings(BaseSettings):
         1024, gt=0, description="Estimated resident memory of open spaces; least recently used close beyond."
     )
     max_open_spaces: int = Field(10_000, gt=0, description="Open spaces kept at most.")
+    mmap_threshold_kb: int = Field(
+        64,
+        ge=0,
+        le=32768,
+        description="Embedded mode: glibc's mmap threshold, fixed at start (services/allocator.py) so "
+        "evicted spaces' buffers go back to the system; 0 keeps glibc's rising default.",
+    )
     preload_model: bool = Field(
         True, description="Load the embedding model at start-up, so /readyz means the first call is fast."
     )

@@ -77,6 +77,6 @@ class QueueSettings(BaseSettings):
         64,
         ge=0,
         le=32768,
-        description="glibc's mmap threshold, fixed at worker start (services/worker/allocator.py): freed "
+        description="glibc's mmap threshold, fixed at worker start (services/allocator.py): freed "
         "spaces' buffers go back to the system; 0 keeps glibc's rising default.",
     )

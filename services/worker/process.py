@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from memoryos.cli_session import config_of
 from memoryos.scheduler import shared_scheduler
+from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
-from services.worker.allocator import fix_mmap_threshold
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
 

@@ -1,8 +1,9 @@
-"""The C allocator's mmap threshold, fixed for a worker that opens and closes spaces all day.
+"""The C allocator's mmap threshold, fixed for a process that opens and closes spaces all day (a worker,
+the embedded API).
 
 glibc serves an allocation at or above `M_MMAP_THRESHOLD` with its own mmap, returned to the system when
 freed; smaller ones come from the heap, which returns memory only from its top. The threshold starts at
-128 KiB and, by default, rises to the size of each mmapped block freed (up to 32 MiB). A worker closing
+128 KiB and, by default, rises to the size of each mmapped block freed (up to 32 MiB). A process closing
 evicted spaces frees many such blocks (index arrays, vector buffers, SQLite caches), so the threshold
 climbs and the next spaces' buffers land in the heap between long-lived objects, where they cannot be
 given back: with a 256 MB pool budget, RSS levelled off at 798 MB instead of about 420

@@ -1,5 +1,5 @@
 """The worker fixes glibc's mmap threshold so freed spaces' buffers go back to the system
-(`services/worker/allocator.py`). Each probe runs in its own interpreter: the setting is process-wide."""
+(`services/allocator.py`). Each probe runs in its own interpreter: the setting is process-wide."""
 
 import subprocess
 import sys
@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from services.allocator import fix_mmap_threshold
+from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
-from services.worker.allocator import fix_mmap_threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import ctypes, sys
-from services.worker.allocator import fix_mmap_threshold
+from services.allocator import fix_mmap_threshold
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -54,6 +55,7 @@ def test_a_fixed_threshold_serves_mid_sized_blocks_by_mmap() -> None:
     assert mmapped_blocks_of_100_kib("fixed") > 0  # their own mappings: returned when freed
 
 
-def test_zero_keeps_glibcs_default_and_the_worker_fixes_64_kib() -> None:
+def test_zero_keeps_glibcs_default_and_the_worker_and_embedded_api_fix_64_kib() -> None:
     assert fix_mmap_threshold(0) is False
     assert QueueSettings().worker_mmap_threshold_kb == 64
+    assert ApiSettings().mmap_threshold_kb == 64
