@@ -67,7 +67,11 @@ class Worker:
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once."""
         self.leases.heartbeat()
-        self.leases.renew()
+        lost = self.leases.renew()
+        if lost:  # a partition or a stall outlasted the TTL: worth an operator's attention
+            log.warning(
+                "worker %s lost the lease of shards %s; stopped serving them", self.worker_id, sorted(lost)
+            )
         self._renewed_at = time.monotonic()
         self._owned_snapshot = sorted(self.leases.owned)
 
