@@ -65,6 +65,8 @@ class ReadServer:
         shard = int(queue.rsplit(":", 1)[1])
         try:
             self._wait_applied(shard, request["space"], request["through"])
+            if shard not in self.owned():  # lost meanwhile: the new owner runs calls, edits above all
+                raise TimeoutError(f"shard {shard} moved to another worker; retry")
             key = space_key(request["space"])
             call = owner_call(request["kind"])
             if not call.facade:
