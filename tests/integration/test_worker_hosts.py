@@ -3,9 +3,10 @@ socket with another part of it (issues 14 and 17).
 
 `redis-server` runs in a hub namespace bound to its bridge address; two real `memoryos worker` processes
 run each in a namespace of its own and reach Redis over veth pairs; they share only the data directory,
-as a network volume would be shared. The client writes through the queue from the test process over
-Redis's unix socket (no address of the root namespace is used). Mid-run one worker's cable is pulled
-(its bridge port down, the process left running): its leases expire, the other worker takes its shards
+as a network volume would be shared. The client writes through the queue, and reads through the
+owners, from the test process over Redis's unix socket (no address of the root namespace is used).
+Mid-run one worker's cable is pulled (its bridge port down, the process left running): its leases
+expire, the other worker takes its shards
 and the pending entries it left, and once its cable is back the cut-off worker must drop the shards it
 lost, rejoin, and drain cleanly on SIGTERM. Every acknowledged write is then stored exactly once, and the
 pages of each space are in the order the writes were accepted.
@@ -27,9 +28,11 @@ import redis
 
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
+from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of
 from services.queue.producer import WriteQueue
+from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
 from tests.support import netns
 from tests.support.redis_server import redis_command
@@ -172,7 +175,7 @@ class Writer:
             self.queue.enqueue(SPACES[i % SHARDS], op)
             self.acknowledged.append(i)
             i += 1
-            time.sleep(0.03)
+            time.sleep(0.05)  # ~20 writes/s: every page is embedded by MiniLM on the CI's CPU
 
     def finish(self) -> list[int]:
         self.stop.set()
@@ -258,6 +261,10 @@ def test_a_worker_cut_off_the_network_loses_its_shards_and_no_write(
         acknowledged = writer.finish()
         queue = WriteQueue(client, settings)
         wait_for(lambda: queue.depth() == 0, "every queued write applied", procs)
+        reads = ReadClient(client, settings)
+        for shard, space in enumerate(SPACES):  # each space's owner, on whichever host, answers
+            last = max(n for n in acknowledged if n % SHARDS == shard)
+            assert reads.ask(space, WRITE_STATUS, {"write_id": f"w{last}"}) is not None
         for worker in workers.values():
             worker.send_signal(signal.SIGTERM)
         for name, worker in workers.items():
