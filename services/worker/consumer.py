@@ -63,6 +63,7 @@ class ShardConsumer:
         self._apply = apply
         self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
+        self._fenced_read = client.register_script(streams.FENCED_READ)
         self.dead_letters = 0
         """Entries this consumer dead-lettered (a metric)."""
 
@@ -90,16 +91,18 @@ class ShardConsumer:
                 idle.append(shard)
         if not idle:
             return done
-        new = streams.read_group(
+        new, waiting = streams.read_new_fenced(
             self.client,
+            self._fenced_read,
             CONSUMER_GROUP,
             self.worker_id,
-            {self.keys.writes(s): ">" for s in idle},
+            {self.keys.writes(s): self.keys.lease(s) for s in idle},
             self.settings.batch_entries,
-            block_ms=None if done else block_ms,
         )
         for stream, entries in new:
             done += self._process(int(stream.rsplit(":", 1)[1]), entries)
+        if not done and not new and waiting:
+            streams.wait_for_new(self.client, waiting, block_ms)
         return done
 
     def _read(self, shard: int, start: str) -> list[Entry]:

@@ -1,4 +1,7 @@
-"""A lease renewal answered late must not be trusted: Redis renewed the lease when the command arrived,
+"""Commands that a partition delays between a worker and Redis, made timing-free by a proxy that holds
+one of them (`tests/support/held_replies.py`).
+
+A lease renewal answered late must not be trusted: Redis renewed the lease when the command arrived,
 but the worker hears "renewed" only after the lease expired and another worker took the shard.
 
 Worker a renews through a proxy that holds Redis's reply to its renewal (`tests/support/held_replies.py`)
@@ -26,7 +29,7 @@ from memoryos.llm.offline import OfflineLLM
 from memoryos.ops import AnyOp
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
-from services.queue.keys import Keys
+from services.queue.keys import CONSUMER_GROUP, Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
 from services.worker.leases import _RENEW
@@ -113,3 +116,49 @@ def test_a_renewal_answered_after_the_lease_expired_is_not_trusted(
     with sqlite3.connect(stores[0]) as db:
         stored = Counter(text for (text,) in db.execute("SELECT user_input FROM pages"))
     assert stored == Counter(f"write {i}" for i in range(WRITES))  # each exactly once
+
+
+def pending_for(client: redis.Redis, stream: str, consumer: str) -> int:
+    """Entries delivered to `consumer` and not acknowledged."""
+    summary = client.xpending(stream, CONSUMER_GROUP)
+    names = {consumer, consumer.encode()}
+    return sum(int(c["pending"]) for c in summary["consumers"] if c["name"] in names)
+
+
+def test_a_read_of_new_entries_reaching_redis_late_delivers_nothing(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """a sends its read of new entries while it owns the shard; the read reaches Redis after b took the
+    shard (and claimed what a had pending). Delivered to a then, those entries would sit in a's pending
+    list, applied by nobody (a lost the lease; b claimed once, at takeover) until the shard moves again."""
+    settings = QueueSettings(
+        redis_url=redis_server.url, redis_namespace="lateread", shard_count=1, lease_ttl_s=1.0
+    )
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    client = redis.Redis.from_url(redis_server.url)
+    queue = WriteQueue(client, settings)
+    proxy = ReplyHoldingProxy(redis_server.port)
+    a = Running(settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{proxy.port}/0"}), config, "a")
+    b: Running | None = None
+    try:
+        proxy.hold_request(b"$1\r\n>\r\n")  # a's next read of new entries (">") waits on the wire
+        wait_for(proxy.holding.is_set)
+        b = Running(settings, config, "b")  # returns once b holds the shard: a's lease expired
+        for i in range(WRITES):
+            turns = [{"user_input": f"write {i}", "agent_response": "ok"}]
+            queue.enqueue(SPACE, plan_write(turns, max_text_chars=100, at=time.time(), write_id=f"w{i}"))
+        proxy.release()  # a's read reaches Redis now, with b's batches still undelivered
+        wait_for(lambda: 0 not in a.worker.leases.owned)  # a found out at its next renewal
+        stranded = pending_for(client, Keys("lateread").writes(0), "a")
+        wait_for(lambda: queue.depth() == 0 or stranded > 0, timeout_s=60)
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+        proxy.close()
+
+    assert stranded == 0  # nothing delivered to a after it lost the lease
+    stores = list((tmp_path / "data").glob("*/*/*/memory.sqlite"))
+    with sqlite3.connect(stores[0]) as db:
+        stored = [text for (text,) in db.execute("SELECT user_input FROM pages ORDER BY page_id")]
+    assert stored == [f"write {i}" for i in range(WRITES)]  # each once, in write order

@@ -1,10 +1,11 @@
-"""A TCP proxy in front of Redis that holds back Redis's reply to one chosen command.
+"""A TCP proxy in front of Redis that holds back one chosen command, or Redis's reply to it.
 
-Redis executes the command at once; only the answer is late, as behind a partition that heals or a
-stalled link. A worker waiting on such a late "yes, your lease is renewed" learns it after the lease
-has expired and another worker took the shard: the case a lease holder must not trust. A timing-free
-way to produce it: `hold_reply_to(marker)` arms the proxy; the next request that contains `marker` is
-forwarded, and everything Redis sends back on that connection waits until `release()`.
+As behind a partition that heals or a stalled link, and without timing: `hold_reply_to(marker)` arms
+the proxy so the next request containing `marker` is forwarded (Redis executes it at once) and everything
+Redis sends back on that connection waits until `release()` — a worker then hears "your lease is
+renewed" after the lease expired and another worker took the shard. `hold_request(marker)` holds the
+request itself until `release()`: Redis executes it late, a read of new entries sent by the owner then
+arriving after another worker took the shard.
 """
 
 import socket
@@ -20,6 +21,7 @@ class ReplyHoldingProxy:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._marker: bytes | None = None
+        self._request_marker: bytes | None = None
         self.holding = threading.Event()
         """Set once a reply is being held back."""
         self._released = threading.Event()
@@ -29,6 +31,10 @@ class ReplyHoldingProxy:
     def hold_reply_to(self, marker: bytes) -> None:
         with self._lock:
             self._marker = marker
+
+    def hold_request(self, marker: bytes) -> None:
+        with self._lock:
+            self._request_marker = marker
 
     def release(self) -> None:
         self._released.set()
@@ -57,6 +63,12 @@ class ReplyHoldingProxy:
                     self._marker = None
                     held.set()  # before Redis can answer: its reply is the first one held
                     self.holding.set()
+                hold_this = self._request_marker is not None and self._request_marker in data
+                if hold_this:
+                    self._request_marker = None
+            if hold_this:
+                self.holding.set()
+                self._released.wait()
             if not _send(upstream, data):
                 break
         upstream.close()
