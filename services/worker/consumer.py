@@ -11,6 +11,10 @@ batch (later writes of the space must not overtake it) until the next poll; an e
 A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each entry the
 consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
 was lost, so a shard's new owner, which claims the entries left pending here, is its only writer.
+New entries are read by a script that checks this worker's lease in the same step
+(`streams.FENCED_READ`): a read delayed on the network past the lease's expiry delivers nothing to a
+former owner, where the entries would wait unapplied (the new owner claims pending entries once, at
+takeover).
 """
 
 import json
