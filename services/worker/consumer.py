@@ -12,6 +12,10 @@ Applied entries are acknowledged in groups (`ACK_EVERY_S`): still only after the
 A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each entry the
 consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
 was lost, so a shard's new owner, which claims the entries left pending here, is its only writer.
+New entries are read by a script that checks this worker's lease in the same step
+(`streams.FENCED_READ`): a read delayed on the network past the lease's expiry delivers nothing to a
+former owner, where the entries would wait unapplied (the new owner claims pending entries once, at
+takeover).
 """
 
 import json
@@ -69,6 +73,7 @@ class ShardConsumer:
         self._apply = apply
         self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
+        self._fenced_read = client.register_script(streams.FENCED_READ)
         self.dead_letters = 0
         """Entries this consumer dead-lettered (a metric)."""
 
@@ -96,16 +101,18 @@ class ShardConsumer:
                 idle.append(shard)
         if not idle:
             return done
-        new = streams.read_group(
+        new, waiting = streams.read_new_fenced(
             self.client,
+            self._fenced_read,
             CONSUMER_GROUP,
             self.worker_id,
-            {self.keys.writes(s): ">" for s in idle},
+            {self.keys.writes(s): self.keys.lease(s) for s in idle},
             self.settings.batch_entries,
-            block_ms=None if done else block_ms,
         )
         for stream, entries in new:
             done += self._process(int(stream.rsplit(":", 1)[1]), entries)
+        if not done and not new and waiting:
+            streams.wait_for_new(self.client, waiting, block_ms)
         return done
 
     def _read(self, shard: int, start: str) -> list[Entry]:

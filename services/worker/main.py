@@ -49,9 +49,12 @@ class Worker:
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
-        self._reads = ReadServer(connect(settings), settings, self.spaces, lambda: self._owned_snapshot)
+        self._reads = ReadServer(connect(settings), settings, self.spaces, self.serving)
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
-        self._renewed_at = 0.0
+        self.trusted_s = settings.lease_ttl_s - self.period_s
+        """How long the leases are trusted after the last renewal round was *sent*: Redis extended them
+        no earlier than that, for the TTL. The last period is margin for the entry being applied."""
+        self._renewed_at = -self.trusted_s  # no renewal yet: nothing trusted
 
     def owned_queue_depth(self) -> int:
         """Unapplied writes in the shards owned now (applied entries are deleted)."""
@@ -67,10 +70,19 @@ class Worker:
             return memory.apply_queued(op)
 
     def _keep_leases(self) -> None:
-        """Heartbeat and renew every lease held; the shards lost stop being served at once."""
+        """Heartbeat and renew every lease held; the shards lost stop being served at once.
+
+        The leases count as renewed from when the renewal was sent, not from when Redis's answer came:
+        an answer held up on the network (a partition that heals, a stalled link) says "renewed" about
+        a lease that may have expired since and been taken by another worker."""
+        sent = time.monotonic()
         self.leases.heartbeat()
-        self.leases.renew()
-        self._renewed_at = time.monotonic()
+        lost = self.leases.renew()
+        if lost:  # a partition or a stall outlasted the TTL: worth an operator's attention
+            log.warning(
+                "worker %s lost the lease of shards %s; stopped serving them", self.worker_id, sorted(lost)
+            )
+        self._renewed_at = sent
         self._owned_snapshot = sorted(self.leases.owned)
 
     def _renew_if_due(self) -> None:
@@ -79,11 +91,21 @@ class Worker:
         if time.monotonic() - self._renewed_at >= self.period_s:
             self._keep_leases()
 
+    def _trusted(self) -> bool:
+        """Whether the last renewal, counted from when it was sent, still vouches for the leases."""
+        return time.monotonic() - self._renewed_at < self.trusted_s
+
+    def serving(self) -> list[int]:
+        """The shards this worker may apply writes and answer calls for now: those it holds, and only
+        while its last renewal is trusted (the read thread asks; the main loop may be stuck on Redis)."""
+        return self._owned_snapshot if self._trusted() else []
+
     def _still_owned(self, shard: int) -> bool:
         """Asked by the consumer before each entry: renews the leases when a period has passed since the
-        last renewal, so a long round of writes never lets them lapse while this worker is alive."""
+        last renewal, so a long round of writes never lets them lapse while this worker is alive; and
+        says no when even the renewal just made cannot vouch for the lease (its answer came too late)."""
         self._renew_if_due()
-        return shard in self.leases.owned
+        return shard in self.leases.owned and self._trusted()
 
     def step(self) -> int:
         """One round: leases, then the owned shards' writes. Returns how many entries were handled."""
@@ -94,7 +116,11 @@ class Worker:
             if shard != self._reads.busy_shard:  # a call running on it (a reindex): give it back later
                 self.leases.release(shard)  # between polls: none of its writes is in flight here
         self._owned_snapshot = sorted(self.leases.owned)
-        return self.consumer.poll(self._owned_snapshot, block_ms=int(self.period_s * 1000))
+        shards = self.serving()
+        if not shards:  # nothing held, or the leases not vouched for: renew again after a period
+            time.sleep(self.period_s)
+            return 0
+        return self.consumer.poll(shards, block_ms=int(self.period_s * 1000))
 
     def run(self, stop: threading.Event) -> None:
         """Work until `stop` is set, then drain and give everything back."""

@@ -70,6 +70,7 @@ class ReadServer:
         self.busy_shard = shard
         try:
             self._wait_applied(shard, request["space"], request["through"])
+            self._wait_served(shard)
             key = space_key(request["space"])
             call = owner_call(request["kind"])
             if call is REINDEX:
@@ -99,6 +100,16 @@ class ReadServer:
         pipe.rpush(self.keys.reply(request["id"]), json.dumps(reply))
         pipe.expire(self.keys.reply(request["id"]), REPLY_TTL_S)
         pipe.execute()
+
+    def _wait_served(self, shard: int) -> None:
+        """Until the worker vouches for the shard's lease again: a long apply on the main loop can
+        outlast the trust of its last renewal, and it renews before its next entry. A shard lost
+        meanwhile is not served here (the new owner runs calls, edits above all): 503, retry."""
+        deadline = time.monotonic() + self.settings.lease_ttl_s
+        while shard not in self.owned():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"shard {shard} moved to another worker; retry")
+            time.sleep(APPLIED_POLL_S)
 
     def _wait_applied(self, shard: int, space: str, through: str) -> None:
         """Until no write of `space` up to `through` is left in the shard's stream (applied entries are

@@ -22,6 +22,30 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def redis_command(directory: Path, port: int, bind: str) -> list[str]:
+    """`redis-server` with the durability settings docs/service.md asks for (AOF, fsync every write, no
+    eviction), its files in `directory`."""
+    return [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        bind,
+        "--dir",
+        str(directory),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--save",
+        "",
+        "--maxmemory-policy",
+        "noeviction",
+        "--logfile",
+        str(directory / "redis.log"),
+    ]
+
+
 class RedisServer:
     """One redis-server process; `restart()` stops and starts it on the same port and directory."""
 
@@ -36,25 +60,7 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.directory),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-                "--maxmemory-policy",
-                "noeviction",
-                "--logfile",
-                str(self.directory / "redis.log"),
-            ],
+            redis_command(self.directory, self.port, "127.0.0.1"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
