@@ -247,6 +247,7 @@ def test_applied_entries_are_acknowledged_together(settings: QueueSettings) -> N
     applied: list[str] = []
     consumer = ShardConsumer(client, settings, "w-quick", lambda key, op: applied.append(key.user_id))
     shard = queue.shard(MAYA)
+    client.set(Keys(settings.redis_namespace).lease(shard), "w-quick", px=30_000)  # reads are fenced by it
     consumer.take_over(shard)
 
     def xack_calls() -> int:
