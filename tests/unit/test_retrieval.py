@@ -269,4 +269,4 @@ def test_short_term_memory_is_the_newest_pages_while_consolidation_lags(make_spa
     newest = fillers(space, 9)[-3:]
     context = retrieve_context(space, "kiwi orchard", axis(DIM, 0), 3, 10, T0)
     assert [p.page_id for p in context.short_term_memory] == newest
-    assert [p.page_id for p in context.retrieved_pages][0] == target
+    assert context.retrieved_pages[0].page_id == target
