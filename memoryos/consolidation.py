@@ -36,6 +36,13 @@ FIRST_BACKOFF_S = 1.0
 CHAIN_CONTEXT_PAGES = 8
 """Earlier chain pages shown when a chain's summary is refreshed: bounds the prompt of long chains."""
 
+ANALYSIS_MAX_PAGES = 32
+"""Pages analyzed into the profile and facts per LLM request: a segment holding more unanalyzed pages
+(thousands, when every page of a large space joins one topic) is analyzed in slices of this many. Bounds
+the prompt, the facts one AddKnowledge op applies under the space's lock, and the pages each fact records
+as its sources (a fact per page over a 2,816-page slice wrote 8 M source rows and held the lock for
+minutes, so reads waited)."""
+
 
 def _moment(page: Page) -> datetime:
     return datetime.strptime(page.timestamp, TIMESTAMP_FORMAT)
@@ -234,9 +241,13 @@ class Consolidator:
             raise failure
 
     async def _promote_one(self, space: MemorySpace, segment_id: int) -> None:
+        """Analyze the segment's unanalyzed pages, `ANALYSIS_MAX_PAGES` at a time, oldest first; a slice
+        is marked analyzed once its profile and facts are applied, so a failure keeps what came before."""
         pages = space.unanalyzed_pages(segment_id)
-        if not pages:
-            return
+        for start in range(0, len(pages), ANALYSIS_MAX_PAGES):
+            await self._analyze(space, segment_id, pages[start : start + ANALYSIS_MAX_PAGES])
+
+    async def _analyze(self, space: MemorySpace, segment_id: int, pages: Sequence[Page]) -> None:
         profile, knowledge = await asyncio.gather(
             self.llm.update_profile(space.profile(), pages), self.llm.extract_knowledge(pages)
         )

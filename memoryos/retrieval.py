@@ -188,7 +188,9 @@ def retrieve_context(
         return RetrievedContext(
             query=query,
             retrieved_at=format_unix_timestamp(now),
-            short_term_memory=[_retrieved(p) for p in space.short_term_pages() if _live(p, now)],
+            short_term_memory=[
+                _retrieved(p) for p in space.recent_short_term_pages(expired) if _live(p, now)
+            ][-space.config.short_term_capacity :],
             retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
             retrieved_user_knowledge=facts("user"),
             retrieved_assistant_knowledge=facts("assistant"),

@@ -256,7 +256,15 @@ class MemorySpace:
 
     @_locked
     def short_term_pages(self) -> list[Page]:
+        """Every page in the short-term tier, the overflow consolidation has not moved yet included."""
         return self.store.pages_in_tier("stm")
+
+    @_locked
+    def recent_short_term_pages(self, extra: int = 0) -> list[Page]:
+        """The newest `short_term_capacity` (+ `extra`) short-term pages: short-term memory as a reader
+        sees it. Beyond it is overflow waiting for consolidation (7,000 pages after a 10k-page batch
+        fill), still ranked with every tier but not returned whole with every read."""
+        return self.store.newest_in_tier("stm", self.config.short_term_capacity + extra)
 
     @_locked
     def pages(self, page_ids: list[int]) -> list[Page]:

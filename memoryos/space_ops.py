@@ -214,7 +214,14 @@ class OpApplier:
             self.store.set_page_fields(self.store.segment_page_ids(segment_id), tier="archived")
 
     def _add_knowledge(self, op: AddKnowledge, now: float) -> list[int]:
+        """Each text joins the active facts of its kind: a restatement (same words) refreshes the fact
+        and adds the op's pages to its sources; a near-duplicate (cosine) becomes a new version that
+        replaces it; anything else is a new fact. Every version records only the pages it was itself
+        drawn from: what it replaced still supports it through `replaced_by` (`fact_support`), so a fact
+        restated over thousands of pages costs one source row per page and version, not a copy of its
+        whole history per version (that copy made consolidating a 10k-page space quadratic)."""
         created: list[int] = []
+        expires_at = self._expiry_of(op.source_page_ids)  # the same pages for every text of the op
         for text, vector in zip(op.texts, op.vectors, strict=True):
             rows = self.store.active_knowledge(op.knowledge_kind)
             existing = from_blobs([row["vector"] for row in rows], self.dim)
@@ -239,16 +246,13 @@ class OpApplier:
                 vector,
                 now,
                 op.source_page_ids,
-                expires_at=self._expiry_of(op.source_page_ids),
+                expires_at=expires_at,
             )
             created.append(entry_id)
             if duplicate is not None:
-                # The new version stands on what supported the one it replaces too: it lives while any does.
-                replaced = rows[duplicate]["entry_id"]
-                self.store.add_knowledge_sources(
-                    entry_id, self.store.knowledge_entries([replaced])[0].source_page_ids
-                )
-                self.store.retire_knowledge(replaced, replaced_by=entry_id)
+                # The new version stands on what supported the one it replaces too (through the link, not
+                # a copy of its sources): it lives while any of those pages does.
+                self.store.retire_knowledge(rows[duplicate]["entry_id"], replaced_by=entry_id)
         rows = self.store.active_knowledge(op.knowledge_kind)
         for entry_id in policy.knowledge_to_drop(
             {row["entry_id"]: row["updated_at"] for row in rows}, self.config.long_term_knowledge_capacity

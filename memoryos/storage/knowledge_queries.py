@@ -12,11 +12,18 @@ from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
 
 _ENTRY_COLUMNS = (
     "k.entry_id, k.kind, k.text, k.timestamp, k.created_at, k.updated_at, k.expires_at, k.origin, k.active, "
-    "k.replaced_by, (SELECT json_group_array(page_id) FROM knowledge_sources s WHERE s.entry_id = k.entry_id)"
+    "k.replaced_by"
 )
 
+_LINES = (
+    "line(root, e) AS (SELECT e, e FROM roots UNION "
+    "SELECT line.root, k.entry_id FROM knowledge k JOIN line ON k.replaced_by = line.e)"
+)
+"""`roots` and, for each, every version it replaced (and those replaced, recursively): the versions whose
+recorded sources support it. Walked through the `knowledge_by_replaced_by` index."""
 
-def _entry(row: sqlite3.Row) -> KnowledgeEntry:
+
+def _entry(row: sqlite3.Row, sources: list[int]) -> KnowledgeEntry:
     return KnowledgeEntry(
         entry_id=row[0],
         kind=row[1],
@@ -28,7 +35,7 @@ def _entry(row: sqlite3.Row) -> KnowledgeEntry:
         origin=row[7],
         active=bool(row[8]),
         replaced_by=row[9],
-        source_page_ids=sorted(json.loads(row[10])),
+        source_page_ids=sources,
     )
 
 
@@ -77,16 +84,37 @@ class KnowledgeQueries(StoreQueries):
         marks = ",".join("?" * len(entry_ids))
         rows = self._db.execute(
             f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.entry_id IN ({marks})", entry_ids
-        )
-        by_id = {row[0]: _entry(row) for row in rows}
+        ).fetchall()
+        support = self.fact_support([row[0] for row in rows])
+        by_id = {row[0]: _entry(row, support[row[0]]) for row in rows}
         return [by_id[i] for i in entry_ids if i in by_id]
 
     def active_entries(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
         rows = self._db.execute(
             f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.kind = ? AND k.active = 1 ORDER BY k.entry_id",
             (kind,),
-        )
-        return [_entry(row) for row in rows]
+        ).fetchall()
+        support = self.fact_support([row[0] for row in rows])
+        return [_entry(row, support[row[0]]) for row in rows]
+
+    def fact_support(self, entry_ids: Sequence[int]) -> dict[int, list[int]]:
+        """The pages each fact stands on, sorted: those recorded for it and for every version it replaced,
+        recursively. A version records only its own sources (`add_knowledge_sources`); the union is taken
+        here, when asked, rather than copied into each new version."""
+        support: dict[int, set[int]] = {int(e): set() for e in entry_ids}
+        ids = list(support)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"WITH RECURSIVE roots(e) AS (SELECT entry_id FROM knowledge WHERE entry_id IN ({marks})), "
+                f"{_LINES} SELECT line.root, s.page_id FROM line "
+                "JOIN knowledge_sources s ON s.entry_id = line.e",
+                chunk,
+            )
+            for root, page_id in rows:
+                support[int(root)].add(int(page_id))
+        return {entry_id: sorted(pages) for entry_id, pages in support.items()}
 
     def fact_version_ids(self, entry_id: int) -> list[int]:
         """Every version of the fact `entry_id` belongs to, oldest first: the versions it replaced (and
@@ -111,13 +139,19 @@ class KnowledgeQueries(StoreQueries):
         self._db.executemany("DELETE FROM knowledge WHERE entry_id = ?", [(i,) for i in entry_ids])
 
     def facts_only_from(self, page_ids: Sequence[int]) -> list[int]:
-        """Facts (every version) with at least one recorded source, all of them among `page_ids`."""
+        """Facts (every version) whose support (`fact_support`: its sources and those of the versions it
+        replaced) is not empty and lies wholly among `page_ids`. Candidates are the versions with a source
+        among them and every version that replaced one of those, since support passes to the newer."""
         if not page_ids:
             return []
         marks = ",".join("?" * len(page_ids))
         rows = self._db.execute(
-            f"SELECT DISTINCT s.entry_id FROM knowledge_sources s WHERE s.page_id IN ({marks}) AND NOT EXISTS "
-            f"(SELECT 1 FROM knowledge_sources o WHERE o.entry_id = s.entry_id AND o.page_id NOT IN ({marks}))",
+            "WITH RECURSIVE roots(e) AS ("
+            f"SELECT entry_id FROM knowledge_sources WHERE page_id IN ({marks}) "
+            "UNION SELECT k.replaced_by FROM knowledge k JOIN roots ON k.entry_id = roots.e "
+            f"WHERE k.replaced_by IS NOT NULL), {_LINES} "
+            "SELECT roots.e FROM roots WHERE NOT EXISTS (SELECT 1 FROM line JOIN knowledge_sources s "
+            f"ON s.entry_id = line.e WHERE line.root = roots.e AND s.page_id NOT IN ({marks}))",
             [*page_ids, *page_ids],
         )
         return sorted(int(row[0]) for row in rows)

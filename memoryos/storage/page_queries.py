@@ -73,6 +73,14 @@ class PageQueries(StoreQueries):
         )
         return [page_from_row(row) for row in rows]
 
+    def newest_in_tier(self, tier: str, limit: int) -> list[Page]:
+        """The `limit` newest pages of `tier`, oldest first."""
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.tier = ? ORDER BY p.page_id DESC LIMIT ?",
+            (tier, limit),
+        )
+        return [page_from_row(row) for row in rows][::-1]
+
     def count_pages(self) -> dict[str, int]:
         rows = self._db.execute("SELECT tier, COUNT(*) FROM pages GROUP BY tier")
         return {row[0]: row[1] for row in rows}
