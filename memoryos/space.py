@@ -13,6 +13,7 @@ each catches its page index up with the others' vectors inside the write transac
 What each op does to the store is `space_ops.py`; the directories around spaces, `space_layout.py`.
 """
 
+import errno
 import functools
 import shutil
 import threading
@@ -211,7 +212,7 @@ class MemorySpace:
                 self._pages.discard()  # no write into the directory while it is deleted
                 self.store.close()
                 self.closed = True
-                shutil.rmtree(self.directory, ignore_errors=False)
+                _remove_space_directory(self.directory)
             self._hold.release()
 
     def _require_open(self) -> None:
@@ -352,3 +353,17 @@ class MemorySpace:
             )
             for i in order
         ]
+
+
+def _remove_space_directory(directory: Path) -> None:
+    """Delete a space's directory, every file that was in it when forget took it exclusively.
+
+    A process opening the space meanwhile creates its lock file anew once the old one is gone (it must,
+    to wait on it) and then finds an empty directory: a new space. `rmtree` then fails on the final
+    `rmdir` with ENOTEMPTY, after deleting everything it listed — the old space is gone, and the
+    newcomer's space is left to it."""
+    try:
+        shutil.rmtree(directory)
+    except OSError as error:
+        if error.errno != errno.ENOTEMPTY or not directory.is_dir():
+            raise
