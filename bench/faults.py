@@ -67,13 +67,16 @@ class FaultReport:
     allowed, once."""
 
 
-def worker_env(server: RedisServer, data_dir: Path) -> dict[str, str]:
+def worker_env(
+    redis_url: str, data_dir: Path, namespace: str = NAMESPACE, shards: int = SHARDS
+) -> dict[str, str]:
+    """A test worker's environment: small shards and lease, CPU index, metrics off, never a real LLM."""
     env = {
         **os.environ,
         "MEMORYOS_DATA_DIR": str(data_dir),
-        "MEMORYOS_REDIS_URL": server.url,
-        "MEMORYOS_REDIS_NAMESPACE": NAMESPACE,
-        "MEMORYOS_SHARD_COUNT": str(SHARDS),
+        "MEMORYOS_REDIS_URL": redis_url,
+        "MEMORYOS_REDIS_NAMESPACE": namespace,
+        "MEMORYOS_SHARD_COUNT": str(shards),
         "MEMORYOS_LEASE_TTL_S": "1.0",
         "MEMORYOS_FAISS_USE_GPU": "never",
         "MEMORYOS_WORKER_METRICS_PORT": "0",
@@ -87,7 +90,7 @@ def start_worker(server: RedisServer, data_dir: Path, name: str) -> subprocess.P
     """A `memoryos worker` process, returned once it says it serves (its model loaded)."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", name],
-        env=worker_env(server, data_dir),
+        env=worker_env(server.url, data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )

@@ -12,7 +12,6 @@ lost, rejoin, and drain cleanly on SIGTERM. Every acknowledged write is then sto
 pages of each space are in the order the writes were accepted.
 """
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.faults import worker_env
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.calls import WRITE_STATUS
@@ -130,18 +130,7 @@ def start_worker(
 ) -> subprocess.Popen[bytes]:
     """A `memoryos worker` inside `host`, reaching Redis at the hub's address; stderr (its warnings) to
     `log`."""
-    env = {
-        **os.environ,
-        "MEMORYOS_DATA_DIR": str(data_dir),
-        "MEMORYOS_REDIS_URL": f"redis://{netns.HUB_ADDRESS}:{REDIS_PORT}/0",
-        "MEMORYOS_REDIS_NAMESPACE": NAMESPACE,
-        "MEMORYOS_SHARD_COUNT": str(SHARDS),
-        "MEMORYOS_LEASE_TTL_S": "1.0",
-        "MEMORYOS_FAISS_USE_GPU": "never",
-        "MEMORYOS_WORKER_METRICS_PORT": "0",
-    }
-    env.pop("MEMORYOS_OPENAI_API_KEY", None)
-    env.pop("MEMORYOS_OPENAI_BASE_URL", None)
+    env = worker_env(f"redis://{netns.HUB_ADDRESS}:{REDIS_PORT}/0", data_dir, NAMESPACE, SHARDS)
     argv = [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", name]
     return procs.start(host.command(argv), env=env, stdout=subprocess.PIPE, stderr=log.open("wb"))
 
