@@ -32,7 +32,7 @@ def run_server(args: argparse.Namespace) -> None:
     check_bind(settings)  # before anything is loaded or bound
     config = config_of(args)
     queue = QueueSettings(redis_url=args.redis_url) if getattr(args, "redis_url", None) else None
-    if queue is None:  # embedded: this process opens and evicts the spaces
+    if queue is None:  # embedded: this process opens and evicts the spaces (off unless configured)
         fix_mmap_threshold(settings.mmap_threshold_kb * 1024)
     app = create_app(settings, config, queue)
     url = f"http://{settings.host}:{settings.port}"

@@ -71,11 +71,12 @@ class ApiSettings(BaseSettings):
     )
     max_open_spaces: int = Field(10_000, gt=0, description="Open spaces kept at most.")
     mmap_threshold_kb: int = Field(
-        64,
+        0,
         ge=0,
         le=32768,
-        description="Embedded mode: glibc's mmap threshold, fixed at start (services/allocator.py) so "
-        "evicted spaces' buffers go back to the system; 0 keeps glibc's rising default.",
+        description="Embedded mode: glibc's mmap threshold fixed at start (services/allocator.py); 0, the "
+        "default, keeps glibc's own: fixed at 64 in the 1,000-user soak, RSS doubled and embedding stalled "
+        "(docs/reliability.md, Load).",
     )
     preload_model: bool = Field(
         True, description="Load the embedding model at start-up, so /readyz means the first call is fast."

@@ -55,7 +55,7 @@ def test_a_fixed_threshold_serves_mid_sized_blocks_by_mmap() -> None:
     assert mmapped_blocks_of_100_kib("fixed") > 0  # their own mappings: returned when freed
 
 
-def test_zero_keeps_glibcs_default_and_the_worker_and_embedded_api_fix_64_kib() -> None:
+def test_zero_keeps_glibcs_default_the_worker_fixes_64_kib_and_the_embedded_api_nothing() -> None:
     assert fix_mmap_threshold(0) is False
     assert QueueSettings().worker_mmap_threshold_kb == 64
-    assert ApiSettings().mmap_threshold_kb == 64
+    assert ApiSettings().mmap_threshold_kb == 0  # measured worse under the embedded soak
