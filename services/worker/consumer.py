@@ -138,7 +138,8 @@ class ShardConsumer:
                 if outcome == "retry":
                     return done  # later writes of the shard wait: order within a space
                 if outcome == "applied":
-                    oldest = oldest if applied else time.monotonic()
+                    if not applied:
+                        oldest = time.monotonic()
                     applied.append(entry_id)
                     if time.monotonic() - oldest >= ACK_EVERY_S:
                         self._acknowledge(stream, applied)
