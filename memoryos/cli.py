@@ -7,6 +7,7 @@ field, and a non-zero exit status (`EXIT_CODES`); Ctrl-C is exit 130 (`cli_sessi
 
 import argparse
 import contextlib
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -150,15 +151,20 @@ def cmd_forget(args: argparse.Namespace) -> None:
     print(erased_summary(what, contents) + f"; removed {directory}")
 
 
+def service_entry(module: str, name: str) -> Any:
+    """A function of the service package, imported only when its command runs (the engine and
+    `memoryos --help` never import FastAPI, Redis or MCP), or `MissingExtraError` naming the extra."""
+    from memoryos.errors import MissingExtraError
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as missing:
+        raise MissingExtraError("service", missing.name or "?") from None
+
+
 def cmd_reindex(args: argparse.Namespace) -> None:
     if args.redis_url:  # a deployment's space: its owning worker re-embeds it (services/jobs/request.py)
-        from memoryos.errors import MissingExtraError
-
-        try:
-            from services.jobs.request import request_reindex
-        except ModuleNotFoundError as missing:
-            raise MissingExtraError("service", missing.name or "?") from None
-        request_reindex(args)
+        service_entry("services.jobs.request", "request_reindex")(args)
         return
     if args.wait:
         from memoryos.errors import InvalidInputError
@@ -177,26 +183,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
-    from memoryos.errors import MissingExtraError
-
-    try:
-        from services.worker.process import run_worker_process
-    except ModuleNotFoundError as missing:
-        raise MissingExtraError("service", missing.name or "?") from None
-    run_worker_process(args)
+    service_entry("services.worker.process", "run_worker_process")(args)
 
 
 def _answered_by_server(args: argparse.Namespace, command: str) -> bool:
     """`--api-url` (or `MEMORYOS_API_URL`): a running `memoryos serve` answers (`services/cli_remote.py`)."""
     if not args.api_url:
         return False
-    from memoryos.errors import MissingExtraError
-
-    try:
-        from services.cli_remote import run_remote
-    except ModuleNotFoundError as missing:
-        raise MissingExtraError("service", missing.name or "?") from None
-    run_remote(command, args)
+    service_entry("services.cli_remote", "run_remote")(command, args)
     return True
 
 
@@ -212,23 +206,11 @@ def _api_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from memoryos.errors import MissingExtraError
-
-    try:
-        from services.api.serve import run_server
-    except ModuleNotFoundError as missing:
-        raise MissingExtraError("service", missing.name or "?") from None
-    run_server(args)
+    service_entry("services.api.serve", "run_server")(args)
 
 
 def cmd_mcp(args: argparse.Namespace) -> None:
-    from memoryos.errors import MissingExtraError
-
-    try:
-        from services.mcp.stdio import run_stdio
-    except ModuleNotFoundError as missing:
-        raise MissingExtraError("service", missing.name or "?") from None
-    run_stdio(args)
+    service_entry("services.mcp.stdio", "run_stdio")(args)
 
 
 def _positive_int(text: str) -> int:
