@@ -13,7 +13,6 @@ is held exclusively while the import writes (`bundle_target.py`).
 
 import json
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from memoryos.bundle_read import BundleReader
 from memoryos.bundle_target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
+from memoryos.ids import new_id
 from memoryos.storage.vector_blobs import to_blob
 from memoryos.types import exchange_text
 
@@ -193,7 +193,7 @@ class _Writer:
         }
         self.db.execute(
             "INSERT INTO op_log(kind, at, detail, op_id, write_id) VALUES (?, ?, ?, ?, NULL)",
-            ("ImportBundle", time.time(), json.dumps(detail), uuid.uuid4().hex),
+            ("ImportBundle", time.time(), json.dumps(detail), new_id()),
         )
         self.progress.close()
 

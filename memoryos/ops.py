@@ -16,7 +16,6 @@ import base64
 import binascii
 import math
 import time
-import uuid
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -34,6 +33,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, core_schema
 
+from memoryos.ids import new_id
 from memoryos.storage.vector_blobs import STORED_DTYPE, STORED_MAX, at_stored_precision
 from memoryos.types import KnowledgeKind, Turn
 
@@ -46,10 +46,6 @@ fields on `AddKnowledge` and `UpdateProfile`; version-1 ops read unchanged."""
 
 
 # --- ids --------------------------------------------------------------------------------------------------
-def _new_key() -> str:
-    return uuid.uuid4().hex
-
-
 Key = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 """An id that travels with an op (op id, write id): 1–64 characters of [A-Za-z0-9_-], safe in a queue
 key, a log line and a SQLite column without quoting."""
@@ -195,7 +191,7 @@ class Op(BaseModel):
     version: int = Field(
         OP_FORMAT_VERSION, strict=True, description="The op format version the op was written in."
     )
-    op_id: Key = Field(default_factory=_new_key, description="Unique per op (uuid4 hex by default).")
+    op_id: Key = Field(default_factory=new_id, description="Unique per op (32 random hex digits by default).")
     at: float = Field(
         default_factory=time.time,
         allow_inf_nan=False,
@@ -237,7 +233,7 @@ class AddTurns(Op):
     kind: Literal["add_turns"] = "add_turns"
     turns: list[Turn]
     vectors: Vectors | None = None
-    write_id: Key = Field(default_factory=_new_key, description="Idempotency key of the write.")
+    write_id: Key = Field(default_factory=new_id, description="Idempotency key of the write.")
     ttl_s: PositiveSeconds | None = Field(
         None, description="The pages expire `ttl_s` after `at`; None: the space's TTL, if it has one."
     )

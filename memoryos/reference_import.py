@@ -22,7 +22,6 @@ transaction (`bundle_target.py`).
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +45,7 @@ from memoryos.bundle_target import ImportTarget, finish_pages, insert_rows, set_
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import InvalidInputError
+from memoryos.ids import new_id
 from memoryos.reference_format import (
     EMPTY_KNOWLEDGE,
     RefKnowledge,
@@ -103,7 +103,7 @@ def import_reference(
     profile = user_long.user_profiles.get(user_dir.name)
     has_profile = profile is not None and (profile.data or "").strip().lower() not in ("", "none")
     embedder = embedder or create_embedder(config)
-    op_id = uuid.uuid4().hex
+    op_id = new_id()
     at = time.time()
     with target.writing("import") as db:
         writer = _Writer(db, embedder, op_id, at, show_progress, len(pages) + len(facts))

@@ -6,6 +6,7 @@ a write acknowledged once Redis holds it, every other call answered by the worke
 Callers name what to run (`services/queue/calls.py`), never pass code, so the same request works in both.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -19,6 +20,10 @@ from services.queue.calls import OwnerCall
 from services.queue.dead_letters import DeadLetter
 
 T = TypeVar("T")
+
+WritePlan = Callable[[], AddTurns]
+"""Makes a write's op: the engine's check of the turns (`plan_write`), raising on bad input. Run on the
+thread that stores or enqueues the write, not on the event loop (docs/api.md: the loop bounds the rate)."""
 
 
 class BackpressureError(Exception):
@@ -57,9 +62,10 @@ class Spaces(Protocol):
         exist raises `SpaceNotFoundError`, and nothing is created."""
         ...
 
-    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
-        """Acknowledge a planned write once it is durable; its page ids when already known (embedded), else
-        none (queued: `GET .../writes/{id}` tells them once applied). `BackpressureError` over the bound."""
+    async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
+        """Plan a write and acknowledge it once it is durable: its op, and its page ids when already known
+        (embedded), else none (queued: `GET .../writes/{id}` tells them once applied). A refused plan
+        creates no space; `BackpressureError` over the bound."""
         ...
 
     async def forget(self, key: SpaceKey) -> None:

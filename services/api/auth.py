@@ -55,6 +55,10 @@ class Caller:
     user_id: str | None = None
 
 
+ANONYMOUS = Caller(DEFAULT_TENANT, "anonymous")
+"""Every caller of a server with no keys configured (single tenant)."""
+
+
 class KeysFileError(ValueError):
     """The keys file cannot be read or is not the documented JSON; the message never quotes a key."""
 
@@ -125,7 +129,7 @@ class KeyStore:
         """The caller a Bearer token authenticates, or None. Without keys configured, everyone is the
         default tenant."""
         if not self.required:
-            return Caller(DEFAULT_TENANT, "anonymous")
+            return ANONYMOUS
         if not token:
             return None
         self._maybe_reload()

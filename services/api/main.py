@@ -13,6 +13,7 @@ from services.api.deps import ApiState
 from services.api.errors import CatchAllMiddleware, install_error_handlers
 from services.api.lifespan import lifespan
 from services.api.metrics import ApiMetrics, LatencyMiddleware
+from services.api.openapi import declare_bearer_auth
 from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
 from services.api.routes import (
@@ -60,6 +61,7 @@ def create_app(
     )
     app.state.api = state
     install_error_handlers(app)
+    declare_bearer_auth(app)
     for module in (memories, retrieve, profile, lifecycle, bundles, dead_letters, health, playground):
         app.include_router(module.router)
     mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces

@@ -20,7 +20,7 @@ from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns, ForgetSpace
 from memoryos.space_pool import SpaceKey
-from services.api.access import BackpressureError, SpaceFigures
+from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.queue import streams
 from services.queue.bundle_transfer import download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
@@ -57,12 +57,17 @@ class QueuedSpaces:
                 raise SpaceNotFoundError(tenant_dir.space_dir(key.user_id, key.assistant_id)) from None
             raise
 
-    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+    async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
+        def plan_and_enqueue() -> AddTurns:
+            op = plan()
+            self.queue.enqueue(key, op)
+            return op
+
         try:
-            await to_thread.run_sync(self.queue.enqueue, key, op)
+            op = await to_thread.run_sync(plan_and_enqueue)
         except QueueFullError as full:
             raise BackpressureError(str(full), FULL_RETRY_AFTER_S) from None
-        return []  # the owner assigns the page ids when it applies the write
+        return op, []  # the owner assigns the page ids when it applies the write
 
     async def forget(self, key: SpaceKey) -> None:
         """Purge the space's writes still in Redis (their text must not stay there), then queue the

@@ -1,6 +1,6 @@
 """`EmbeddedSpaces`: the open memory spaces of an embedded API process, and the calls made on them.
 
-The engine is synchronous; every call runs on a worker thread (`anyio.to_thread`), so the event loop keeps
+The engine is synchronous; every call runs on a request thread (`_on_thread`), so the event loop keeps
 accepting requests while a space embeds or waits on SQLite. Spaces stay open in the engine's `SpacePool`
 (least recently used closed beyond the memory budget), keyed by (tenant, user, assistant), and every open
 space's background work runs on the process's one scheduler: a write is acknowledged when `add_memories`
@@ -16,11 +16,13 @@ acknowledged write not yet searchable. Between samples, acknowledged pages are a
 so a burst is refused before the next sample sees it.
 """
 
+import asyncio
 import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +38,7 @@ from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space_layout import STORE_FILE
 from memoryos.space_pool import SpaceKey, SpacePool
-from services.api.access import BackpressureError, SpaceFigures
+from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
 from services.queue.calls import OwnerCall, run_call
 from services.queue.dead_letters import DeadLetter
@@ -44,6 +46,9 @@ from services.queue.dead_letters import DeadLetter
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+REQUEST_THREADS = 40
+"""Threads that run engine calls for requests: anyio's default limit, which these calls had before."""
 
 MAX_TRACKED_WRITES = 10_000
 """Acknowledged writes remembered per space for the lag figure; beyond it the oldest are forgotten (the lag
@@ -67,6 +72,7 @@ class EmbeddedSpaces:
         self._sampled_pending = 0
         self._acked_since_sample = 0
         self.write_lag_s = 0.0
+        self._threads = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="memoryos-request")
         self._pool: SpacePool[Memoryos] = SpacePool(
             self._open_space,
             memory_budget_bytes=settings.memory_budget_mb * 1024 * 1024,
@@ -88,11 +94,15 @@ class EmbeddedSpaces:
             self.refuse_over_backlog()
         return await self.run(key, lambda memory: run_call(memory, call, args), create=call.creates)
 
-    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+    async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         self.refuse_over_backlog()
-        page_ids = await self.run(key, lambda memory: memory.apply_write(op), create=True)
+        op, page_ids = await self._on_thread(self._plan_and_apply, key, plan)
         self.acknowledged(key, page_ids)
-        return page_ids
+        return op, page_ids
+
+    def _plan_and_apply(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
+        op = plan()  # before the space is opened: a refused write creates no space
+        return op, self._call(key, lambda memory: memory.apply_write(op), True)
 
     async def forget(self, key: SpaceKey) -> None:
         await self.run(key, lambda memory: memory.forget_user())
@@ -138,7 +148,13 @@ class EmbeddedSpaces:
     async def run(self, key: SpaceKey, work: Callable[[Memoryos], T], *, create: bool = False) -> T:
         """`work(memory)` on the space of `key`, on a worker thread. `create=False` (reads, edits): a space
         that does not exist is `SpaceNotFoundError`, and nothing is created."""
-        return await to_thread.run_sync(self._call, key, work, create)
+        return await self._on_thread(self._call, key, work, create)
+
+    async def _on_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on a request thread. A plain executor rather than `anyio.to_thread`: its hop costs
+        the event loop ~30 µs against ~80 (measured here), on the path of every write, and the loop is
+        what bounds the write rate on 2 cores (docs/api.md)."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
 
     def _call(self, key: SpaceKey, work: Callable[[Memoryos], T], create: bool) -> T:
         if not create and not self._is_open(key):
@@ -238,5 +254,7 @@ class EmbeddedSpaces:
             shared_embedder(self.config).encode(["warm-up"], is_query=True)
 
     def close(self) -> None:
-        """Close every open space (pending pages stay durable; the next start embeds them)."""
+        """Close every open space (pending pages stay durable; the next start embeds them), once the calls
+        running on them have returned."""
+        self._threads.shutdown(wait=True)
         self._pool.close()

@@ -16,7 +16,7 @@ from mcp.server.mcpserver import Context
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns
 from memoryos.space_pool import SpaceKey
-from services.api.access import Spaces
+from services.api.access import Spaces, WritePlan
 from services.mcp.scope import Caller, Defaults, space_key
 from services.queue.calls import OwnerCall
 
@@ -46,6 +46,6 @@ class MemoryAccess:
         """`call` on an existing space (edits, deletes); `SpaceNotFoundError` when there is none."""
         return await self.spaces.call(key, call, **args)
 
-    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
+    async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         """A write, creating the space on first use (`BackpressureError` over the bound)."""
-        return await self.spaces.write(key, op)
+        return await self.spaces.write(key, plan)

@@ -23,7 +23,7 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.api.deps import ApiState
+from services.api.deps import ApiState, bearer_token
 from services.mcp.access import MemoryAccess
 from services.mcp.scope import Caller, Defaults
 from services.mcp.server import build_server
@@ -52,8 +52,7 @@ class BearerGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
-        found = self.state.keys.caller_for(token.strip() if scheme.lower() == "bearer" else None)
+        found = self.state.keys.caller_for(bearer_token(Headers(scope=scope).get("authorization")))
         if found is None:
             await _refuse(send, 401, "missing or invalid API key: send 'Authorization: Bearer <key>'")
             return

@@ -15,7 +15,7 @@ from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns
 from memoryos.space_pool import SpaceKey
-from services.api.access import BackpressureError, NotInThisModeError, SpaceFigures
+from services.api.access import BackpressureError, NotInThisModeError, SpaceFigures, WritePlan
 from services.client import ApiError, AsyncMemoryClient
 from services.mcp.errors import RemoteRefusal
 from services.queue import calls
@@ -79,14 +79,16 @@ class RemoteSpaces:
         except ApiError as error:
             raise _local_error(error, key) from None
 
-    async def write(self, key: SpaceKey, op: AddTurns) -> list[int]:
-        """The planned turns (checked here already, timestamps fixed) as one batch under the op's write id."""
+    async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
+        """The planned turns (checked here, timestamps fixed) as one batch under the op's write id. Planned
+        on the event loop: this process serves one MCP client, not a request rate."""
+        op = plan()
         turns = [turn.model_dump() for turn in op.turns]
         try:
             batch = await self.api.add_batch(
                 key.user_id, turns, assistant_id=key.assistant_id, write_id=op.write_id, ttl_s=op.ttl_s
             )
-            return batch.page_ids
+            return op, batch.page_ids
         except ApiError as error:
             raise _local_error(error, key) from None
 

@@ -131,15 +131,17 @@ def register_memory_tools(server: MCPServer, access: MemoryAccess) -> None:
         with reported_as(ToolError, "add_memory"):
             key = access.key(ctx, user_id, assistant_id)
             turn = {"user_input": user_input, "agent_response": agent_response}
-            op = plan_write(
-                [{**turn, "timestamp": timestamp, "meta_data": meta_data}],
-                max_text_chars=access.spaces.config.max_text_chars,
-                at=time.time(),
-                write_id=write_id,
-                ttl_s=ttl_s,
-                field_prefix="",
+            op, page_ids = await access.write(
+                key,
+                lambda: plan_write(
+                    [{**turn, "timestamp": timestamp, "meta_data": meta_data}],
+                    max_text_chars=access.spaces.config.max_text_chars,
+                    at=time.time(),
+                    write_id=write_id,
+                    ttl_s=ttl_s,
+                    field_prefix="",
+                ),
             )  # checked before the space is opened: a refused write creates nothing
-            page_ids = await access.write(key, op)
         return AddMemoryResult(
             timestamp=op.turns[0].timestamp,
             details=AddMemoryDetails(

@@ -8,13 +8,13 @@ export and import run where the data volume is mounted, `memoryos export` / `imp
 """
 
 import re
-import uuid
 from pathlib import Path
 from typing import cast
 
 import redis
 
 from memoryos.errors import InvalidInputError
+from memoryos.ids import new_id
 from services.queue.keys import Keys
 
 TRANSFER_ID = re.compile(r"[0-9a-f]{32}")
@@ -31,7 +31,7 @@ def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int) -> str:
         raise InvalidInputError(
             "bundle", f"{size} bytes: over the {max_bytes} bytes a bundle may cross the queue with"
         )
-    transfer_id = uuid.uuid4().hex
+    transfer_id = new_id()
     key = keys.bundle(transfer_id)
     with path.open("rb") as file:
         client.set(key, b"", ex=TRANSFER_TTL_S)

@@ -10,11 +10,11 @@ no answer in time, is `ReadUnavailableError`: the API's 503 with Retry-After.
 
 import json
 import time
-import uuid
 from typing import Any, TypeVar
 
 import redis
 
+from memoryos.ids import new_id
 from memoryos.space_pool import SpaceKey
 from services.queue.calls import OwnerCall
 from services.queue.connection import BLOCK_SLICE_S
@@ -78,7 +78,7 @@ class ReadClient:
         shard = shard_of(key, self.settings.shard_count)
         if self.client.get(self.keys.lease(shard)) is None:
             raise ReadUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
-        request_id = uuid.uuid4().hex
+        request_id = new_id()
         request = {
             "id": request_id,
             "space": space_name(key),

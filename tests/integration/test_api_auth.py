@@ -69,6 +69,16 @@ def test_every_route_refuses_a_missing_or_wrong_key(api: RunningApi) -> None:
             assert answer.json()["error"] == "unauthorized"
 
 
+def test_the_schema_declares_the_bearer_key_exactly_where_one_is_needed(api: RunningApi) -> None:
+    """Clients and /docs learn from the schema which calls need the key (`services/api/openapi.py`)."""
+    schema = api.app.openapi()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for template, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            expected = [{"HTTPBearer": []}] if template.startswith("/v1/") else None
+            assert operation.get("security") == expected, (method, template)
+
+
 def test_health_and_metrics_need_no_key(api: RunningApi) -> None:
     assert httpx.get(f"{api.url}/healthz").status_code == 200
     assert httpx.get(f"{api.url}/metrics").status_code == 200

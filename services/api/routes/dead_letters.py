@@ -6,9 +6,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from services.api.deps import CallerDep, StateDep
+from services.api.routes import API_PREFIX
 from services.queue.dead_letters import DeadLetter
 
-router = APIRouter(prefix="/v1", tags=["queue"])
+router = APIRouter(prefix=API_PREFIX, tags=["queue"])
 
 
 @router.get("/dead-letters", summary="Acknowledged writes that could never be applied")

@@ -8,13 +8,13 @@ read. Over the backlog bound, writes are refused with 503 and `Retry-After`.
 """
 
 import time
-import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
 from memoryos.errors import InvalidInputError
 from memoryos.facade_lifecycle import MAX_PAGE_LIST
+from memoryos.ids import new_id
 from memoryos.ops import AddTurns
 from memoryos.types import PageList, WriteStatus
 from memoryos.validation import validate_key
@@ -28,7 +28,7 @@ router = APIRouter(prefix=SPACE_PREFIX, tags=["memories"])
 
 
 def _new_write_id() -> str:
-    return f"w-{uuid.uuid4().hex}"
+    return f"w-{new_id()}"
 
 
 def plan(
@@ -51,8 +51,9 @@ async def add_memory(body: AddMemoryRequest, key: SpaceDep, state: StateDep) -> 
     """Stores one exchange (creating the space on first write); returns its write id, and its page id
     once known (embedded mode: at once; with Redis, `GET .../writes/{write_id}` after it is applied)."""
     turn = body.model_dump(include={"user_input", "agent_response", "timestamp", "meta_data"})
-    op = plan(state, [turn], body.write_id, body.ttl_s, field_prefix="")
-    page_ids = await state.spaces.write(key, op)
+    op, page_ids = await state.spaces.write(
+        key, lambda: plan(state, [turn], body.write_id, body.ttl_s, field_prefix="")
+    )
     return MemoryAdded(
         write_id=op.write_id or "", page_ids=page_ids, page_id=page_ids[0] if page_ids else None
     )
@@ -65,10 +66,10 @@ async def add_memories(body: AddBatchRequest, key: SpaceDep, state: StateDep) ->
     limit = state.settings.max_turns_per_batch
     if len(body.turns) > limit:
         raise InvalidInputError("turns", f"at most {limit} turns per batch, got {len(body.turns)}")
-    op = plan(
-        state, [turn.model_dump() for turn in body.turns], body.write_id, body.ttl_s, field_prefix="turns"
+    turns = [turn.model_dump() for turn in body.turns]
+    op, page_ids = await state.spaces.write(
+        key, lambda: plan(state, turns, body.write_id, body.ttl_s, field_prefix="turns")
     )
-    page_ids = await state.spaces.write(key, op)
     return WriteAccepted(write_id=op.write_id or "", page_ids=page_ids)
 
 
