@@ -148,10 +148,7 @@ class Consolidator:
         Every page's continuity check is asked at once (each compares a page with the one before it, known
         before any answer), and a run's chain summary together with its topic.
         """
-        stm = space.short_term_pages()
-        overflow = stm[: max(0, len(stm) - space.config.short_term_capacity)]
-        waiting = next((i for i, page in enumerate(overflow) if not page.embedded), None)
-        overflow = overflow[:waiting]  # a page still waiting for its vector holds back the younger ones
+        overflow = space.short_term_overflow()
         if not overflow:
             return
         previous = space.last_chained_page()

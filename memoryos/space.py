@@ -261,6 +261,12 @@ class MemorySpace:
         return self.store.pages_in_tier("stm")
 
     @_locked
+    def short_term_overflow(self) -> list[Page]:
+        """Short-term pages beyond `short_term_capacity`, oldest first, up to the first still waiting for
+        its vector (a page without one holds back the younger ones: chains and topics compare vectors)."""
+        return self.store.short_term_overflow(self.config.short_term_capacity)
+
+    @_locked
     def recent_short_term_pages(self, extra: int = 0) -> list[Page]:
         """The newest `short_term_capacity` (+ `extra`) short-term pages: short-term memory as a reader
         sees it. Beyond it is overflow waiting for consolidation (7,000 pages after a 10k-page batch

@@ -73,6 +73,19 @@ class PageQueries(StoreQueries):
         )
         return [page_from_row(row) for row in rows]
 
+    def short_term_overflow(self, capacity: int) -> list[Page]:
+        """The oldest short-term pages beyond the newest `capacity`, up to the oldest short-term page not
+        yet embedded (excluded): what consolidation may move now, read without the rest of the tier.
+        While embedding lags, thousands of pages wait in short-term memory; reading them all as `Page`s on
+        every pass held the GIL for most of the API's scheduler thread (docs/api.md)."""
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.tier = 'stm' AND p.page_id < COALESCE("
+            "(SELECT MIN(page_id) FROM pages WHERE vector IS NULL AND tier = 'stm'), 9223372036854775807) "
+            "ORDER BY p.page_id LIMIT max(0, (SELECT COUNT(*) FROM pages WHERE tier = 'stm') - ?)",
+            (capacity,),
+        )
+        return [page_from_row(row) for row in rows]
+
     def newest_in_tier(self, tier: str, limit: int) -> list[Page]:
         """The `limit` newest pages of `tier`, oldest first."""
         rows = self._db.execute(

@@ -15,6 +15,7 @@ from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.ops import (
     AddKnowledge,
     AddTurns,
+    EmbedPages,
     FileTopic,
     LinkChain,
     MarkAnalyzed,
@@ -126,6 +127,31 @@ def test_add_turns_stores_pages_in_short_term_memory_in_order(space: MemorySpace
     assert all(p.tier == "stm" and p.segment_id is None for p in stm)
     np.testing.assert_array_equal(space.page_vectors(ids), np.stack(vectors))
     assert top_hit(space, axis(DIM, 1))[0] == ids[1]
+
+
+def test_short_term_overflow_is_the_oldest_beyond_capacity_up_to_the_first_page_without_a_vector(
+    space_dir: Path, clock: FakeClock
+) -> None:
+    space = open_space(space_dir, clock, short_term_capacity=3)
+    try:
+        ids = add_pages(space, *(axis(DIM, i % DIM) for i in range(4)))  # 1-4: embedded
+        pending = space.apply(AddTurns(turns=[turn(5), turn(6), turn(7), turn(8)]))  # 5-8: no vectors yet
+        assert [p.page_id for p in space.short_term_overflow()] == ids  # 8 - 3 = 5 beyond; 5 waits
+        space.apply(EmbedPages(page_ids=pending[:1], vectors=axis(DIM, 0)[None, :]))
+        assert [p.page_id for p in space.short_term_overflow()] == [*ids, pending[0]]
+        space.apply(EmbedPages(page_ids=pending[1:], vectors=np.stack([axis(DIM, 1)] * 3)))
+        assert [p.page_id for p in space.short_term_overflow()] == [*ids, pending[0]]  # the newest 3 stay
+    finally:
+        space.close()
+
+
+def test_short_term_overflow_is_empty_within_capacity(space_dir: Path, clock: FakeClock) -> None:
+    space = open_space(space_dir, clock, short_term_capacity=3)
+    try:
+        add_pages(space, axis(DIM, 0), axis(DIM, 1), axis(DIM, 2))
+        assert space.short_term_overflow() == []
+    finally:
+        space.close()
 
 
 def test_add_turns_with_a_wrong_shape_stores_nothing(space: MemorySpace, space_dir: Path) -> None:
