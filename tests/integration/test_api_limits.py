@@ -1,6 +1,7 @@
 """Bad input over real HTTP: every case a 4xx whose JSON names the field, never a 5xx, never a file
 outside the data directory; and backpressure when the embedding backlog is over its bound."""
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from services.api.settings import ApiSettings
+from services.api.spaces import REQUEST_THREADS
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder
 
@@ -183,5 +185,31 @@ def test_writes_over_the_backlog_bound_get_503_with_retry_after(tmp_path: Path) 
             embedder.release.set()
             status = httpx.get(f"{space}/memories")  # reads go on meanwhile
             assert status.status_code == 200 and status.json()["total"] == 3
+    finally:
+        embedder.release.set()
+
+
+def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Path) -> None:
+    """Reads wait on their threads for the writes before them to be searchable; with the embedder stuck,
+    more waiting reads than the API has request threads must not hold up the next write's acknowledgement
+    (`services/api/spaces.py`, `WRITE_THREADS`)."""
+    embedder = BlockedEmbedder()
+    try:
+        with running_api(ApiSettings(port=0), offline_config(tmp_path), embedder=embedder) as api:
+            space = api.space_url("reader")
+            first = {"user_input": "the first exchange", "agent_response": "noted"}
+            assert httpx.post(f"{space}/memories", json=first).status_code == 201
+            with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS + 5) as readers:
+                reads = [
+                    readers.submit(httpx.post, f"{space}/retrieve", json={"query": "first"}, timeout=120)
+                    for _ in range(REQUEST_THREADS + 5)
+                ]
+                time.sleep(2)  # every read has reached the server and waits for the stuck embedder
+                assert not any(read.done() for read in reads)
+                later = {"user_input": "written while reads wait", "agent_response": "noted"}
+                written = httpx.post(f"{api.space_url('writer')}/memories", json=later, timeout=20)
+                assert written.status_code == 201
+                embedder.release.set()
+                assert all(read.result().status_code == 200 for read in reads)
     finally:
         embedder.release.set()
