@@ -192,6 +192,22 @@ class FactUpdate(BaseModel):
     text: Text
 
 
+class ReindexRequest(BaseModel):
+    """Move the space to the embedding model its workers now serve (docs/service.md, Reindex)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"model": "BAAI/bge-m3"}]})
+
+    model: Text = Field(min_length=1, max_length=200, description="The model the workers serve.")
+
+
+class JobAccepted(BaseModel):
+    """A queued job (rq): follow it at `status_url` (`GET /v1/jobs/{job_id}`)."""
+
+    job_id: str
+    kind: str
+    status_url: str
+
+
 class ErrorBody(BaseModel):
     """Every error response: a stable code, a message for people, and the field at fault when one is."""
 
