@@ -215,6 +215,20 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
     finally:
         worker.stop()
 
+    # Bundles held in Redis up to MEMORYOS_MAX_HELD_BUNDLES_MB: past it a bundle job is refused (503),
+    # nothing queued, nothing stored.
+    held = Keys(queue.redis_namespace).bundle("f" * 32)
+    rq_queue.connection.set(held, b"x" * 1024 * 1024, ex=60)
+    full = queue.model_copy(update={"max_held_bundles_mb": 1})
+    api_side = MemoryConfig(data_dir=config.data_dir.parent / "api-side-2")
+    with running_api(ApiSettings(keys=KEYS, port=0), api_side, queue=full) as small:
+        for route in ("export-jobs", "import-jobs"):
+            refused = httpx.post(
+                f"{small.url}/v1/users/ann/assistants/{ASSISTANT}/{route}", headers=ACME, content=b"PK"
+            )
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "60", refused.text
+    assert rq_queue.count == 0 and bundle_keys(queue) == [held.encode()]
+
 
 def in_thread(run: Callable[[], int]) -> tuple[threading.Thread, list[int]]:
     codes: list[int] = []
