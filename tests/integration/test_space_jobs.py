@@ -67,10 +67,14 @@ def config(tmp_path: Path) -> MemoryConfig:
 
 @pytest.fixture
 def api(queue: QueueSettings, tmp_path: Path) -> Iterator[RunningApi]:
-    # The API's own MemoryConfig points elsewhere: it must never open the workers' data directory.
-    with running_api(
-        ApiSettings(keys=KEYS, port=0), MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue
-    ) as up:
+    """`KEYS`, and an acme key bound to user ann. The API's own MemoryConfig points elsewhere: it must
+    never open the workers' data directory."""
+    keys_file = tmp_path / "keys.json"
+    entries = [{"key": key, "tenant": tenant} for key, tenant in KEYS.items()]
+    entries.append({"key": "key-acme-ann", "tenant": "acme", "user_id": "ann"})
+    keys_file.write_text(json.dumps({"keys": entries}))
+    settings = ApiSettings(keys_file=keys_file, port=0)
+    with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as up:
         yield up
 
 
@@ -133,10 +137,11 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
     waiting = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
     assert (waiting["status"], waiting["retries_left"]) == ("scheduled", queue.bundle_job_retries - 1)
 
-    # Another tenant's key, or an id that is not one, learns nothing of the job.
+    # Another tenant's key, a key bound to another user, or an id that is not one, learn nothing of it.
     for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/bundle"):
-        other = httpx.get(f"{api.url}{path}", headers=GLOBEX)
-        assert (other.status_code, other.json()["error"]) == (404, "job_not_found"), path
+        for headers in (GLOBEX, {"Authorization": "Bearer key-acme-ann"}):
+            other = httpx.get(f"{api.url}{path}", headers=headers)
+            assert (other.status_code, other.json()["error"]) == (404, "job_not_found"), path
     malformed = httpx.get(f"{api.url}/v1/jobs/..%2F..%2Fetc", headers=ACME)
     assert malformed.status_code in (404, 422) and "etc" not in malformed.text
     assert httpx.get(f"{api.url}/v1/jobs/not-a-job", headers=ACME).json()["field"] == "job_id"
@@ -278,6 +283,18 @@ def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
         run_jobs(rq_queue)
         for job in listed["jobs"]:
             assert Job.fetch(job["job_id"], connection=rq_queue.connection).get_status() == "finished"
+        following, codes = in_thread(
+            lambda: main(["reindex", "--redis-url", queue.redis_url, "--all", "--model", MODEL, "--wait"])
+        )
+        wait_for(lambda: rq_queue.count == 2, timeout_s=60)
+        run_jobs(rq_queue)
+        following.join(60)
+        assert codes == [0], capsys.readouterr().err
+        reports = json.loads(capsys.readouterr().out)["spaces"]
+        assert [(report["space"], report["pages"]) for report in reports] == [
+            (f"acme/rui/{ASSISTANT}", 2),
+            (f"globex/gil/{ASSISTANT}", 1),
+        ]
         assert main(["reindex", "--all", "--model", MODEL]) == 2
         assert "--all" in capsys.readouterr().err
 
