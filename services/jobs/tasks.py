@@ -57,14 +57,15 @@ def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: f
     A failure raises, so rq retries the job: no worker owns the shard yet (`ReadUnavailableError`), the
     space is busy, the owner stopped midway. A refusal that a retry would only repeat (no such space, an
     invalid bundle, a model the workers do not serve: a 4xx in `REMOTE_ERRORS`) fails the job at once, its
-    retries dropped. Either way the job's meta records the error as the API reports it (`job_error`)."""
+    retries dropped. Either way the job's meta records the error as the API would have answered it
+    (`services/jobs/status.py`), in words that name no path of the owner's."""
     settings = QueueSettings()
     client = connect(settings)
     try:
         return ReadClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
     except RemoteReadError as error:
         status, code = REMOTE_ERRORS.get(error.kind, (500, None))
-        _record_error(status, code, str(error) if status < 500 else f"the owner failed ({error.kind})", error)
+        _record_error(status, code, _caller_message(space, error, status), error)
         job = get_current_job()
         if status < 500 and job is not None:
             job.retries_left = None  # rq's worker reads this very instance when the job fails
@@ -74,6 +75,15 @@ def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: f
         raise
     finally:
         client.close()
+
+
+def _caller_message(space: str, error: RemoteReadError, status: int) -> str:
+    """The owner's refusal for the job's caller: a missing space is told by its ids (the owner's
+    message names its data directory), a failure of the owner by its class only (as the API does)."""
+    if error.kind == "SpaceNotFoundError":
+        key = space_key(space)
+        return f"no memory for user {key.user_id!r} (assistant {key.assistant_id!r})"
+    return str(error) if status < 500 else f"the owner failed ({error.kind})"
 
 
 def _record_error(status: int, code: str | None, message: str, error: Exception) -> None:

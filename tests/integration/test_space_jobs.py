@@ -207,6 +207,19 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
         assert bundle_keys(queue) == []  # the upload went with the job
         assert httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=GLOBEX).status_code == 404
 
+        # An export of a space that does not exist: 404 at once, in words that name no path of the owner's.
+        nobody = queued(
+            httpx.post(f"{api.url}/v1/users/nobody/assistants/{ASSISTANT}/export-jobs", headers=ACME)
+        )
+        run_jobs(rq_queue)
+        missing = httpx.get(f"{api.url}/v1/jobs/{nobody}", headers=ACME).json()
+        assert missing["status"] == "failed" and missing["error"]["status"] == 404, missing
+        assert (
+            missing["error"]["message"]
+            == "no memory for user 'nobody' (assistant 'default_assistant_profile')"
+        )
+        assert not config.space_dir("nobody", ASSISTANT).exists()
+
         # A space that already holds memory is refused the same way (409), and keeps what it held.
         write_turns(api, "ann", ["I like tea."])
         wait_for(lambda: pages_of(api, "ann") == ["I like tea."])
