@@ -6,20 +6,16 @@ caller is told there is no such job, exactly as for an id that never existed, so
 """
 
 import re
-from datetime import datetime
-from typing import Any, Literal
 
 import redis
-from pydantic import BaseModel
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from memoryos.errors import InvalidInputError
+from services.api.models import JobError, JobView
 
 JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """rq's own ids (`uuid4()`): anything else is refused before it reaches a key."""
-
-JobKind = Literal["export", "import", "reindex"]
 
 
 class JobNotFoundError(LookupError):
@@ -28,33 +24,6 @@ class JobNotFoundError(LookupError):
 
 class JobNotReadyError(Exception):
     """The job has not finished: what it makes (an export's bundle) is not there yet."""
-
-
-class JobError(BaseModel):
-    """Why a job failed, as the API would have answered the same call synchronously."""
-
-    status: int
-    code: str | None = None
-    message: str
-    field: str | None = None
-
-
-class JobView(BaseModel):
-    job_id: str
-    kind: JobKind
-    user_id: str
-    assistant_id: str
-    status: str
-    """rq's status: queued, scheduled (waiting for a retry), started, finished, failed, stopped, canceled."""
-    enqueued_at: datetime | None
-    ended_at: datetime | None
-    retries_left: int | None
-    """Retries rq still holds for it while it has not ended (`null` once ended)."""
-    result: dict[str, Any] | None = None
-    """finished: an export's `size_bytes` and `download` path, an import's `ImportReport`, a reindex's
-    `ReindexReport`."""
-    error: JobError | None = None
-    """failed: why."""
 
 
 def tenant_job(client: redis.Redis, job_id: str, tenant: str, user_id: str | None) -> Job:

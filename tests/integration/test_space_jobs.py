@@ -171,15 +171,16 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
             assert by_job.manifest.counts() == by_api.manifest.counts()
         assert httpx.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=GLOBEX).status_code == 404
 
-        # The bundle back, into another user's empty space, through an import job.
-        copy_jobs = f"{api.url}/v1/users/rui-copy/assistants/{ASSISTANT}"
-        import_id = queued(httpx.post(f"{copy_jobs}/import-jobs", headers=ACME, content=downloaded.content))
-        assert len(bundle_keys(queue)) == 2  # the export's, and the upload waiting for its job
-        run_jobs(rq_queue)
-        imported = httpx.get(f"{api.url}/v1/jobs/{import_id}", headers=ACME).json()
-        assert imported["status"] == "finished", imported
-        assert imported["result"]["counts"]["pages"] == 3
-        assert imported["result"]["space"] == f"rui-copy/{ASSISTANT}"
+        # The bundle back, into another user's empty space, through an import job (the typed client).
+        with MemoryClient(api.url, api_key="key-acme", timeout_s=30) as acme:
+            assert acme.job_bundle(job_id) == downloaded.content
+            import_id = acme.import_job("rui-copy", downloaded.content).job_id
+            assert len(bundle_keys(queue)) == 2  # the export's, and the upload waiting for its job
+            run_jobs(rq_queue)
+            imported = acme.job(import_id)
+        assert imported.status == "finished" and imported.kind == "import", imported
+        assert imported.result is not None and imported.result["counts"]["pages"] == 3
+        assert imported.result["space"] == f"rui-copy/{ASSISTANT}"
         assert pages_of(api, "rui-copy") == pages_of(api, "rui") == texts
         assert len(bundle_keys(queue)) == 1  # the upload deleted once imported
         assert httpx.get(f"{api.url}/v1/jobs/{import_id}", headers=GLOBEX).status_code == 404

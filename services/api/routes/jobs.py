@@ -15,11 +15,11 @@ from rq.job import Job
 
 from memoryos.errors import InvalidInputError
 from services.api.deps import CallerDep, QueuedDep, SpaceDep
-from services.api.models import JobAccepted, ReindexRequest
+from services.api.models import JobAccepted, JobView, ReindexRequest
 from services.api.routes import SPACE_PREFIX
 from services.api.routes.bundles import BUNDLE_BODY, BUNDLE_MEDIA_TYPE, received_bundle
 from services.jobs.bundles import enqueue_export, enqueue_import
-from services.jobs.status import JobNotFoundError, JobView, export_transfer_id, job_view, tenant_job
+from services.jobs.status import JobNotFoundError, export_transfer_id, job_view, tenant_job
 from services.jobs.tasks import enqueue_reindex
 from services.queue.bundle_transfer import chunks, stored_size
 
