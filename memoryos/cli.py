@@ -163,12 +163,18 @@ def service_entry(module: str, name: str) -> Any:
 
 
 def cmd_reindex(args: argparse.Namespace) -> None:
+    from memoryos.errors import InvalidInputError
+
+    if args.all and args.user is not None:
+        raise InvalidInputError("--all", "give --user or --all, not both")
+    if args.all and not args.redis_url:
+        raise InvalidInputError("--all", "goes with --redis-url: every space that deployment's queue knows")
+    if not args.all and args.user is None:
+        raise InvalidInputError("--user", "missing: give the user whose space to re-embed (or --all)")
     if args.redis_url:  # a deployment's space: its owning worker re-embeds it (services/jobs/request.py)
         service_entry("services.jobs.request", "request_reindex")(args)
         return
     if args.wait:
-        from memoryos.errors import InvalidInputError
-
         raise InvalidInputError("--wait", "goes with --redis-url only (a local reindex always waits)")
     from memoryos.reindex import reindex_space
 
@@ -277,7 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument(
         "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)"
     )
-    reindex = command("reindex", cmd_reindex, "re-embed a space from its stored text with another model")
+    reindex = command(
+        "reindex", cmd_reindex, "re-embed a space from its stored text with another model", needs_user=False
+    )
+    reindex.add_argument("--user", default=None, help="user id (or --all)")
+    reindex.add_argument("--assistant", default="default_assistant_profile", help="assistant id")
+    reindex.add_argument(
+        "--all", action="store_true", help="with --redis-url: one job per space the deployment's queue knows"
+    )
     reindex.add_argument("--model", required=True, help="embedding model name, e.g. BAAI/bge-m3")
     reindex.add_argument(
         "--redis-url",

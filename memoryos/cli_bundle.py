@@ -5,7 +5,8 @@ Both follow the other commands' conventions (`cli.py`): flags checked before any
 one `error:` line naming the flag or file, exit 2 for bad input (a damaged bundle, a space that already
 has memory), 3 when there is no memory to export, 4 when another process has the space open. The engine
 modules are imported inside the commands, so `memoryos --help` stays fast. A progress bar shows on a
-terminal.
+terminal. With `--redis-url` the space is a deployment's: an rq job has its owner export or import it
+(`services/jobs/request.py`), and the command waits for the job.
 """
 
 import argparse
@@ -28,6 +29,11 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise InvalidInputError("--out", f"{out} is a directory; give the bundle's file name")
     if not out.parent.is_dir():
         raise InvalidInputError("--out", f"directory {out.parent} does not exist")
+    if args.redis_url:
+        from memoryos.cli import service_entry
+
+        service_entry("services.jobs.request", "request_export")(args)
+        return
     manifest = export_space(
         config_of(args), args.user, args.assistant, out, show_progress=sys.stderr.isatty()
     )
@@ -46,6 +52,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_import(args: argparse.Namespace) -> None:
     from memoryos.errors import InvalidInputError
 
+    if args.redis_url:
+        _import_through_jobs(args)
+        return
     config = config_of(args)
     show_progress = sys.stderr.isatty()
     if args.from_reference is not None:
@@ -76,6 +85,24 @@ def cmd_import(args: argparse.Namespace) -> None:
             config, args.user, args.assistant, Path(args.bundle), show_progress=show_progress
         )
     print_json(report.model_dump())
+
+
+def _import_through_jobs(args: argparse.Namespace) -> None:
+    from memoryos.bundle_format import InvalidBundleError
+    from memoryos.cli import service_entry
+    from memoryos.errors import InvalidInputError
+
+    if args.from_reference is not None:
+        raise InvalidInputError(
+            "--from-reference",
+            "not with --redis-url: import the reference's files locally, export a bundle, then import it",
+        )
+    if args.bundle is None:
+        raise InvalidInputError("FILE", "missing: give the bundle file to import")
+    bundle = Path(args.bundle)
+    if not bundle.is_file():
+        raise InvalidBundleError(bundle, "no such file")
+    service_entry("services.jobs.request", "request_import")(args, bundle)
 
 
 def register(subparsers: Any) -> None:
@@ -115,3 +142,9 @@ def register(subparsers: Any) -> None:
 def _space_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", required=True, help="user id")
     parser.add_argument("--assistant", default=DEFAULT_ASSISTANT, help="assistant id")
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="a deployment's space: an rq job has the worker that owns it do this, and the command waits "
+        "for the job (tenant: MEMORYOS_TENANT; docs/service.md)",
+    )

@@ -38,7 +38,15 @@ from memoryos.types import (
     RetrievedContext,
     WriteStatus,
 )
-from services.api.models import ErrorBody, GeneratedResponse, MemoryAdded, Profile, WriteAccepted
+from services.api.models import (
+    ErrorBody,
+    GeneratedResponse,
+    JobAccepted,
+    JobView,
+    MemoryAdded,
+    Profile,
+    WriteAccepted,
+)
 
 DEFAULT_ASSISTANT = "default_assistant_profile"
 API_KEY_ENV = "MEMORYOS_API_KEY"
@@ -305,6 +313,36 @@ class _calls:
             headers=headers,
         )
 
+    @staticmethod
+    def export_job(user_id: str, *, assistant_id: str = DEFAULT_ASSISTANT) -> Call[JobAccepted]:
+        """With Redis: queue an export (202); `job(job_id)` follows it, `job_bundle(job_id)` downloads it."""
+        return Call("POST", f"{_space(user_id, assistant_id)}/export-jobs", _model(JobAccepted))
+
+    @staticmethod
+    def import_job(
+        user_id: str, bundle: bytes, *, assistant_id: str = DEFAULT_ASSISTANT
+    ) -> Call[JobAccepted]:
+        """With Redis: queue the import of `bundle` into the empty space (202)."""
+        headers = {"content-type": "application/octet-stream"}
+        path = f"{_space(user_id, assistant_id)}/import-jobs"
+        return Call("POST", path, _model(JobAccepted), content=bundle, headers=headers)
+
+    @staticmethod
+    def reindex_job(user_id: str, model: str, *, assistant_id: str = DEFAULT_ASSISTANT) -> Call[JobAccepted]:
+        """With Redis: queue a reindex with `model`, the model the workers serve (202)."""
+        path = f"{_space(user_id, assistant_id)}/reindex-jobs"
+        return Call("POST", path, _model(JobAccepted), json={"model": model})
+
+    @staticmethod
+    def job(job_id: str) -> Call[JobView]:
+        """A job's status, and once ended its result or error."""
+        return Call("GET", f"/v1/jobs/{quote(job_id, safe='')}", _model(JobView))
+
+    @staticmethod
+    def job_bundle(job_id: str) -> Call[bytes]:
+        """The bundle of a finished export job."""
+        return Call("GET", f"/v1/jobs/{quote(job_id, safe='')}/bundle", _body)
+
 
 class _Endpoint(Generic[P, T]):
     """A route as a method: `T` on `MemoryClient`, `Awaitable[T]` on `AsyncMemoryClient`."""
@@ -352,6 +390,11 @@ class _Routes:
     forget = _Endpoint(_calls.forget)
     export_bundle = _Endpoint(_calls.export_bundle)
     import_bundle = _Endpoint(_calls.import_bundle)
+    export_job = _Endpoint(_calls.export_job)
+    import_job = _Endpoint(_calls.import_job)
+    reindex_job = _Endpoint(_calls.reindex_job)
+    job = _Endpoint(_calls.job)
+    job_bundle = _Endpoint(_calls.job_bundle)
 
 
 def _client_options(base_url: str, api_key: str | None, timeout_s: float) -> dict[str, Any]:

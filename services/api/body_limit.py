@@ -3,7 +3,8 @@
 A declared `Content-Length` over the limit is answered at once with an `ErrorBody`, without reading a
 byte of the body. A body sent without one (chunked) is counted as it arrives, and reading stops with a
 413 `HTTPException` at the first chunk past the limit (FastAPI re-raises it from its body parsing, and the
-app's handlers answer it). The import route takes bundles, which are larger: its limit is separate.
+app's handlers answer it). The import routes (`/import`, `/import-jobs`) take bundles, which are larger:
+their limit is separate.
 (FastAPI's own `max_body_size` answers a declared length in plain text, outside the app's handlers.)
 """
 
@@ -20,7 +21,8 @@ class BodyLimitMiddleware:
         self.max_bundle_bytes = max_bundle_bytes
 
     def limit_for(self, scope: Scope) -> int:
-        is_import = scope.get("method") == "POST" and str(scope.get("path", "")).endswith("/import")
+        path = str(scope.get("path", ""))
+        is_import = scope.get("method") == "POST" and path.endswith(("/import", "/import-jobs"))
         return self.max_bundle_bytes if is_import else self.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -10,9 +10,10 @@ from fastapi.security.utils import get_authorization_scheme_param
 
 from memoryos.space_pool import SpaceKey
 from memoryos.validation import validate_id
-from services.api.access import Spaces
+from services.api.access import NotInThisModeError, Spaces
 from services.api.auth import Caller, KeyStore
 from services.api.metrics import ApiMetrics
+from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
 from services.api.settings import ApiSettings
 
@@ -94,3 +95,17 @@ async def space_key(request: Request, user_id: UserId, assistant_id: AssistantId
 
 
 SpaceDep = Annotated[SpaceKey, Depends(space_key)]
+
+
+async def queued_spaces(state: StateDep) -> QueuedSpaces:
+    """The Redis side of the API, for the job routes (mounted with Redis only; 501 should one be reached
+    embedded)."""
+    if not isinstance(state.spaces, QueuedSpaces):
+        raise NotInThisModeError(
+            "jobs run in a deployment with Redis (memoryos serve --redis-url); embedded, use GET .../export "
+            "and POST .../import, and `memoryos reindex` on the data directory"
+        )
+    return state.spaces
+
+
+QueuedDep = Annotated[QueuedSpaces, Depends(queued_spaces)]

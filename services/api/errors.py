@@ -33,6 +33,8 @@ from memoryos.errors import (
 from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError, NotInThisModeError
+from services.jobs.bundles import BundleRoomError
+from services.jobs.status import JobNotFoundError, JobNotReadyError
 from services.queue.reads import REMOTE_ERRORS, ReadUnavailableError, RemoteReadError
 
 log = logging.getLogger(__name__)
@@ -151,9 +153,18 @@ async def _storage_failed(request: Request, exc: Exception) -> ErrorResponse:
 
 
 async def _retry_later(request: Request, exc: Exception) -> ErrorResponse:
-    """Backpressure, or no worker answering for the space (Redis mode): nothing was done; retry."""
-    assert isinstance(exc, BackpressureError | ReadUnavailableError)
+    """Backpressure, no worker answering for the space, no room for another bundle (Redis mode):
+    nothing was done; retry."""
+    assert isinstance(exc, BackpressureError | ReadUnavailableError | BundleRoomError)
     return error_response(503, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after_s)))})
+
+
+async def _job_not_found(request: Request, exc: Exception) -> ErrorResponse:
+    return error_response(404, str(exc), code="job_not_found")
+
+
+async def _job_not_ready(request: Request, exc: Exception) -> ErrorResponse:
+    return error_response(409, str(exc), code="job_not_finished")
 
 
 async def _not_in_this_mode(request: Request, exc: Exception) -> ErrorResponse:
@@ -198,6 +209,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StorageError, _storage_failed)
     app.add_exception_handler(BackpressureError, _retry_later)
     app.add_exception_handler(ReadUnavailableError, _retry_later)
+    app.add_exception_handler(BundleRoomError, _retry_later)
+    app.add_exception_handler(JobNotFoundError, _job_not_found)
+    app.add_exception_handler(JobNotReadyError, _job_not_ready)
     app.add_exception_handler(NotInThisModeError, _not_in_this_mode)
     app.add_exception_handler(RemoteReadError, _remote_error)
     app.add_exception_handler(HTTPException, _http_error)

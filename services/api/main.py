@@ -20,6 +20,7 @@ from services.api.routes import (
     bundles,
     dead_letters,
     health,
+    jobs,
     lifecycle,
     memories,
     playground,
@@ -64,6 +65,8 @@ def create_app(
     declare_bearer_auth(app)
     for module in (memories, retrieve, profile, lifecycle, bundles, dead_letters, health, playground):
         app.include_router(module.router)
+    if queue is not None:  # rq jobs need Redis: embedded, the routes do not exist (404), not a 5xx
+        app.include_router(jobs.router)
     mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(

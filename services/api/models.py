@@ -10,7 +10,8 @@ a misspelt one is not dropped without a word. Length and content rules stay the 
 This module imports pydantic and the engine's types only, never FastAPI: the client imports it.
 """
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
@@ -190,6 +191,51 @@ class FactUpdate(BaseModel):
     )
 
     text: Text
+
+
+class ReindexRequest(BaseModel):
+    """Move the space to the embedding model its workers now serve (docs/service.md, Reindex)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"model": "BAAI/bge-m3"}]})
+
+    model: Text = Field(min_length=1, max_length=200, description="The model the workers serve.")
+
+
+class JobAccepted(BaseModel):
+    """A queued job (rq): follow it at `status_url` (`GET /v1/jobs/{job_id}`)."""
+
+    job_id: str
+    kind: str
+    status_url: str
+
+
+class JobError(BaseModel):
+    """Why a job failed, as the API would have answered the same call synchronously."""
+
+    status: int
+    code: str | None = None
+    message: str
+    field: str | None = None
+
+
+class JobView(BaseModel):
+    """A space job as its tenant sees it (`GET /v1/jobs/{job_id}`, `services/jobs/status.py`)."""
+
+    job_id: str
+    kind: Literal["export", "import", "reindex"]
+    user_id: str
+    assistant_id: str
+    status: str
+    """rq's status: queued, scheduled (waiting for a retry), started, finished, failed, stopped, canceled."""
+    enqueued_at: datetime | None
+    ended_at: datetime | None
+    retries_left: int | None
+    """Retries rq still holds for it while it has not ended (`null` once ended)."""
+    result: dict[str, Any] | None = None
+    """finished: an export's `size_bytes` and `download` path, an import's `ImportReport`, a reindex's
+    `ReindexReport`."""
+    error: JobError | None = None
+    """failed: why."""
 
 
 class ErrorBody(BaseModel):

@@ -2,7 +2,8 @@
 any rq job runs in its own worker process."""
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from rq import Queue, Retry
@@ -12,18 +13,20 @@ from memoryos.errors import InvalidInputError
 from memoryos.ops import ExpireDue
 from memoryos.space_pool import SpaceKey
 from memoryos.validation import validate_id
-from services.queue.calls import REINDEX
+from services.queue.calls import REINDEX, OwnerCall
 from services.queue.connection import connect
 from services.queue.keys import space_key, space_name
 from services.queue.producer import WriteQueue
-from services.queue.reads import REMOTE_ERRORS, ReadClient, RemoteReadError
+from services.queue.reads import REMOTE_ERRORS, ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
+
+T = TypeVar("T")
 
 QUEUE_NAME = "memoryos-maintenance"
 JOB_TIMEOUT_MARGIN_S = 60
-"""A reindex job outlives its wait for the owner by this much, so rq never kills it mid-answer."""
+"""A space job outlives its wait for the owner by this much, so rq never kills it mid-answer."""
 RETRY_INTERVALS_S = [10, 60, 300]
-"""Waits before the reindex job's retries (the last one repeats): a worker starting, or restarting."""
+"""Waits before a space job's retries (the last one repeats): a worker starting, or restarting."""
 
 
 def _queue() -> WriteQueue:
@@ -47,47 +50,119 @@ def sweep_every_space() -> int:
     return len(spaces)
 
 
-def reindex_space_job(space: str, model: str) -> dict[str, Any]:
-    """Ask the owner of `tenant/user/assistant` to re-embed the space with `model`, the model its workers
-    serve (`services/worker/reindex.py`), and wait for it; returns the owner's `ReindexReport`. The job
-    never opens the space: the owner closes it in its pool, runs the engine's reindex and reopens it.
+def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: float) -> T:
+    """Ask the owner of `tenant/user/assistant` to run `call` and wait (up to `timeout_s`) for its answer:
+    how every space job acts on a space it never opens.
 
-    A failure raises, so rq retries it (`enqueue_reindex`): no worker owns the shard yet
-    (`ReadUnavailableError`), the space is busy, the owner stopped midway. A refusal that a retry would
-    only repeat (no such space, a model the workers do not serve: a 4xx in `REMOTE_ERRORS`) fails the job
-    at once, its retries dropped. A retry after a timeout re-embeds again, which is harmless."""
+    A failure raises, so rq retries the job: no worker owns the shard yet (`ReadUnavailableError`), the
+    space is busy, the owner stopped midway. A refusal that a retry would only repeat (no such space, an
+    invalid bundle, a model the workers do not serve: a 4xx in `REMOTE_ERRORS`) fails the job at once, its
+    retries dropped. Either way the job's meta records the error as the API would have answered it
+    (`services/jobs/status.py`), in words that name no path of the owner's."""
     settings = QueueSettings()
     client = connect(settings)
     try:
-        reads = ReadClient(client, settings)
-        report = reads.ask(space_key(space), REINDEX, {"model": model}, timeout_s=settings.reindex_timeout_s)
+        return ReadClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
     except RemoteReadError as error:
-        status, _ = REMOTE_ERRORS.get(error.kind, (500, None))
+        status, code = REMOTE_ERRORS.get(error.kind, (500, None))
+        _record_error(status, code, _caller_message(space, error, status), error)
         job = get_current_job()
         if status < 500 and job is not None:
             job.retries_left = None  # rq's worker reads this very instance when the job fails
         raise
+    except ReadUnavailableError as error:
+        _record_error(503, "unavailable", str(error), error)
+        raise
     finally:
         client.close()
+
+
+def _caller_message(space: str, error: RemoteReadError, status: int) -> str:
+    """The owner's refusal for the job's caller: a missing space is told by its ids (the owner's
+    message names its data directory), a failure of the owner by its class only (as the API does)."""
+    if error.kind == "SpaceNotFoundError":
+        key = space_key(space)
+        return f"no memory for user {key.user_id!r} (assistant {key.assistant_id!r})"
+    return str(error) if status < 500 else f"the owner failed ({error.kind})"
+
+
+def _record_error(status: int, code: str | None, message: str, error: Exception) -> None:
+    job = get_current_job()
+    if job is not None:
+        job.meta["error"] = {
+            "status": status,
+            "code": code,
+            "message": message,
+            "field": getattr(error, "field", None),
+        }
+        job.save_meta()
+
+
+def will_retry() -> bool:
+    """Whether rq will run the current job again if it fails now (`ask_owner` drops the retries of a
+    refusal)."""
+    job = get_current_job()
+    return job is not None and bool(job.retries_left)
+
+
+def reindex_space_job(space: str, model: str) -> dict[str, Any]:
+    """Ask the owner of `tenant/user/assistant` to re-embed the space with `model`, the model its workers
+    serve (`services/worker/reindex.py`), and wait for it; returns the owner's `ReindexReport`. The job
+    never opens the space: the owner closes it in its pool, runs the engine's reindex and reopens it.
+    Failures as `ask_owner`'s; a retry after a timeout re-embeds again, which is harmless."""
+    settings = QueueSettings()
+    report = ask_owner(space, REINDEX, {"model": model}, settings.reindex_timeout_s)
     return report.model_dump(mode="json")
 
 
-def enqueue_reindex(client: redis.Redis, settings: QueueSettings, key: SpaceKey, model: str) -> Job:
-    """Queue `reindex_space_job` for the space, with rq's retries and a timeout above the owner's."""
+def check_ids(key: SpaceKey) -> None:
+    """`InvalidInputError` naming the first id of the space that is not one (before it reaches a key)."""
     for field, value in (
         ("tenant", key.tenant),
         ("user_id", key.user_id),
         ("assistant_id", key.assistant_id),
     ):
         validate_id(field, value)
+
+
+def enqueue_space_job(
+    client: redis.Redis,
+    settings: QueueSettings,
+    key: SpaceKey,
+    kind: str,
+    func: Callable[..., Any],
+    *args: Any,
+    timeout_s: float,
+    retries: int,
+) -> Job:
+    """Queue `func(space, *args)`, a job acting on the space, with rq's retries, a timeout above the
+    owner's, and its result kept `job_result_ttl_s`. Its meta names the space and `kind`, so the API
+    shows a job to its own tenant only."""
+    check_ids(key)
+    intervals = RETRY_INTERVALS_S[: max(1, retries)]
+    return Queue(QUEUE_NAME, connection=client).enqueue(
+        func,
+        space_name(key),
+        *args,
+        job_timeout=int(timeout_s) + JOB_TIMEOUT_MARGIN_S,
+        retry=Retry(max=retries, interval=intervals) if retries else None,
+        result_ttl=settings.job_result_ttl_s,
+        description=f"{kind} {space_name(key)}",
+        meta={"kind": kind, "tenant": key.tenant, "user_id": key.user_id, "assistant_id": key.assistant_id},
+    )
+
+
+def enqueue_reindex(client: redis.Redis, settings: QueueSettings, key: SpaceKey, model: str) -> Job:
+    """Queue `reindex_space_job` for the space."""
     if not model.strip():
         raise InvalidInputError("model", "give the embedding model's name")
-    intervals = RETRY_INTERVALS_S[: max(1, settings.reindex_retries)]
-    return Queue(QUEUE_NAME, connection=client).enqueue(
+    return enqueue_space_job(
+        client,
+        settings,
+        key,
+        "reindex",
         reindex_space_job,
-        space_name(key),
         model,
-        job_timeout=int(settings.reindex_timeout_s) + JOB_TIMEOUT_MARGIN_S,
-        retry=Retry(max=settings.reindex_retries, interval=intervals) if settings.reindex_retries else None,
-        description=f"reindex {space_name(key)} with {model}",
+        timeout_s=settings.reindex_timeout_s,
+        retries=settings.reindex_retries,
     )

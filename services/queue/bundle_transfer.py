@@ -4,10 +4,13 @@ in chunks (never whole in memory), under a random key that expires.
 
 Redis holds it only while it crosses: the reader deletes it, and the TTL bounds what a crashed transfer
 leaves. `MEMORYOS_MAX_QUEUED_BUNDLE_MB` bounds its size (a bundle holds a whole space: beyond that,
-export and import run where the data volume is mounted, `memoryos export` / `import`).
+export and import run where the data volume is mounted, `memoryos export` / `import`). A bundle job's
+bundle (`services/jobs/bundles.py`) stays longer: an export's until it is downloaded, for as long as the
+job's result (`MEMORYOS_JOB_RESULT_TTL_S`), an import's upload until its job ends.
 """
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -23,9 +26,9 @@ TRANSFER_TTL_S = 600
 """How long a bundle may wait in Redis for its reader (the owner's or the API's next step)."""
 
 
-def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int) -> str:
-    """Put the file at `path` in Redis; returns its transfer id. `InvalidInputError` (field `bundle`)
-    over `max_bytes`, with nothing stored."""
+def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int, ttl_s: int = TRANSFER_TTL_S) -> str:
+    """Put the file at `path` in Redis for `ttl_s`; returns its transfer id. `InvalidInputError` (field
+    `bundle`) over `max_bytes`, with nothing stored."""
     size = path.stat().st_size
     if size > max_bytes:
         raise InvalidInputError(
@@ -34,24 +37,60 @@ def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int) -> str:
     transfer_id = new_id()
     key = keys.bundle(transfer_id)
     with path.open("rb") as file:
-        client.set(key, b"", ex=TRANSFER_TTL_S)
+        client.set(key, b"", ex=ttl_s)
         while chunk := file.read(CHUNK_BYTES):
             client.append(key, chunk)
-    client.expire(key, TRANSFER_TTL_S)
+    client.expire(key, ttl_s)
     return transfer_id
 
 
-def download(client: redis.Redis, keys: Keys, transfer_id: str, path: Path) -> int:
-    """Write the bundle of `transfer_id` to `path` and delete it from Redis; returns its size.
-    `InvalidInputError` for an id that is not one `upload` makes, or a bundle gone (expired, taken)."""
+def download(client: redis.Redis, keys: Keys, transfer_id: str, path: Path, *, keep: bool = False) -> int:
+    """Write the bundle of `transfer_id` to `path` and delete it from Redis (`keep`: leave it, for its
+    job to delete once it will not retry); returns its size. `InvalidInputError` for an id that is not
+    one `upload` makes, or a bundle gone (expired, taken)."""
+    with path.open("wb") as file:
+        for chunk in chunks(client, keys, transfer_id):
+            file.write(chunk)
+    if not keep:
+        discard(client, keys, transfer_id)
+    return path.stat().st_size
+
+
+def stored_size(client: redis.Redis, keys: Keys, transfer_id: str) -> int:
+    """The size of the bundle of `transfer_id`; `InvalidInputError` for an id that is not one `upload`
+    makes (checked before it reaches a key), or a bundle gone."""
     if not TRANSFER_ID.fullmatch(transfer_id):
         raise InvalidInputError("transfer_id", "not a bundle transfer id")
     key = keys.bundle(transfer_id)
     size = int(client.strlen(key))
     if not client.exists(key):
         raise InvalidInputError("bundle", "the bundle expired before it was read; send it again")
-    with path.open("wb") as file:
-        for start in range(0, size, CHUNK_BYTES):
-            file.write(cast(bytes, client.getrange(key, start, min(size, start + CHUNK_BYTES) - 1)))
-    client.delete(key)
     return size
+
+
+def chunks(client: redis.Redis, keys: Keys, transfer_id: str) -> Iterator[bytes]:
+    """The bundle of `transfer_id` in `CHUNK_BYTES` pieces, read as they are consumed (never whole);
+    checked at once, as `stored_size` does."""
+    size = stored_size(client, keys, transfer_id)
+    return _pieces(client, keys.bundle(transfer_id), size)
+
+
+def _pieces(client: redis.Redis, key: str, size: int) -> Iterator[bytes]:
+    for start in range(0, size, CHUNK_BYTES):
+        yield cast(bytes, client.getrange(key, start, min(size, start + CHUNK_BYTES) - 1))
+
+
+def discard(client: redis.Redis, keys: Keys, transfer_id: str) -> None:
+    """Delete the bundle of `transfer_id` (nothing if it is gone already)."""
+    if TRANSFER_ID.fullmatch(transfer_id):
+        client.delete(keys.bundle(transfer_id))
+
+
+def held_bytes(client: redis.Redis, keys: Keys) -> int:
+    """Bytes of every bundle Redis holds now (crossing, or kept for a job): what new bundle jobs are
+    admitted against (`MEMORYOS_MAX_HELD_BUNDLES_MB`). A SCAN of the namespace's bundle keys: bundle
+    jobs are rare, and their keys few."""
+    pipe = client.pipeline(transaction=False)
+    for key in client.scan_iter(match=keys.bundle("*"), count=1000):
+        pipe.strlen(key)
+    return sum(int(size) for size in pipe.execute())

@@ -52,9 +52,12 @@ class ReadUnavailableError(Exception):
 
 class RemoteReadError(Exception):
     """The worker ran the read and the engine refused it: `kind` is the engine's error class name
-    (`SpaceNotFoundError`, `InvalidInputError`, ...), `field` the field it names, if any."""
+    (`SpaceNotFoundError`, `InvalidInputError`, ...), `field` the field it names, if any. An invalid
+    bundle names the file the owner staged it in: here its field is `bundle`, not the owner's path."""
 
     def __init__(self, kind: str, message: str, field: str | None) -> None:
+        if kind == "InvalidBundleError" and field:
+            message, field = f"bundle: {message.removeprefix(f'{field}: ')}", "bundle"
         self.kind, self.field = kind, field
         super().__init__(message)
 

@@ -59,6 +59,23 @@ class QueueSettings(BaseSettings):
     reindex_retries: int = Field(
         3, ge=0, description="rq retries of a reindex job that failed (no owner yet, a worker restarted)."
     )
+    bundle_job_retries: int = Field(
+        3,
+        ge=0,
+        description="rq retries of an export or import job that failed (no owner yet, a worker restarted).",
+    )
+    job_result_ttl_s: int = Field(
+        3600,
+        ge=60,
+        description="How long a finished job's status and result are kept, and with them an export job's "
+        "bundle in Redis for its download (and an import job's upload for the job to run, retries included).",
+    )
+    max_held_bundles_mb: int = Field(
+        1024,
+        ge=1,
+        description="Bundles Redis may hold at once (exports awaiting download, uploads awaiting import): "
+        "beyond it new bundle jobs are refused (503), so bundles never fill the Redis that holds the writes.",
+    )
     max_queued_bundle_mb: int = Field(
         256, ge=1, description="Largest bundle that crosses Redis for an export or import (it holds it once)."
     )

@@ -1,7 +1,9 @@
 """Bundle calls a worker runs for the API (`memoryos serve --redis-url`), as the owner of the space:
 export writes the space's bundle into Redis for the API to stream out; import takes an uploaded bundle
 from Redis into the (empty) space. Both go through the engine's own `export_space` / `import_space`, on
-the worker that owns the space, so no other process opens it (`services/queue/bundle_transfer.py`)."""
+the worker that owns the space, so no other process opens it (`services/queue/bundle_transfer.py`).
+A bundle job (`services/jobs/bundles.py`) asks the same calls: its export kept for `ttl_s`, its upload
+read with `keep` (the job deletes it once it will not be retried)."""
 
 import tempfile
 from pathlib import Path
@@ -11,7 +13,7 @@ import redis
 
 from memoryos.bundle import export_space, import_space
 from memoryos.space_pool import SpaceKey
-from services.queue.bundle_transfer import download, upload
+from services.queue.bundle_transfer import TRANSFER_TTL_S, download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
 from services.queue.keys import Keys
 from services.worker.spaces import WorkerSpaces
@@ -31,11 +33,12 @@ def run_bundle_call(
         path = Path(staging) / "space.bundle"
         if call is EXPORT_BUNDLE:
             export_space(config, key.user_id, key.assistant_id, path)
-            transfer_id = upload(client, keys, path, int(args["max_bytes"]))
+            ttl_s = int(args.get("ttl_s", TRANSFER_TTL_S))
+            transfer_id = upload(client, keys, path, int(args["max_bytes"]), ttl_s)
             sent = BundleSent(transfer_id=transfer_id, size_bytes=path.stat().st_size)
             return sent.model_dump(mode="json")
         if call is IMPORT_BUNDLE:
-            download(client, keys, str(args["transfer_id"]), path)
+            download(client, keys, str(args["transfer_id"]), path, keep=bool(args.get("keep", False)))
             report = import_space(config, key.user_id, key.assistant_id, path, embedder=spaces.embedder())
             return report.model_dump(mode="json")
     raise ValueError(f"kind: {call.method} is not a bundle call")

@@ -67,3 +67,34 @@ def test_a_queued_reindex_checks_the_ids_before_reaching_redis(capsys: pytest.Ca
         capsys, "reindex", "--redis-url", "redis://127.0.0.1:1/0", "--user", "../maya", "--model", "m"
     )
     assert code == 2 and "user" in err and "'/'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["reindex", "--model", "m"], "--user"),
+        (["reindex", "--user", "maya", "--all", "--model", "m"], "--all"),
+        (["reindex", "--all", "--model", "m"], "--redis-url"),
+        (
+            ["export", "--redis-url", "redis://127.0.0.1:1/0", "--user", "../maya", "--out", "x.bundle"],
+            "user",
+        ),
+        (
+            ["import", "--redis-url", "redis://127.0.0.1:1/0", "--user", "maya", "--from-reference", "."],
+            "--from-reference",
+        ),
+        (["import", "--redis-url", "redis://127.0.0.1:1/0", "--user", "maya"], "FILE"),
+    ],
+)
+def test_space_jobs_name_the_flag_before_reaching_redis(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    named: str,
+) -> None:
+    """Nothing listens on port 1: a flag checked only after connecting would fail as unreachable (exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    code, err = run(capsys, "--data-dir", str(tmp_path / "data"), *argv)
+    assert code == 2 and named in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []

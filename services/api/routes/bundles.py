@@ -6,7 +6,10 @@ upload is streamed to a temporary file, never held in memory whole.
 
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
@@ -17,6 +20,13 @@ from services.api.deps import SpaceDep, StateDep
 from services.api.routes import SPACE_PREFIX
 
 BUNDLE_MEDIA_TYPE = "application/zip"
+BUNDLE_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+"""The OpenAPI of a route whose body is a bundle file, read from the raw stream (`received_bundle`)."""
 
 
 router = APIRouter(prefix=SPACE_PREFIX, tags=["bundles"])
@@ -49,20 +59,22 @@ async def export(key: SpaceDep, state: StateDep) -> FileResponse:
     "/import",
     status_code=201,
     summary="Import a bundle into an empty space",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        }
-    },
+    openapi_extra=BUNDLE_BODY,
 )
 async def import_bundle(request: Request, key: SpaceDep, state: StateDep) -> ImportReport:
     """The body is a bundle file as `export` returns it. Refused with nothing written: an invalid
     bundle (422), a space that already holds memory (409), a space another process holds (503)."""
+    async with received_bundle(request) as path:
+        report = await state.spaces.import_bundle(key, path)
+    return report.model_copy(update={"space": f"{key.user_id}/{key.assistant_id}", "source": "upload"})
+
+
+@asynccontextmanager
+async def received_bundle(request: Request) -> AsyncIterator[Path]:
+    """The request's body in a temporary file, deleted when the block exits."""
     with tempfile.TemporaryDirectory(prefix="memoryos-import-") as staging:
         path = Path(staging) / "upload.bundle"
         with path.open("wb") as file:
             async for chunk in request.stream():
                 file.write(chunk)
-        report = await state.spaces.import_bundle(key, path)
-    return report.model_copy(update={"space": f"{key.user_id}/{key.assistant_id}", "source": "upload"})
+        yield path

@@ -1,0 +1,97 @@
+"""Jobs off the request path (rq, `services/jobs/`): export, import and reindex of a space, queued with
+202 and a job id, followed at `GET /v1/jobs/{job_id}`; a finished export's bundle is downloaded from
+`GET /v1/jobs/{job_id}/bundle`. Each job asks the space's owner and never opens the space.
+
+Only with Redis (`memoryos serve --redis-url`): embedded, the app has no such routes. A job is its tenant's:
+another tenant's key (or a key bound to another user) gets 404 for its status and its bundle.
+"""
+
+from typing import Annotated
+
+from anyio import to_thread
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import StreamingResponse
+from rq.job import Job
+
+from memoryos.errors import InvalidInputError
+from services.api.deps import CallerDep, QueuedDep, SpaceDep
+from services.api.models import JobAccepted, JobView, ReindexRequest
+from services.api.routes import SPACE_PREFIX
+from services.api.routes.bundles import BUNDLE_BODY, BUNDLE_MEDIA_TYPE, received_bundle
+from services.jobs.bundles import enqueue_export, enqueue_import
+from services.jobs.status import JobNotFoundError, export_transfer_id, job_view, tenant_job
+from services.jobs.tasks import enqueue_reindex
+from services.queue.bundle_transfer import chunks, stored_size
+
+router = APIRouter(tags=["jobs"])
+
+JobId = Annotated[str, Path(description="As the job's 202 answer gave it.")]
+
+
+def _accepted(job: Job) -> JobAccepted:
+    return JobAccepted(job_id=job.id, kind=job.meta["kind"], status_url=f"/v1/jobs/{job.id}")
+
+
+@router.post(f"{SPACE_PREFIX}/export-jobs", status_code=202, summary="Queue an export of the space")
+async def export_job(key: SpaceDep, queued: QueuedDep) -> JobAccepted:
+    """The owner writes the bundle; once the job has finished, download it from its `result.download`
+    (kept `MEMORYOS_JOB_RESULT_TTL_S`, 1 h). 503 when Redis holds too many bundles already."""
+    job = await to_thread.run_sync(enqueue_export, queued.client, queued.settings, key)
+    return _accepted(job)
+
+
+@router.post(
+    f"{SPACE_PREFIX}/import-jobs",
+    status_code=202,
+    summary="Queue an import of a bundle into the empty space",
+    openapi_extra=BUNDLE_BODY,
+)
+async def import_job(request: Request, key: SpaceDep, queued: QueuedDep) -> JobAccepted:
+    """The body is a bundle file as an export gives it. The job fails, with nothing written, for an invalid
+    bundle (its error 422) or a space that already holds memory (409)."""
+    async with received_bundle(request) as path:
+        job = await to_thread.run_sync(enqueue_import, queued.client, queued.settings, key, path)
+    return _accepted(job)
+
+
+@router.post(f"{SPACE_PREFIX}/reindex-jobs", status_code=202, summary="Queue a reindex of the space")
+async def reindex_job(body: ReindexRequest, key: SpaceDep, queued: QueuedDep) -> JobAccepted:
+    """Re-embed the space with the model the workers serve; another model fails the job (422)."""
+    job = await to_thread.run_sync(enqueue_reindex, queued.client, queued.settings, key, body.model)
+    return _accepted(job)
+
+
+async def _job(job_id: str, caller: CallerDep, queued: QueuedDep) -> Job:
+    return await to_thread.run_sync(tenant_job, queued.client, job_id, caller.tenant, caller.user_id)
+
+
+@router.get("/v1/jobs/{job_id}", summary="A job's status, result or error")
+async def get_job(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> JobView:
+    job = await _job(job_id, caller, queued)
+    return await to_thread.run_sync(job_view, job)
+
+
+@router.get(
+    "/v1/jobs/{job_id}/bundle",
+    summary="The bundle a finished export job made",
+    response_class=StreamingResponse,
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}},
+)
+async def job_bundle(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> StreamingResponse:
+    """Streamed from Redis in chunks; 409 before the job has finished, 404 once the bundle expired."""
+    job = await _job(job_id, caller, queued)
+    transfer_id = export_transfer_id(job)
+    keys = queued.queue.keys
+    try:
+        size = await to_thread.run_sync(stored_size, queued.client, keys, transfer_id)
+        pieces = await to_thread.run_sync(chunks, queued.client, keys, transfer_id)
+    except InvalidInputError:
+        raise JobNotFoundError(f"the bundle of job {job_id} expired; queue another export") from None
+    return StreamingResponse(
+        pieces,
+        media_type=BUNDLE_MEDIA_TYPE,
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{job.meta["user_id"]}.bundle"',
+        },
+    )
