@@ -96,6 +96,7 @@ def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subproces
     env |= {"MEMORYOS_API_RATE_LIMIT_PER_S": "0", "MEMORYOS_FAISS_USE_GPU": "never"}  # offline LLM
     if unbounded:
         env["MEMORYOS_API_MAX_PENDING_PAGES"] = "1000000"
+        env["MEMORYOS_API_MAX_WRITE_LAG_S"] = "0"
     command = [
         sys.executable,
         "-m",

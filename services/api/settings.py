@@ -60,6 +60,14 @@ class ApiSettings(BaseSettings):
         description="Acknowledged pages not yet embedded, over every open space, beyond which writes get "
         "503 + Retry-After: a client outrunning the embedder is slowed, the server's memory stays bounded.",
     )
+    max_write_lag_s: float = Field(
+        30.0,
+        ge=0,
+        description="Age of the oldest acknowledged write not yet searchable beyond which writes get 503 + "
+        "Retry-After (0: no bound). A read waits for the writes before it, so this bounds how long reads wait "
+        "whatever the embedder's speed; the page bound alone let a 2-core machine fall minutes behind "
+        "(docs/reliability.md, Load).",
+    )
     backpressure_retry_after_s: int = Field(
         1, gt=0, description="Retry-After of a write refused by backpressure."
     )

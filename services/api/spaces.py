@@ -145,12 +145,20 @@ class EmbeddedSpaces:
         return SpaceFigures(self.backlog_pages(), self.write_lag_s, self.open_count(), self.batcher_stats())
 
     def refuse_over_backlog(self) -> None:
-        """`BackpressureError` while the embedding backlog is over its bound: memory stays bounded and the
-        client slows down, rather than pages piling up faster than the model embeds them."""
+        """`BackpressureError` while the embedding backlog is over its bounds — pages waiting, or the age of
+        the oldest write waiting: memory stays bounded and reads stay short (each waits for the writes
+        before it), and the client slows down, rather than pages piling up faster than the model embeds."""
         backlog, bound = self.backlog_pages(), self._settings.max_pending_pages
         if backlog >= bound:
             raise BackpressureError(
                 f"{backlog} pages wait to be embedded (bound {bound}); retry later",
+                self._settings.backpressure_retry_after_s,
+            )
+        lag, max_lag = self.write_lag_s, self._settings.max_write_lag_s
+        if max_lag and lag >= max_lag:
+            raise BackpressureError(
+                f"the oldest write waiting to be embedded was acknowledged {lag:.0f} s ago (bound {max_lag:g} "
+                "s); retry later",
                 self._settings.backpressure_retry_after_s,
             )
 

@@ -213,3 +213,29 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
                 assert all(read.result().status_code == 200 for read in reads)
     finally:
         embedder.release.set()
+
+
+def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_bound(tmp_path: Path) -> None:
+    """The lag bound: reads wait for the writes before them, so writes are refused while the embedder is
+    that far behind, and accepted again once it catches up."""
+    embedder = BlockedEmbedder()
+    settings = ApiSettings(port=0, max_write_lag_s=0.5, backpressure_retry_after_s=3, sampler_interval_s=0.05)
+    try:
+        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
+            space = api.space_url("lagging")
+            turn = {"user_input": "stuck in the embedder", "agent_response": "noted"}
+            assert httpx.post(f"{space}/memories", json=turn).status_code == 201
+            deadline = time.monotonic() + 10
+            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
+                assert time.monotonic() < deadline, "never refused"
+                time.sleep(0.1)
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "3"
+            assert "acknowledged" in answer.json()["message"]
+            embedder.release.set()
+            deadline = time.monotonic() + 10
+            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 503:
+                assert time.monotonic() < deadline, "still refused once embedded"
+                time.sleep(0.1)
+            assert answer.status_code == 201
+    finally:
+        embedder.release.set()
