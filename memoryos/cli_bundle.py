@@ -12,10 +12,13 @@ terminal. With `--redis-url` the space is a deployment's: an rq job has its owne
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryos.cli_output import print_json
 from memoryos.cli_session import config_of
+
+if TYPE_CHECKING:  # the engine's modules load inside the commands: `memoryos --help` stays fast
+    from memoryos.bundle_format import BundleManifest
 
 DEFAULT_ASSISTANT = "default_assistant_profile"
 
@@ -37,16 +40,19 @@ def cmd_export(args: argparse.Namespace) -> None:
     manifest = export_space(
         config_of(args), args.user, args.assistant, out, show_progress=sys.stderr.isatty()
     )
-    print_json(
-        {
-            "bundle": str(out),
-            "format_version": manifest.format_version,
-            "counts": manifest.counts(),
-            "embedding_model": manifest.embedding.model,
-            "embedding_dim": manifest.embedding.dim,
-            "items_sha256": manifest.items_sha256,
-        }
-    )
+    print_json(exported(out, manifest))
+
+
+def exported(out: Path, manifest: "BundleManifest") -> dict[str, Any]:
+    """What `export` prints of the bundle it wrote, here or through a deployment's job."""
+    return {
+        "bundle": str(out),
+        "format_version": manifest.format_version,
+        "counts": manifest.counts(),
+        "embedding_model": manifest.embedding.model,
+        "embedding_dim": manifest.embedding.dim,
+        "items_sha256": manifest.items_sha256,
+    }
 
 
 def cmd_import(args: argparse.Namespace) -> None:

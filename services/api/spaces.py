@@ -1,6 +1,6 @@
 """`EmbeddedSpaces`: the open memory spaces of an embedded API process, and the calls made on them.
 
-The engine is synchronous; every call runs on a request thread (`_on_thread`), so the event loop keeps
+The engine is synchronous; every call runs on a thread of its own (`_on_thread`), so the event loop keeps
 accepting requests while a space embeds or waits on SQLite. Spaces stay open in the engine's `SpacePool`
 (least recently used closed beyond the memory budget), keyed by (tenant, user, assistant), and every open
 space's background work runs on the process's one scheduler: a write is acknowledged when `add_memories`
@@ -104,8 +104,7 @@ class EmbeddedSpaces:
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         self.refuse_over_backlog()
-        loop = asyncio.get_running_loop()
-        op, page_ids = await loop.run_in_executor(self._write_threads, self._plan_and_apply, key, plan)
+        op, page_ids = await self._on_thread(self._write_threads, self._plan_and_apply, key, plan)
         self.acknowledged(key, page_ids)
         return op, page_ids
 
@@ -165,13 +164,14 @@ class EmbeddedSpaces:
     async def run(self, key: SpaceKey, work: Callable[[Memoryos], T], *, create: bool = False) -> T:
         """`work(memory)` on the space of `key`, on a worker thread. `create=False` (reads, edits): a space
         that does not exist is `SpaceNotFoundError`, and nothing is created."""
-        return await self._on_thread(self._call, key, work, create)
+        return await self._on_thread(self._threads, self._call, key, work, create)
 
-    async def _on_thread(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` on a request thread. A plain executor rather than `anyio.to_thread`: its hop costs
+    @staticmethod
+    async def _on_thread(threads: ThreadPoolExecutor, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on one of `threads`. A plain executor rather than `anyio.to_thread`: its hop costs
         the event loop ~30 µs against ~80 (measured here), on the path of every write, and the loop is
         what bounds the write rate on 2 cores (docs/api.md)."""
-        return await asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
+        return await asyncio.get_running_loop().run_in_executor(threads, work, *args)
 
     def _call(self, key: SpaceKey, work: Callable[[Memoryos], T], create: bool) -> T:
         if not create and not self._is_open(key):

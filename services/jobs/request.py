@@ -17,6 +17,7 @@ import redis
 from rq.job import Job, JobStatus
 
 from memoryos.bundle_read import BundleReader
+from memoryos.cli_bundle import exported
 from memoryos.cli_output import print_json
 from memoryos.cli_session import config_of
 from memoryos.errors import InvalidInputError, MemoryOSError
@@ -94,17 +95,7 @@ def request_export(args: argparse.Namespace) -> None:
         client.close()
     with BundleReader(out) as bundle:
         manifest = bundle.manifest
-    print_json(
-        {
-            "bundle": str(out),
-            "job_id": job.id,
-            "format_version": manifest.format_version,
-            "counts": manifest.counts(),
-            "embedding_model": manifest.embedding.model,
-            "embedding_dim": manifest.embedding.dim,
-            "items_sha256": manifest.items_sha256,
-        }
-    )
+    print_json({**exported(out, manifest), "job_id": job.id})
 
 
 def request_import(args: argparse.Namespace, bundle: Path) -> None:
