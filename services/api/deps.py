@@ -48,13 +48,18 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 def caller_of(request: Request) -> Caller:
-    """The caller its key names (401 otherwise), within its rate (429 with Retry-After otherwise).
+    """The caller of a REST request (`caller_with_key`).
 
     A plain function, not a chain of FastAPI dependencies (state, bearer scheme, caller): each dependency
     FastAPI solves costs the event loop tens of microseconds per request, and on 2 cores the loop is what
     bounds the write rate (docs/api.md). The OpenAPI schema still declares the Bearer scheme."""
-    state: ApiState = request.app.state.api
-    token = bearer_token(request.headers.get("authorization"))
+    return caller_with_key(request.app.state.api, request.headers.get("authorization"))
+
+
+def caller_with_key(state: ApiState, authorization: str | None) -> Caller:
+    """The caller the `Authorization` header's key names (401 otherwise), within its rate (429 with
+    Retry-After otherwise): the one check of REST requests and of MCP over HTTP (`BearerGate`)."""
+    token = bearer_token(authorization)
     caller = state.keys.caller_for(token)
     if caller is None:
         message = "missing API key" if token is None else "invalid API key"

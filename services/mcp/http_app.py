@@ -13,17 +13,18 @@ load balancer serve any request; responses are plain JSON rather than SSE stream
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.api.deps import ApiState, bearer_token
+from services.api.deps import ApiState, caller_with_key
 from services.mcp.access import MemoryAccess
 from services.mcp.scope import Caller, Defaults
 from services.mcp.server import build_server
@@ -52,24 +53,20 @@ class BearerGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        found = self.state.keys.caller_for(bearer_token(Headers(scope=scope).get("authorization")))
-        if found is None:
-            await _refuse(send, 401, "missing or invalid API key: send 'Authorization: Bearer <key>'")
-            return
-        retry_after = self.state.limiter.retry_after_s(found.key_id)
-        if retry_after is not None:
-            await _refuse(send, 429, "request rate over this key's limit", {"retry-after": str(retry_after)})
+        try:
+            found = caller_with_key(self.state, Headers(scope=scope).get("authorization"))
+        except HTTPException as refused:
+            await _refuse(send, refused.status_code, str(refused.detail), refused.headers)
             return
         caller = Caller(found.tenant, found.user_id)  # a key bound to one user reaches that user only
         await self.app({**scope, CALLER_SCOPE_KEY: caller}, receive, send)
 
 
-async def _refuse(send: Send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+async def _refuse(send: Send, status: int, message: str, headers: Mapping[str, str] | None) -> None:
     """The API's error body (`{"error", "message", "field"}`), before the MCP transport is involved."""
     code = {401: "unauthorized", 429: "rate_limited"}[status]
     body = json.dumps({"error": code, "message": message, "field": None}).encode()
-    extra = {"www-authenticate": "Bearer"} if status == 401 else {}
-    raw = [(k.encode(), v.encode()) for k, v in {**extra, **(headers or {})}.items()]
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     content = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": content + raw})
     await send({"type": "http.response.body", "body": body})
