@@ -10,6 +10,10 @@
 - takeover: a worker dies without releasing its leases; time until another owns every shard.
 
     python -m bench.service [--users 100 --turns 20] [--device auto|cpu|cuda] [--model PATH]
+        [--write-run 64] [--instant-embedder] [--only-ingest]
+
+`--write-run 1` applies each queued write in its own transaction (as before runs); `--instant-embedder`
+takes the model out, leaving the worker's applying alone.
 """
 
 import argparse
@@ -38,6 +42,7 @@ from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
+from tests.support.fakes import HashEmbedder
 from tests.support.redis_server import running_redis
 
 
@@ -117,10 +122,15 @@ def searchable(reads: ReadClient, key: SpaceKey, write_id: str) -> bool:
         return False
 
 
-def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int) -> dict[str, Any]:
+def ingest(
+    settings: QueueSettings, config: MemoryConfig, users: int, turns: int, instant: bool = False
+) -> dict[str, Any]:
+    """`instant`: the tests' hash embedder instead of the model, so the figure is the worker's applying
+    alone (Redis, the engine's transactions, the scheduler), with no model time."""
     fill = exchanges(users * turns, dev_conversations())
-    raw = raw_encode_rate(config, page_texts(fill))
-    worker = Worker(settings, config, worker_id="bench")
+    embedder = HashEmbedder() if instant else shared_embedder(config)
+    raw = None if instant else raw_encode_rate(config, page_texts(fill))
+    worker = Worker(settings, config, worker_id="bench", **({"embedder": embedder} if instant else {}))
     worker.spaces.warm_up()
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
@@ -148,7 +158,7 @@ def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int
         while not searchable(reads, key, f"u{u}t{turns - 1}"):
             time.sleep(0.02)
     elapsed = time.perf_counter() - started
-    batcher = shared_scheduler(config).batcher(shared_embedder(config)).stats()
+    batcher = shared_scheduler(config).batcher(embedder).stats()
     stop.set()
     thread.join(timeout=60)
     rate = users * turns / elapsed
@@ -157,8 +167,10 @@ def ingest(settings: QueueSettings, config: MemoryConfig, users: int, turns: int
         "turns_per_user": turns,
         "searchable_s": round(elapsed, 2),
         "turns_per_s": round(rate, 1),
-        "raw_encode_texts_per_s": round(raw, 1),
-        "share_of_raw_encode": round(rate / raw, 3),
+        "write_run": settings.write_run,
+        "embedder": "hash (instant)" if instant else config.embedding_model_name,
+        "raw_encode_texts_per_s": None if raw is None else round(raw, 1),
+        "share_of_raw_encode": None if raw is None else round(rate / raw, 3),
         "mean_batch_size": round(batcher.mean_batch_size, 1),
         "batches": batcher.batches,
     }
@@ -222,11 +234,18 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="a name or a model directory")
     parser.add_argument("--raw-texts", type=int, default=512, help="texts for the raw model rows (0: none)")
+    parser.add_argument("--write-run", type=int, default=64, help="writes of a space in one transaction")
+    parser.add_argument(
+        "--instant-embedder", action="store_true", help="ingest with no model: applying alone"
+    )
+    parser.add_argument("--only-ingest", action="store_true", help="skip ack latency, takeover, raw rows")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory() as workdir, running_redis(Path(workdir) / "redis") as server:
-        settings = QueueSettings(redis_url=server.url, shard_count=16, lease_ttl_s=2.0)
+        settings = QueueSettings(
+            redis_url=server.url, shard_count=16, lease_ttl_s=2.0, write_run=args.write_run
+        )
         config = MemoryConfig(
             data_dir=Path(workdir) / "data",
             embedding_model_name=args.model,
@@ -234,13 +253,16 @@ def main() -> None:
             faiss_use_gpu="auto",
         )
         report: dict[str, Any] = {
-            "ingest": ingest(settings, config, args.users, args.turns),
-            "ack_latency": ack_latency(
-                settings.model_copy(update={"redis_namespace": "ack"}), args.rates, 5.0
-            ),
-            "takeover_s": takeover(settings.model_copy(update={"redis_namespace": "takeover"}), config),
-            "lease_ttl_s": 2.0,
+            "ingest": ingest(settings, config, args.users, args.turns, args.instant_embedder)
         }
+        if args.only_ingest:
+            emit(report, args.out)
+            return
+        report["ack_latency"] = ack_latency(
+            settings.model_copy(update={"redis_namespace": "ack"}), args.rates, 5.0
+        )
+        report["takeover_s"] = takeover(settings.model_copy(update={"redis_namespace": "takeover"}), config)
+        report["lease_ttl_s"] = 2.0
         if args.raw_texts:
             import torch
 

@@ -9,7 +9,7 @@ vectors of the writes before it, not for consolidation. One instance may be shar
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +208,13 @@ class Memoryos(MemoryLifecycle):
         """Store a write planned by `memoryos.writes.plan_write` — here, or by a service's API before it
         queued the op for this space's owner — and have the scheduler embed it. Idempotent by the op's
         write id: a queue delivering it again stores nothing new and returns the first page ids."""
-        page_ids = self.space.apply(op)  # durable now
+        return self.apply_writes([op])[0]
+
+    def apply_writes(self, ops: Sequence[AddTurns]) -> list[list[int]]:
+        """`apply_write` for a run of planned writes, in order, in one transaction (one commit): how a
+        service's worker applies the writes of this space it found queued together. Returns each
+        write's page ids; all or none are stored."""
+        page_ids = self.space.apply_writes(ops)  # durable now
         self._work.pages_written()
         if self.config.ingest_mode == "inline":
             self._work.flush()

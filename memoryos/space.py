@@ -18,7 +18,7 @@ import functools
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -157,12 +157,46 @@ class MemorySpace:
                 if removes_text:
                     self._pages.drop_withdrawn()
             if embedded and vectors is not None:
-                self._pages.add(np.array(embedded, dtype=np.int64), vectors, through_seq)
-                self._sample.offer(vectors)
+                self._add_vectors(embedded, vectors, through_seq)
             if removes_text:
                 self._scrub_files()
             self._seen_data_version = self.store.data_version()
             return detail
+
+    def apply_writes(self, writes: Sequence[AddTurns]) -> list[list[int]]:
+        """Apply planned writes in order in one transaction; returns each one's page ids, as `apply`.
+
+        Why: a service's worker finds runs of one space's queued writes, and a commit (an fsync) per
+        write was most of its time per write; a run costs one. All or none are stored (an error in any
+        rolls the run back), and each write is idempotent by its op and write id as on its own, so a
+        caller may apply the run again write by write to find the one that fails. Writes only add
+        pages, so no vector stored here is withdrawn before the index takes it."""
+        with self.lock:
+            self._require_open()
+            created: list[list[int]] = []
+            embedded: list[int] = []
+            vectors: list[np.ndarray] = []
+            with self.store.transaction():
+                self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
+                for write in writes:
+                    logged = self.store.logged_op(write.op_id, write.write_id)
+                    if logged is None:
+                        logged, write_embedded, write_vectors = self._ops.apply(write)
+                        if write_embedded and write_vectors is not None:
+                            embedded += write_embedded
+                            vectors.append(write_vectors)
+                    ids = logged.get("created", [])
+                    created.append([int(i) for i in ids] if isinstance(ids, list) else [])
+                through_seq = self.store.max_vector_seq() if embedded else 0
+            if embedded:
+                self._add_vectors(embedded, np.concatenate(vectors), through_seq)
+            self._seen_data_version = self.store.data_version()
+            return created
+
+    def _add_vectors(self, page_ids: list[int], vectors: np.ndarray, through_seq: int) -> None:
+        """Committed vectors into the page index and the score sample."""
+        self._pages.add(np.array(page_ids, dtype=np.int64), vectors, through_seq)
+        self._sample.offer(vectors)
 
     def _scrub_files(self) -> None:
         """After text left the store: an index snapshot without the withdrawn vectors (written now by the

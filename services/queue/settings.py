@@ -80,6 +80,11 @@ class QueueSettings(BaseSettings):
         256, ge=1, description="Largest bundle that crosses Redis for an export or import (it holds it once)."
     )
     batch_entries: int = Field(256, ge=1, description="Stream entries one worker read takes per shard.")
+    write_run: int = Field(
+        64,
+        ge=1,
+        description="Queued writes of one space a worker applies in one transaction (1: each on its own).",
+    )
     worker_memory_budget_mb: int = Field(
         4096, ge=16, description="Resident memory of the spaces a worker keeps open (LRU beyond it)."
     )

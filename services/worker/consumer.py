@@ -9,7 +9,13 @@ batch (later writes of the space must not overtake it) until the next poll; an e
 `max_deliveries` times, or can never apply (malformed), goes to the dead-letter list so its shard moves on.
 Applied entries are acknowledged in groups (`ACK_EVERY_S`): still only after they applied.
 
-A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each entry the
+A shard's batch is applied space by space: consecutive writes of one space (up to `write_run`) go to the
+engine as one run, stored in one transaction — one commit where there was one per write, which was most
+of a worker's time per write. Order holds within each space, the only order the queue promises; a run
+that fails is applied again entry by entry, so the entry at fault is retried or dead-lettered alone and
+the entries before it are applied. A space whose entry must wait stops there; other spaces go on.
+
+A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each run the
 consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
 was lost, so a shard's new owner, which claims the entries left pending here, is its only writer.
 New entries are read by a script that checks this worker's lease in the same step
@@ -22,12 +28,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 from pydantic import ValidationError
 
 from memoryos.errors import InvalidInputError
-from memoryos.ops import AnyOp, op_from_json
+from memoryos.ops import AddTurns, AnyOp, op_from_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key
@@ -36,14 +43,15 @@ from services.queue.streams import Entry
 
 log = logging.getLogger(__name__)
 
-ApplyOp = Callable[[SpaceKey, AnyOp], object]
-"""Apply one op to a space (the worker opens it from its pool)."""
+ApplyOps = Callable[[SpaceKey, list[AnyOp]], object]
+"""Apply ops to one space in order: one op, or a run of writes (the worker opens the space from its
+pool). Applying again what was applied changes nothing (ops are idempotent)."""
 ACK_EVERY_S = 0.05
 """Applied entries are acknowledged together at most this long after the first of them (and when a
 shard's batch ends): a read waits for its writes to leave the stream, so this bounds what it waits for
 beyond their applying. A crash before the acknowledgement redelivers them; applying is idempotent."""
 StillOwned = Callable[[int], bool]
-"""Whether this worker still holds the shard's lease (renewing it when due): asked before each entry."""
+"""Whether this worker still holds the shard's lease (renewing it when due): asked before each run."""
 
 
 def reason_of(error: Exception) -> str:
@@ -55,6 +63,30 @@ def reason_of(error: Exception) -> str:
     return str(error)
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """A stream entry read for applying: its id, its raw fields (a dead letter keeps them) and its op."""
+
+    entry_id: bytes
+    fields: dict[bytes, bytes]
+    space: SpaceKey
+    op: AnyOp
+
+
+def space_runs(entries: list[Delivered], longest: int) -> list[list[Delivered]]:
+    """The entries as runs to apply: each space's entries in the order accepted, its consecutive writes
+    together (up to `longest`) and every other op alone; spaces in the order they first appear."""
+    by_space: dict[SpaceKey, list[list[Delivered]]] = {}
+    for entry in entries:
+        runs = by_space.setdefault(entry.space, [])
+        writes = isinstance(entry.op, AddTurns)
+        if runs and writes and isinstance(runs[-1][-1].op, AddTurns) and len(runs[-1]) < longest:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return [run for runs in by_space.values() for run in runs]
+
+
 class ShardConsumer:
     """Reads and applies the writes of the shards a worker owns."""
 
@@ -63,7 +95,7 @@ class ShardConsumer:
         client: redis.Redis,
         settings: QueueSettings,
         worker_id: str,
-        apply: ApplyOp,
+        apply: ApplyOps,
         still_owned: StillOwned = lambda shard: True,
     ) -> None:
         self.client = client
@@ -128,51 +160,68 @@ class ShardConsumer:
     def _process(self, shard: int, entries: list[Entry]) -> int:
         stream = self.keys.writes(shard)
         done = 0
-        applied: list[bytes] = []
-        oldest = 0.0
+        if not self._still_owned(shard):
+            return done  # the lease lapsed since the read: the entries are the new owner's
+        delivered: list[Delivered] = []
+        for entry_id, fields in entries:
+            try:
+                space = space_key(fields[b"space"].decode())
+                delivered.append(Delivered(entry_id, fields, space, op_from_json(fields[b"op"])))
+            except (KeyError, ValueError, ValidationError) as error:
+                self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
+                done += 1
+        acks = _Acknowledgements(self._acknowledge, stream)
+        waiting: set[SpaceKey] = set()  # spaces whose entry must be retried: their later entries wait
         try:
-            for entry_id, fields in entries:
+            for run in space_runs(delivered, self.settings.write_run):
+                if run[0].space in waiting:
+                    continue
                 if not self._still_owned(shard):
                     return done  # the lease lapsed mid-round: the rest is the new owner's to claim
-                outcome = self._handle(shard, stream, entry_id, fields)
-                if outcome == "retry":
-                    return done  # later writes of the shard wait: order within a space
-                if outcome == "applied":
-                    if not applied:
-                        oldest = time.monotonic()
-                    applied.append(entry_id)
-                    if time.monotonic() - oldest >= ACK_EVERY_S:
-                        self._acknowledge(stream, applied)
-                        applied = []
-                done += 1
+                if len(run) > 1 and self._applies_whole(run):
+                    acks.add([entry.entry_id for entry in run])
+                    done += len(run)
+                    continue
+                for entry in run:
+                    outcome = self._handle(shard, stream, entry)
+                    if outcome == "retry":
+                        waiting.add(entry.space)  # later writes of the space wait: order within a space
+                        break
+                    if outcome == "applied":
+                        acks.add([entry.entry_id])
+                    done += 1
             return done
         finally:
-            if applied:
-                self._acknowledge(stream, applied)
+            acks.flush()
 
-    def _handle(self, shard: int, stream: str, entry_id: bytes, fields: dict[bytes, bytes]) -> str:
+    def _applies_whole(self, run: list[Delivered]) -> bool:
+        """Apply a run of one space's writes in one call; False when it failed (nothing of it stored),
+        for the caller to apply it entry by entry and find the entry at fault."""
+        try:
+            self._apply(run[0].space, [entry.op for entry in run])
+        except Exception as error:
+            log.info("a run of writes failed; applied one by one", extra={"error": type(error).__name__})
+            return False
+        return True
+
+    def _handle(self, shard: int, stream: str, entry: Delivered) -> str:
         """Apply one entry: "applied" (to acknowledge), "settled" (dead-lettered here) or "retry"."""
         try:
-            key = space_key(fields[b"space"].decode())
-            op = op_from_json(fields[b"op"])
-        except (KeyError, ValueError, ValidationError) as error:
-            self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
-            return "settled"
-        try:
-            self._apply(key, op)
+            self._apply(entry.space, [entry.op])
         except (InvalidInputError, ValidationError) as error:
-            self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {reason_of(error)}")
+            reason = f"{type(error).__name__}: {reason_of(error)}"
+            self._dead_letter(stream, entry.entry_id, entry.fields, reason)
             return "settled"
         except Exception as error:
-            failures = self._failures.get(entry_id, 0) + 1
-            self._failures[entry_id] = failures
+            failures = self._failures.get(entry.entry_id, 0) + 1
+            self._failures[entry.entry_id] = failures
             if failures < self.settings.max_deliveries:
                 log.warning(
                     "write not applied; retried at the next poll",
-                    extra={"shard": shard, "entry": entry_id.decode(), "error": type(error).__name__},
+                    extra={"shard": shard, "entry": entry.entry_id.decode(), "error": type(error).__name__},
                 )
                 return "retry"
-            self._dead_letter(stream, entry_id, fields, f"{type(error).__name__}: {error}")
+            self._dead_letter(stream, entry.entry_id, entry.fields, f"{type(error).__name__}: {error}")
             return "settled"
         return "applied"
 
@@ -203,3 +252,26 @@ class ShardConsumer:
         self._failures.pop(entry_id, None)
         self.dead_letters += 1
         log.warning("write dead-lettered", extra={"entry": record["entry"], "space": record["space"]})
+
+
+class _Acknowledgements:
+    """Applied entries of one shard's batch, acknowledged together at most `ACK_EVERY_S` after the first
+    of them and when the batch ends."""
+
+    def __init__(self, acknowledge: Callable[[str, list[bytes]], None], stream: str) -> None:
+        self._acknowledge = acknowledge
+        self._stream = stream
+        self._entry_ids: list[bytes] = []
+        self._oldest = 0.0
+
+    def add(self, entry_ids: list[bytes]) -> None:
+        if not self._entry_ids:
+            self._oldest = time.monotonic()
+        self._entry_ids += entry_ids
+        if time.monotonic() - self._oldest >= ACK_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._entry_ids:
+            self._acknowledge(self._stream, self._entry_ids)
+            self._entry_ids = []

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.ops import AnyOp
+from memoryos.ops import AddTurns, AnyOp
 from memoryos.space_pool import SpaceKey
 from services.queue.connection import connect
 from services.queue.settings import QueueSettings
@@ -53,7 +53,7 @@ class Worker:
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
         self.trusted_s = settings.lease_ttl_s - self.period_s
         """How long the leases are trusted after the last renewal round was *sent*: Redis extended them
-        no earlier than that, for the TTL. The last period is margin for the entry being applied."""
+        no earlier than that, for the TTL. The last period is margin for the run being applied."""
         self._renewed_at = -self.trusted_s  # no renewal yet: nothing trusted
 
     def owned_queue_depth(self) -> int:
@@ -63,11 +63,14 @@ class Worker:
             pipe.xlen(self.consumer.keys.writes(shard))
         return sum(int(n) for n in pipe.execute())
 
-    def _apply(self, key: SpaceKey, op: AnyOp) -> object:
+    def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
         # renewed while this write waits for it, or they would lapse and let a second worker in.
         with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
-            return memory.apply_queued(op)
+            writes = [op for op in ops if isinstance(op, AddTurns)]
+            if len(writes) == len(ops):
+                return memory.apply_writes(writes)  # one commit for the run
+            return [memory.apply_queued(op) for op in ops]
 
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once.

@@ -54,10 +54,10 @@ class RecordingWorker(Worker):
         self.observer: redis.Redis = redis.Redis.from_url(observer_url)
         self.applied_under: list[str | None] = []
 
-    def _apply(self, key: SpaceKey, op: AnyOp) -> object:
+    def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         owner = self.observer.get(Keys(self.settings.redis_namespace).lease(0))
-        self.applied_under.append(None if owner is None else bytes(owner).decode())
-        return super()._apply(key, op)
+        self.applied_under += [None if owner is None else bytes(owner).decode()] * len(ops)
+        return super()._apply(key, ops)
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from memoryos import MemoryConfig
-from memoryos.ops import AnyOp, ForgetSpace
+from memoryos import MemoryConfig, Memoryos
+from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
@@ -184,8 +184,9 @@ def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, conf
 def test_a_round_longer_than_the_lease_keeps_it(
     settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Applying a backlog can outlast the lease TTL (1 s here): the worker renews between entries, so its
-    shard never lapses to another writer while it lives."""
+    """Applying a backlog can outlast the lease TTL (1 s here): the worker renews between runs (one entry
+    each here), so its shard never lapses to another writer while it lives."""
+    settings = settings.model_copy(update={"write_run": 1})
     client = redis.Redis.from_url(settings.redis_url)
     lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))
     queue = WriteQueue(client, settings)
@@ -194,10 +195,10 @@ def test_a_round_longer_than_the_lease_keeps_it(
     owners_seen: list[bytes | None] = []
     applying = Worker._apply
 
-    def slow_apply(self: Worker, key: SpaceKey, op: AnyOp) -> object:
+    def slow_apply(self: Worker, key: SpaceKey, ops: list[AnyOp]) -> object:
         owners_seen.append(client.get(lease))
         time.sleep(0.4)  # 8 entries: 3.2 s in one round, three TTLs
-        return applying(self, key, op)
+        return applying(self, key, ops)
 
     monkeypatch.setattr(Worker, "_apply", slow_apply)
     worker = Running(settings, config, "w-slow")
@@ -219,9 +220,9 @@ def test_a_read_waits_longer_than_the_socket_timeout_and_a_busy_pool_waits(
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
     applying = Worker._apply
 
-    def slow_apply(self: Worker, key: SpaceKey, op: AnyOp) -> object:
-        time.sleep(0.5)
-        return applying(self, key, op)
+    def slow_apply(self: Worker, key: SpaceKey, ops: list[AnyOp]) -> object:
+        time.sleep(0.5 * len(ops))
+        return applying(self, key, ops)
 
     monkeypatch.setattr(Worker, "_apply", slow_apply)
     worker = Running(settings, config, "w-patient")
@@ -245,7 +246,9 @@ def test_applied_entries_are_acknowledged_together(settings: QueueSettings) -> N
     for i in range(8):
         write(queue, MAYA, f"Quick note {i}.")
     applied: list[str] = []
-    consumer = ShardConsumer(client, settings, "w-quick", lambda key, op: applied.append(key.user_id))
+    consumer = ShardConsumer(
+        client, settings, "w-quick", lambda key, ops: applied.extend([key.user_id] * len(ops))
+    )
     shard = queue.shard(MAYA)
     client.set(Keys(settings.redis_namespace).lease(shard), "w-quick", px=30_000)  # reads are fenced by it
     consumer.take_over(shard)
@@ -258,6 +261,67 @@ def test_applied_entries_are_acknowledged_together(settings: QueueSettings) -> N
     assert applied == ["maya"] * 8
     assert xack_calls() - before == 1
     assert queue.depth() == 0
+
+
+def test_a_run_that_fails_is_applied_entry_by_entry_and_only_its_space_waits(
+    settings: QueueSettings,
+) -> None:
+    """A space's consecutive writes go to the engine as one run; when the run fails, its writes are
+    applied one by one: those before the failing one are applied, it and the space's later writes wait
+    for the next poll (order within the space), and another space of the shard goes on."""
+    client = connect(settings)
+    queue = WriteQueue(client, settings)
+    shard = queue.shard(MAYA)
+    neighbour = next(
+        key for key in (SpaceKey("acme", f"n{i}", "helper") for i in range(500)) if queue.shard(key) == shard
+    )
+    for i in range(4):
+        write(queue, MAYA, f"maya {i}", write_id=f"m{i}")
+        write(queue, neighbour, f"neighbour {i}", write_id=f"n{i}")
+    calls: list[list[str]] = []
+    applied: list[str] = []
+    failing = {"m2"}
+
+    def apply(key: SpaceKey, ops: list[AnyOp]) -> None:
+        ids = [str(getattr(op, "write_id", "")) for op in ops]
+        calls.append(ids)
+        if failing & set(ids):
+            raise RuntimeError("disk hiccup")
+        applied.extend(ids)
+
+    consumer = ShardConsumer(client, settings, "w-runs", apply)
+    client.set(Keys(settings.redis_namespace).lease(shard), "w-runs", px=30_000)
+    consumer.take_over(shard)
+    assert consumer.poll([shard], block_ms=100) == 6
+    assert calls == [["m0", "m1", "m2", "m3"], ["m0"], ["m1"], ["m2"], ["n0", "n1", "n2", "n3"]]
+    assert applied == ["m0", "m1", "n0", "n1", "n2", "n3"] and queue.depth() == 2
+    failing.clear()
+    assert consumer.poll([shard], block_ms=100) == 2
+    assert calls[-1] == ["m2", "m3"] and applied[-2:] == ["m2", "m3"] and queue.depth() == 0
+
+
+def test_a_worker_stores_a_spaces_queued_writes_in_one_commit(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    for i in range(8):  # waiting before the worker starts: one read delivers them together
+        write(queue, MAYA, f"Queued note {i}.", write_id=f"q{i}")
+    runs: list[int] = []
+    applying = Memoryos.apply_writes
+
+    def counted(self: Memoryos, ops: list[AddTurns]) -> list[list[int]]:
+        runs.append(len(ops))
+        return applying(self, ops)
+
+    monkeypatch.setattr(Memoryos, "apply_writes", counted)
+    worker = Running(settings, config, "w-run")
+    try:
+        listed = reads.ask(MAYA, LIST_PAGES, {"limit": 20})
+        assert [p.user_input for p in listed.pages] == [f"Queued note {i}." for i in range(8)]
+    finally:
+        worker.stop()
+    assert runs == [8]
 
 
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
