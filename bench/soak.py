@@ -17,6 +17,7 @@ import json
 import random
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ class Window:
     writes_ms: list[float] = field(default_factory=list)
     reads_ms: list[float] = field(default_factory=list)
     retries: int = 0
-    errors: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    """Errors by kind: "write 500", "read ServerDisconnectedError"..."""
 
 
 def _p(samples: list[float], q: float) -> float | None:
@@ -70,7 +72,7 @@ class Soak:
         self.order = [(user, turn) for turn in range(turns) for user in range(users)]
         self.window = Window()
         self.written_users: list[int] = []
-        self.total_errors = 0
+        self.total_errors: Counter[str] = Counter()
         self.total_retries = 0
 
     async def write(self, n: int) -> None:
@@ -86,10 +88,10 @@ class Soak:
                         await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
                         continue
                     if response.status != 201:
-                        self.window.errors += 1
+                        self.window.errors[f"write {response.status}"] += 1
                     break
-            except (aiohttp.ClientError, TimeoutError):
-                self.window.errors += 1
+            except (aiohttp.ClientError, TimeoutError) as error:
+                self.window.errors[f"write {type(error).__name__}"] += 1
                 break
         self.window.writes_ms.append((time.perf_counter() - started) * 1000)
         if turn == 0:
@@ -106,9 +108,10 @@ class Soak:
         try:
             async with self.client.post(f"{_space(f'soak{user}')}/retrieve", json=query) as response:
                 await response.read()
-                self.window.errors += response.status != 200
-        except (aiohttp.ClientError, TimeoutError):
-            self.window.errors += 1
+                if response.status != 200:
+                    self.window.errors[f"read {response.status}"] += 1
+        except (aiohttp.ClientError, TimeoutError) as error:
+            self.window.errors[f"read {type(error).__name__}"] += 1
         self.window.reads_ms.append((time.perf_counter() - started) * 1000)
 
 
@@ -142,7 +145,7 @@ async def soak(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
             while True:
                 await asyncio.sleep(args.sample_s)
                 window, run.window = run.window, Window()
-                run.total_errors += window.errors
+                run.total_errors.update(window.errors)
                 run.total_retries += window.retries
                 samples.append(
                     {
@@ -155,7 +158,8 @@ async def soak(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
                         "read_p50_ms": _p(window.reads_ms, 50),
                         "read_p99_ms": _p(window.reads_ms, 99),
                         "retries": window.retries,
-                        "errors": window.errors,
+                        "errors": sum(window.errors.values()),
+                        "error_kinds": dict(window.errors),
                         "rss_mb": _rss_mb(pid),
                         **(await _gauges(client)),
                     }
@@ -186,7 +190,8 @@ async def soak(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
         "writes": all_writes,
         "duration_s": round(elapsed),
         "requests_per_s": round(sum(s["requests_per_s"] for s in samples) / max(1, len(samples)), 1),
-        "errors": run.total_errors,
+        "errors": sum(run.total_errors.values()),
+        "error_kinds": dict(run.total_errors),
         "backpressure_retries": run.total_retries,
         "users_with_all_turns": sum(1 for c in counts if c == args.turns),
         "pages_stored": sum(counts),

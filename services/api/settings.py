@@ -69,7 +69,14 @@ class ApiSettings(BaseSettings):
         "(docs/reliability.md, Load).",
     )
     backpressure_retry_after_s: int = Field(
-        1, gt=0, description="Retry-After of a write refused by backpressure."
+        1, gt=0, description="Shortest Retry-After of a write refused by backpressure."
+    )
+    backpressure_retry_spread_s: int = Field(
+        4,
+        ge=0,
+        description="Retry-After of a refused write is drawn evenly from backpressure_retry_after_s to that "
+        "plus this: with one value for all, every refused client came back in the same second and was "
+        "refused again together (docs/reliability.md, 1,000 users x 50 turns).",
     )
     max_wait_for_writes_s: float = Field(
         30.0, gt=0, description="Longest `wait_timeout_s` a read may ask for while waiting on write ids."

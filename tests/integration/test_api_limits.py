@@ -169,7 +169,13 @@ class BlockedEmbedder(HashEmbedder):
 
 def test_writes_over_the_backlog_bound_get_503_with_retry_after(tmp_path: Path) -> None:
     embedder = BlockedEmbedder()
-    settings = ApiSettings(port=0, max_pending_pages=3, backpressure_retry_after_s=2, sampler_interval_s=0.05)
+    settings = ApiSettings(
+        port=0,
+        max_pending_pages=3,
+        backpressure_retry_after_s=2,
+        backpressure_retry_spread_s=0,
+        sampler_interval_s=0.05,
+    )
     try:
         with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
             space = api.space_url("flood")
@@ -217,9 +223,16 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
 
 def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_bound(tmp_path: Path) -> None:
     """The lag bound: reads wait for the writes before them, so writes are refused while the embedder is
-    that far behind, and accepted again once it catches up."""
+    that far behind, and accepted again once it catches up. Refused writes are told to come back at
+    different times (3 to 7 s), not all in the same second."""
     embedder = BlockedEmbedder()
-    settings = ApiSettings(port=0, max_write_lag_s=0.5, backpressure_retry_after_s=3, sampler_interval_s=0.05)
+    settings = ApiSettings(
+        port=0,
+        max_write_lag_s=0.5,
+        backpressure_retry_after_s=3,
+        backpressure_retry_spread_s=4,
+        sampler_interval_s=0.05,
+    )
     try:
         with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
             space = api.space_url("lagging")
@@ -229,8 +242,11 @@ def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_boun
             while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
                 assert time.monotonic() < deadline, "never refused"
                 time.sleep(0.1)
-            assert answer.status_code == 503 and answer.headers["retry-after"] == "3"
-            assert "acknowledged" in answer.json()["message"]
+            assert answer.status_code == 503 and "acknowledged" in answer.json()["message"]
+            refusals = [httpx.post(f"{space}/memories", json=turn) for _ in range(20)]
+            assert {r.status_code for r in refusals} == {503}
+            waits = {int(r.headers["retry-after"]) for r in [*refusals, answer]}
+            assert len(waits) > 1 and waits <= set(range(3, 8))
             embedder.release.set()
             deadline = time.monotonic() + 10
             while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 503:
