@@ -87,10 +87,15 @@ def worker_env(
 
 
 def start_worker(server: RedisServer, data_dir: Path, name: str) -> subprocess.Popen[bytes]:
-    """A `memoryos worker` process, returned once it says it serves (its model loaded)."""
+    """A test `memoryos worker` process (`worker_env`), returned once it serves."""
+    return start_worker_process(worker_env(server.url, data_dir), name)
+
+
+def start_worker_process(env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    """A `memoryos worker` process with `env`, returned once it says it serves (its model loaded)."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", name],
-        env=worker_env(server.url, data_dir),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )

@@ -10,27 +10,37 @@
 - takeover: a worker dies without releasing its leases; time until another owns every shard.
 
     python -m bench.service [--users 100 --turns 20] [--device auto|cpu|cuda] [--model PATH]
-        [--write-run 64] [--instant-embedder] [--only-ingest]
+        [--write-run 64] [--instant-embedder | --worker-process] [--only-ingest]
 
 `--write-run 1` applies each queued write in its own transaction (as before runs); `--instant-embedder`
-takes the model out, leaving the worker's applying alone.
+takes the model out, leaving the worker's applying alone; `--worker-process` runs the real `memoryos
+worker` as a process of its own (as deployed) instead of a thread beside the bench's 100 writer threads
+and its reader, which share one interpreter lock with it.
 """
 
 import argparse
 import logging
+import os
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.api import free_port
 from bench.corpus import dev_conversations, exchanges
+from bench.faults import start_worker_process
 from bench.gpu_embedding import count_tokens
 from bench.gpu_models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos import MemoryConfig
+from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
@@ -122,23 +132,101 @@ def searchable(reads: ReadClient, key: SpaceKey, write_id: str) -> bool:
         return False
 
 
-def ingest(
-    settings: QueueSettings, config: MemoryConfig, users: int, turns: int, instant: bool = False
-) -> dict[str, Any]:
-    """`instant`: the tests' hash embedder instead of the model, so the figure is the worker's applying
-    alone (Redis, the engine's transactions, the scheduler), with no model time."""
-    fill = exchanges(users * turns, dev_conversations())
-    embedder = HashEmbedder() if instant else shared_embedder(config)
-    raw = None if instant else raw_encode_rate(config, page_texts(fill))
-    worker = Worker(settings, config, worker_id="bench", **({"embedder": embedder} if instant else {}))
+@dataclass
+class BatchFigures:
+    """The worker's embedding batches so far."""
+
+    batches: int
+    mean_batch_size: float
+
+
+@contextmanager
+def worker_in_thread(
+    settings: QueueSettings, config: MemoryConfig, embedder: Embedder | None
+) -> Iterator[Callable[[], BatchFigures]]:
+    """A worker in a thread of this process (`embedder` injected, or the configured model), once it owns
+    every shard; yields how to read its batch figures."""
+    worker = Worker(settings, config, worker_id="bench", **({"embedder": embedder} if embedder else {}))
     worker.spaces.warm_up()
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     thread.start()
+    try:
+        while len(worker.leases.owned) < settings.shard_count:
+            time.sleep(0.05)
+
+        def figures() -> BatchFigures:
+            stats = shared_scheduler(config).batcher(worker.spaces.embedder()).stats()
+            return BatchFigures(stats.batches, stats.mean_batch_size)
+
+        yield figures
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
+@contextmanager
+def worker_in_process(settings: QueueSettings, config: MemoryConfig) -> Iterator[Callable[[], BatchFigures]]:
+    """The real `memoryos worker` as a process of its own, as deployed: the writers and the reader of this
+    bench then share no interpreter (no GIL) with it. Batch figures come from its /metrics."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "MEMORYOS_DATA_DIR": str(config.data_dir),
+        "MEMORYOS_EMBEDDING_MODEL_NAME": config.embedding_model_name,
+        "MEMORYOS_EMBEDDING_DEVICE": config.embedding_device,
+        "MEMORYOS_FAISS_USE_GPU": config.faiss_use_gpu,
+        "MEMORYOS_REDIS_URL": settings.redis_url,
+        "MEMORYOS_REDIS_NAMESPACE": settings.redis_namespace,
+        "MEMORYOS_SHARD_COUNT": str(settings.shard_count),
+        "MEMORYOS_LEASE_TTL_S": str(settings.lease_ttl_s),
+        "MEMORYOS_WRITE_RUN": str(settings.write_run),
+        "MEMORYOS_WORKER_METRICS_PORT": str(port),
+    }
+    for secret in ("MEMORYOS_OPENAI_API_KEY", "MEMORYOS_OPENAI_BASE_URL"):
+        env.pop(secret, None)  # the offline LLM, as in the thread
+    worker = start_worker_process(env, "bench")
+    try:
+        client, keys = connect(settings), Keys(settings.redis_namespace)
+        while any(client.get(keys.lease(s)) != b"bench" for s in range(settings.shard_count)):
+            time.sleep(0.05)
+
+        def figures() -> BatchFigures:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+                lines = answer.read().decode().splitlines()
+            value = {
+                line.split()[0]: float(line.split()[1]) for line in lines if line.startswith("memoryos_")
+            }
+            batches = value.get("memoryos_embed_batches_total", 0.0)
+            texts = value.get("memoryos_embed_texts_total", 0.0)
+            return BatchFigures(int(batches), texts / batches if batches else 0.0)
+
+        yield figures
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+
+
+def ingest(
+    settings: QueueSettings,
+    config: MemoryConfig,
+    users: int,
+    turns: int,
+    instant: bool = False,
+    own_process: bool = False,
+) -> dict[str, Any]:
+    """`instant`: the tests' hash embedder instead of the model, so the figure is the worker's applying
+    alone (Redis, the engine's transactions, the scheduler), with no model time. `own_process`: the
+    worker runs as its own process rather than a thread of this one."""
+    fill = exchanges(users * turns, dev_conversations())
+    raw = None if instant else raw_encode_rate(config, page_texts(fill))
     client = connect(settings)
-    while len(worker.leases.owned) < settings.shard_count:
-        time.sleep(0.05)
     keys = [SpaceKey("bench", f"user{u}", "helper") for u in range(users)]
+    running = (
+        worker_in_process(settings, config)
+        if own_process
+        else worker_in_thread(settings, config, HashEmbedder() if instant else None)
+    )
 
     def write_all(u: int) -> None:
         queue = WriteQueue(client, settings)
@@ -147,20 +235,19 @@ def ingest(
             op = plan_write([turn], max_text_chars=20_000, at=time.time(), write_id=f"u{u}t{i}")
             queue.enqueue(keys[u], op)
 
-    started = time.perf_counter()
-    writers = [threading.Thread(target=write_all, args=(u,)) for u in range(users)]
-    for w in writers:
-        w.start()
-    for w in writers:
-        w.join()
-    reads = ReadClient(client, settings)
-    for u, key in enumerate(keys):
-        while not searchable(reads, key, f"u{u}t{turns - 1}"):
-            time.sleep(0.02)
-    elapsed = time.perf_counter() - started
-    batcher = shared_scheduler(config).batcher(embedder).stats()
-    stop.set()
-    thread.join(timeout=60)
+    with running as batch_figures:
+        started = time.perf_counter()
+        writers = [threading.Thread(target=write_all, args=(u,)) for u in range(users)]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join()
+        reads = ReadClient(client, settings)
+        for u, key in enumerate(keys):
+            while not searchable(reads, key, f"u{u}t{turns - 1}"):
+                time.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        batches = batch_figures()
     rate = users * turns / elapsed
     return {
         "users": users,
@@ -168,11 +255,12 @@ def ingest(
         "searchable_s": round(elapsed, 2),
         "turns_per_s": round(rate, 1),
         "write_run": settings.write_run,
+        "worker": "own process" if own_process else "thread of the bench",
         "embedder": "hash (instant)" if instant else config.embedding_model_name,
         "raw_encode_texts_per_s": None if raw is None else round(raw, 1),
         "share_of_raw_encode": None if raw is None else round(rate / raw, 3),
-        "mean_batch_size": round(batcher.mean_batch_size, 1),
-        "batches": batcher.batches,
+        "mean_batch_size": round(batches.mean_batch_size, 1),
+        "batches": batches.batches,
     }
 
 
@@ -238,6 +326,9 @@ def main() -> None:
     parser.add_argument(
         "--instant-embedder", action="store_true", help="ingest with no model: applying alone"
     )
+    parser.add_argument(
+        "--worker-process", action="store_true", help="ingest through a `memoryos worker` process"
+    )
     parser.add_argument("--only-ingest", action="store_true", help="skip ack latency, takeover, raw rows")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -253,7 +344,9 @@ def main() -> None:
             faiss_use_gpu="auto",
         )
         report: dict[str, Any] = {
-            "ingest": ingest(settings, config, args.users, args.turns, args.instant_embedder)
+            "ingest": ingest(
+                settings, config, args.users, args.turns, args.instant_embedder, args.worker_process
+            )
         }
         if args.only_ingest:
             emit(report, args.out)

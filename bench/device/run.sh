@@ -2,7 +2,7 @@
 # On the lent GPU machine (after bench/device/prepare.sh here): the service's worker on CUDA. bench.service
 # ingest with each queued write in its own transaction (--write-run 1, as before runs) and with runs of a
 # space's writes in one (--write-run 64, the default), 100 users x 20 turns and 1,000 users x 3, with the
-# model and with an instant embedder (applying alone); then the whole bench.service (raw model rows, fp16
+# model and with an instant embedder (applying alone), and the worker as its own process; then the whole bench.service (raw model rows, fp16
 # vs fp32 vectors, ack latency, takeover) and bench.faults on the real worker process; with PYSPY=1 last,
 # the 100 x 20 ingest under py-spy (its raw samples in $OUT/ingest.pyspy: where the worker's time goes).
 # Figures in the README, "The service's worker on a GPU". About 6 minutes (+80 s with PYSPY=1); each step
@@ -12,6 +12,7 @@ source bench/device/setup.sh
 
 echo "== ingest A/B $(date +%T)"
 for run in 1 64; do ingest "ingest_100x20_run$run" ${USERS:-100} ${TURNS:-20} --write-run $run; done
+ingest "ingest_100x20_process" ${USERS:-100} ${TURNS:-20} --worker-process  # no GIL shared with the clients
 echo "== service, whole $(date +%T)"
 timeout ${SERVICE_LIMIT:-150} python3 -m bench.service --device "$DEVICE" --model /tmp/minilm \
   --users ${USERS:-100} --turns ${TURNS:-20} --raw-texts ${RAW:-2000} --out "$OUT/service.json" 2> "$OUT/service.log"
