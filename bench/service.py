@@ -20,7 +20,6 @@ and its reader, which share one interpreter lock with it.
 
 import argparse
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -32,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.api import free_port
 from bench.corpus import dev_conversations, exchanges
-from bench.faults import start_worker_process
+from bench.faults import start_worker_process, worker_env
 from bench.gpu_embedding import count_tokens
 from bench.gpu_models import load_named_model, parse_model_spec
 from bench.output import emit
@@ -171,20 +171,14 @@ def worker_in_process(settings: QueueSettings, config: MemoryConfig) -> Iterator
     bench then share no interpreter (no GIL) with it. Batch figures come from its /metrics."""
     port = free_port()
     env = {
-        **os.environ,
-        "MEMORYOS_DATA_DIR": str(config.data_dir),
+        **worker_env(settings.redis_url, config.data_dir, settings.redis_namespace, settings.shard_count),
         "MEMORYOS_EMBEDDING_MODEL_NAME": config.embedding_model_name,
         "MEMORYOS_EMBEDDING_DEVICE": config.embedding_device,
         "MEMORYOS_FAISS_USE_GPU": config.faiss_use_gpu,
-        "MEMORYOS_REDIS_URL": settings.redis_url,
-        "MEMORYOS_REDIS_NAMESPACE": settings.redis_namespace,
-        "MEMORYOS_SHARD_COUNT": str(settings.shard_count),
         "MEMORYOS_LEASE_TTL_S": str(settings.lease_ttl_s),
         "MEMORYOS_WRITE_RUN": str(settings.write_run),
         "MEMORYOS_WORKER_METRICS_PORT": str(port),
     }
-    for secret in ("MEMORYOS_OPENAI_API_KEY", "MEMORYOS_OPENAI_BASE_URL"):
-        env.pop(secret, None)  # the offline LLM, as in the thread
     worker = start_worker_process(env, "bench")
     try:
         client, keys = connect(settings), Keys(settings.redis_namespace)
@@ -193,10 +187,8 @@ def worker_in_process(settings: QueueSettings, config: MemoryConfig) -> Iterator
 
         def figures() -> BatchFigures:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-                lines = answer.read().decode().splitlines()
-            value = {
-                line.split()[0]: float(line.split()[1]) for line in lines if line.startswith("memoryos_")
-            }
+                families = text_string_to_metric_families(answer.read().decode())
+            value = {sample.name: sample.value for family in families for sample in family.samples}
             batches = value.get("memoryos_embed_batches_total", 0.0)
             texts = value.get("memoryos_embed_texts_total", 0.0)
             return BatchFigures(int(batches), texts / batches if batches else 0.0)
@@ -323,10 +315,11 @@ def main() -> None:
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="a name or a model directory")
     parser.add_argument("--raw-texts", type=int, default=512, help="texts for the raw model rows (0: none)")
     parser.add_argument("--write-run", type=int, default=64, help="writes of a space in one transaction")
-    parser.add_argument(
+    worker = parser.add_mutually_exclusive_group()  # the hash embedder can only be injected in a thread
+    worker.add_argument(
         "--instant-embedder", action="store_true", help="ingest with no model: applying alone"
     )
-    parser.add_argument(
+    worker.add_argument(
         "--worker-process", action="store_true", help="ingest through a `memoryos worker` process"
     )
     parser.add_argument("--only-ingest", action="store_true", help="skip ack latency, takeover, raw rows")
