@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from services.api.auth import KeysFileError, KeyStore, parse_keys_file
 from services.api.rate_limit import RateLimiter
@@ -62,3 +63,8 @@ def test_the_token_bucket_refills_at_its_rate() -> None:
     assert limiter.retry_after_s("other") is None
     now[0] = 0.5
     assert limiter.retry_after_s("k") is None
+
+
+def test_a_negative_retry_spread_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ValidationError, match="backpressure_retry_spread_s"):
+        ApiSettings(backpressure_retry_spread_s=-1)

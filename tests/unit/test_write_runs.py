@@ -7,11 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from memoryos.errors import InvalidInputError
 from memoryos.ops import AddTurns, AnyOp, ForgetSpace, SetSpaceTTL
 from memoryos.space import MemorySpace
 from memoryos.space_pool import SpaceKey
+from services.queue.settings import QueueSettings
 from services.worker.consumer import Delivered, space_runs
 from tests.support.fakes import FakeClock, axis
 from tests.unit.test_space import DIM, all_pages, open_space, top_hit, turn
@@ -106,3 +108,12 @@ def test_runs_are_at_most_the_longest_allowed() -> None:
     entries = [delivered(MAYA, AddTurns(turns=[turn(i)]), i) for i in range(5)]
     assert labels(space_runs(entries, longest=2)) == [["0", "1"], ["2", "3"], ["4"]]
     assert labels(space_runs(entries, longest=1)) == [["0"], ["1"], ["2"], ["3"], ["4"]]
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_a_write_run_below_one_is_refused_naming_the_setting(
+    value: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYOS_WRITE_RUN", str(value))
+    with pytest.raises(ValidationError, match="write_run"):
+        QueueSettings()
