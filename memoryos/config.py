@@ -145,6 +145,21 @@ class MemoryConfig(BaseSettings):
         description="How long the batcher waits for more pages before encoding a batch that is not full: "
         "a little latency for fuller batches when many spaces write at once.",
     )
+    embedding_yield_ms: float = Field(
+        50.0,
+        ge=0,
+        description="While writes are being acknowledged less than this far apart, no page batch starts "
+        "(the pages are durable; a read or a flush waiting for vectors ends it at once): on few CPU cores "
+        "the model otherwise slows every acknowledgement. 0 never yields (a service worker: Redis "
+        "acknowledged its writes). memoryos/scheduler/batcher.py.",
+    )
+    embedding_yield_max_s: float = Field(
+        10.0,
+        ge=0,
+        description="The longest a page waits for its batch while writes keep coming (embedding_yield_ms); "
+        "after it, pages are embedded as they arrive. Keep it below the API's "
+        "MEMORYOS_API_MAX_WRITE_LAG_S, or a burst of writes runs into the lag bound.",
+    )
     embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
     embedding_runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto",

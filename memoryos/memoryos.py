@@ -115,7 +115,7 @@ class Memoryos(MemoryLifecycle):
         self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)
         self.pending_pages_at_open = self.space.pending_page_count()
         if self.pending_pages_at_open:
-            self._work.pages_written()  # acknowledged before a crash, not yet embedded
+            self._work.pages_written(acknowledged=False)  # acknowledged before a crash, not yet embedded
 
     @classmethod
     def from_config(

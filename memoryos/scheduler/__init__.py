@@ -109,6 +109,8 @@ class Scheduler:
                     max_wait_ms=self._config.embedding_max_wait_ms,
                     name=f"{self._name}-embed-{len(self._batchers)}",
                     nice=self._config.background_nice,
+                    yield_s=self._config.embedding_yield_ms / 1000.0,
+                    yield_max_s=self._config.embedding_yield_max_s,
                 )
                 found = self._batchers[id(embedder)] = (embedder, batcher)
             return found[1]

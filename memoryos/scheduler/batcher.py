@@ -24,6 +24,16 @@ serializes its model calls (PyTorch on a GPU: `SentenceTransformerEmbedder` hold
 ONNX Runtime queries it waits for none. The price is on the pages: while queries overlap without a gap,
 no page batch starts. Queries are what a user waits on; pages are acknowledged, durable writes.
 
+**Acknowledged writes go ahead of pages.** On a few CPU cores the model and the threads that acknowledge
+writes share the cores (and the GIL): at 500 writes/s on 2 cores an acknowledgement took 100–500 ms at
+p50 while page batches ran, and 2.8 ms while none did (docs/api.md). So while writes keep being
+acknowledged — the last one less than `yield_s` ago — no page batch starts: the pages are durable, and
+nothing waits on their vectors. It starts as soon as either the writes pause for `yield_s`, someone waits
+for vectors (a read or a flush: `awaited`), texts are requested (`encode_texts`: an edited fact, or
+consolidation), or a ready source has waited `yield_max_s` (so a steady stream of writes delays its
+pages by that much at most, and then they are embedded as before). `yield_s` 0 never yields: a service
+worker, whose writes Redis acknowledged, embeds them as they come.
+
 **Failures.** If `encode` raises, every source with texts in that batch gets `embedding_failed(error)`
 and every request's future gets the error. If one source's `apply_vectors` (or `pending_texts`) raises,
 that source gets `embedding_failed` and the others are unaffected. A failed source stays queued and is
@@ -47,7 +57,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,12 +141,19 @@ class EmbeddingBatcher(BatchFilling):
         max_wait_ms: float,
         name: str = "memoryos-embed",
         nice: int = 0,
+        yield_s: float = 0.0,
+        yield_max_s: float = 0.0,
     ) -> None:
-        """`nice`: how much lower than its creator the batcher's thread runs (`priority.py`)."""
+        """`nice`: how much lower than its creator the batcher's thread runs (`priority.py`). `yield_s`,
+        `yield_max_s`: how page batches give way to acknowledged writes (module docstring)."""
         if max_batch_size < 1 or max_batch_tokens < 1 or max_wait_ms < 0:
             raise ValueError(
                 "EmbeddingBatcher: max_batch_size and max_batch_tokens must be >= 1 and max_wait_ms >= 0, "
                 f"got {max_batch_size}, {max_batch_tokens}, {max_wait_ms}"
+            )
+        if yield_s < 0 or yield_max_s < 0:
+            raise ValueError(
+                f"EmbeddingBatcher: yield_s and yield_max_s must be >= 0, got {yield_s}, {yield_max_s}"
             )
         self._embedder = embedder
         self._max_size = max_batch_size
@@ -146,6 +164,10 @@ class EmbeddingBatcher(BatchFilling):
         self._queue: OrderedDict[int, QueuedWork] = OrderedDict()
         self._arrivals = 0  # bumped by every notify and encode_texts
         self._queries_waiting = 0
+        self._yield_s = yield_s
+        self._yield_max_s = yield_max_s
+        self._last_write = float("-inf")  # when the last acknowledged write notified
+        self._awaited = 0  # readers and flushes waiting for vectors now
         self._closing = False
         self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
         self._largest = self._tokens = 0
@@ -154,12 +176,15 @@ class EmbeddingBatcher(BatchFilling):
         self._thread.start()
 
     # --- callers ----------------------------------------------------------------------------------------
-    def notify(self, source: PageSource) -> None:
+    def notify(self, source: PageSource, *, acknowledged: bool = False) -> None:
         """`source` has (new) pending pages. Cheap and idempotent while it is queued; ignored after close
-        (the pages stay pending in the store)."""
+        (the pages stay pending in the store). `acknowledged`: they are a write being acknowledged now,
+        which page batches give way to for `yield_s`."""
         with self._cond:
             if self._closing:
                 return
+            if acknowledged:
+                self._last_write = time.monotonic()
             self._arrivals += 1
             entry = self._queue.get(id(source))
             if isinstance(entry, QueuedSource):
@@ -175,6 +200,19 @@ class EmbeddingBatcher(BatchFilling):
             entry = self._queue.get(id(source))
             if isinstance(entry, QueuedSource) and entry.source is source:
                 del self._queue[id(source)]
+
+    @contextmanager
+    def awaited(self) -> Iterator[None]:
+        """Held by whoever waits for pages to be embedded (a read, a flush): page batches do not give way
+        to writes meanwhile, so a reader never waits behind the writes' priority."""
+        with self._cond:
+            self._awaited += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._awaited -= 1
 
     def encode_texts(self, texts: Sequence[str]) -> "concurrent.futures.Future[np.ndarray]":
         """Vectors (len(texts), dim) of texts that are not pages, in input order, pooled into the page
@@ -261,10 +299,15 @@ class EmbeddingBatcher(BatchFilling):
                 if self._closing:
                     return None
                 now = time.monotonic()
-                ready = [entry.ready_at for entry in self._queue.values() if entry.ready_at <= now]
+                ready = [entry for entry in self._queue.values() if entry.ready_at <= now]
                 if ready:
-                    deadline = min(ready) + self._max_wait_s
-                    break
+                    oldest = min(entry.ready_at for entry in ready)
+                    held_until = self._held_until(ready, oldest, now)
+                    if held_until is None:
+                        deadline = oldest + self._max_wait_s
+                        break
+                    self._cond.wait(held_until - now)
+                    continue
                 retries = [entry.ready_at for entry in self._queue.values()]
                 self._cond.wait(min(retries) - now if retries else None)
         while True:
@@ -284,6 +327,14 @@ class EmbeddingBatcher(BatchFilling):
                 for part in batch.requests.values():
                     _resolve(part.request.future, error=BatcherClosedError("the embedding batcher is closed"))
                 return None
+
+    def _held_until(self, ready: list[QueuedWork], oldest: float, now: float) -> float | None:
+        """With the lock held: until when the ready work gives way to acknowledged writes, or None to
+        start a batch now (the rules in the module docstring)."""
+        if self._awaited or any(isinstance(entry, TextRequest) for entry in ready):
+            return None
+        until = min(self._last_write + self._yield_s, oldest + self._yield_max_s)
+        return until if until > now else None
 
     def _wait_for_arrival(self, seen: int, timeout_s: float) -> None:
         """With the lock held: wait until something arrives after `seen`, close, or the timeout."""

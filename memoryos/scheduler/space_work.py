@@ -127,9 +127,11 @@ class SpaceWork:
         self._check_dim(vectors)
         return vectors
 
-    def pages_written(self) -> None:
-        """New pending pages are stored: have the batcher embed them."""
-        self._batcher.notify(self)
+    def pages_written(self, acknowledged: bool = True) -> None:
+        """New pending pages are stored: have the batcher embed them. `acknowledged`: a write being
+        acknowledged now, which page batches give way to for a moment (`embedding_yield_ms`); pages found
+        pending when the space opens are not."""
+        self._batcher.notify(self, acknowledged=acknowledged)
 
     def wait_embedded(self, through_page_id: int, timeout_s: float | None = None) -> None:
         """Block until every page with an id up to `through_page_id` has its vector.
@@ -141,7 +143,7 @@ class SpaceWork:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         asked = False
-        with self._changed:
+        with self._batcher.awaited(), self._changed:
             failures_before = self._embed_failures
             while True:
                 oldest = self.space.pending_page_ids(1)

@@ -69,6 +69,13 @@ class EmbeddedSpaces:
     def __init__(self, config: MemoryConfig, settings: ApiSettings, **parts: Any) -> None:
         """`config`: the engine's settings (its `tenant` is replaced per call); `parts` (embedder, llm,
         clock, scheduler) go to every `Memoryos` opened, as `Memoryos.from_config` takes them."""
+        lag_bound = settings.max_write_lag_s
+        if lag_bound and config.embedding_yield_ms and config.embedding_yield_max_s >= lag_bound:
+            raise ValueError(
+                f"MEMORYOS_EMBEDDING_YIELD_MAX_S ({config.embedding_yield_max_s:g}) must be below "
+                f"MEMORYOS_API_MAX_WRITE_LAG_S ({lag_bound:g}): a burst of writes would hold its pages until "
+                "the lag bound refuses writes; lower the first, or set MEMORYOS_EMBEDDING_YIELD_MS=0"
+            )
         self.config = config
         self._settings = settings
         self.parts = parts

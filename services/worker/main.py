@@ -41,10 +41,13 @@ class Worker:
     def __init__(
         self, settings: QueueSettings, config: MemoryConfig, worker_id: str | None = None, **parts: Any
     ) -> None:
-        """`parts` (embedder, llm, clock, scheduler) go to every space opened: tests inject them."""
+        """`parts` (embedder, llm, clock, scheduler) go to every space opened: tests inject them. Its
+        batcher never gives way to the writes it applies (`embedding_yield_ms` 0): Redis acknowledged them,
+        and embedding them is this process's job."""
         self.settings = settings
         self.worker_id = worker_id or new_worker_id()
         self.client: redis.Redis = connect(settings)
+        config = config.model_copy(update={"embedding_yield_ms": 0.0})
         self.spaces = WorkerSpaces(config, settings, **parts)
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)

@@ -26,7 +26,7 @@ def run_worker_process(args: argparse.Namespace) -> None:
     worker = Worker(settings, config, worker_id=args.worker_id)
     if settings.worker_metrics_port:
         registry = CollectorRegistry()
-        registry.register(WorkerCollector(worker, shared_scheduler(config)))
+        registry.register(WorkerCollector(worker, shared_scheduler(worker.spaces.config)))
         start_http_server(settings.worker_metrics_port, registry=registry)
     worker.spaces.warm_up()
     print(

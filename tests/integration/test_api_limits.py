@@ -234,7 +234,8 @@ def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_boun
         sampler_interval_s=0.05,
     )
     try:
-        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
+        config = offline_config(tmp_path, embedding_yield_max_s=0.2)  # below the lag bound, as required
+        with running_api(settings, config, embedder=embedder) as api:
             space = api.space_url("lagging")
             turn = {"user_input": "stuck in the embedder", "agent_response": "noted"}
             assert httpx.post(f"{space}/memories", json=turn).status_code == 201

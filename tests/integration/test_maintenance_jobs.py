@@ -47,6 +47,9 @@ def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
     # A frozen clock: the worker's own expiry timer never fires, so only the job can sweep.
     worker = Worker(settings, config, "w-jobs", embedder=HashEmbedder(), llm=OfflineLLM(), clock=FakeClock())
+    assert worker.spaces.config.embedding_yield_ms == 0, (
+        "a worker embeds the writes Redis acknowledged at once"
+    )
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
     thread.start()

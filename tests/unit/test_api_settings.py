@@ -6,9 +6,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from memoryos import MemoryConfig
 from services.api.auth import KeysFileError, KeyStore, parse_keys_file
 from services.api.rate_limit import RateLimiter
 from services.api.settings import ApiSettings, UnsafeBindError, check_bind
+from services.api.spaces import EmbeddedSpaces
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
@@ -68,3 +70,19 @@ def test_the_token_bucket_refills_at_its_rate() -> None:
 def test_a_negative_retry_spread_is_refused_naming_the_setting() -> None:
     with pytest.raises(ValidationError, match="backpressure_retry_spread_s"):
         ApiSettings(backpressure_retry_spread_s=-1)
+
+
+def test_pages_held_for_writes_past_the_lag_bound_are_refused_naming_both_settings(tmp_path: Path) -> None:
+    """Pages giving way to a burst of writes for as long as the lag bound allows would have the bound
+    refuse the burst's writes: the embedded API refuses that configuration at start."""
+    holds_too_long = MemoryConfig(data_dir=tmp_path, embedding_yield_max_s=30)
+    with pytest.raises(
+        ValueError, match=r"MEMORYOS_EMBEDDING_YIELD_MAX_S \(30\).*MEMORYOS_API_MAX_WRITE_LAG_S \(30\)"
+    ):
+        EmbeddedSpaces(holds_too_long, ApiSettings(max_write_lag_s=30))
+    for config, settings in [
+        (holds_too_long, ApiSettings(max_write_lag_s=0)),  # no lag bound
+        (holds_too_long.model_copy(update={"embedding_yield_ms": 0.0}), ApiSettings(max_write_lag_s=30)),
+        (MemoryConfig(data_dir=tmp_path), ApiSettings()),  # the defaults fit together
+    ]:
+        EmbeddedSpaces(config, settings).close()

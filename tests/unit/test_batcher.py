@@ -133,6 +133,8 @@ def make_batcher() -> Iterator[MakeBatcher]:
         tokens: int = 1_000_000,
         wait_ms: float = 0.0,
         name: str | None = None,
+        yield_s: float = 0.0,
+        yield_max_s: float = 0.0,
     ) -> EmbeddingBatcher:
         batcher = EmbeddingBatcher(
             embedder,
@@ -140,6 +142,8 @@ def make_batcher() -> Iterator[MakeBatcher]:
             max_batch_tokens=tokens,
             max_wait_ms=wait_ms,
             name=name or f"test-embed-{uuid.uuid4().hex[:8]}",
+            yield_s=yield_s,
+            yield_max_s=yield_max_s,
         )
         made.append((embedder, batcher))
         return batcher
@@ -302,6 +306,60 @@ def test_a_query_goes_ahead_of_the_next_page_batch(make_batcher: MakeBatcher) ->
     assert batcher.stats().queries == 1
 
 
+HELD_S = 0.3
+"""How long a test watches a batch that must not start (it is held for a minute unless the rule breaks)."""
+
+
+def test_pages_of_acknowledged_writes_wait_while_writes_keep_coming(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)  # writes "keep coming" for a minute
+    found = FakeSource(["a page found pending when its space opened"])
+    batcher.notify(found)  # no write being acknowledged: nothing to give way to
+    wait(found.done)
+    written = FakeSource(["a write acknowledged just now"])
+    batcher.notify(written, acknowledged=True)
+    assert not written.done.wait(HELD_S), "a page batch started while writes were being acknowledged"
+    assert len(embedder.page_calls()) == 1
+
+
+def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
+    written = FakeSource(["a write the reader needs"])
+    batcher.notify(written, acknowledged=True)
+    with batcher.awaited():
+        wait(written.done)
+    later = FakeSource(["a write after the reader left"])
+    batcher.notify(later, acknowledged=True)
+    assert not later.done.wait(HELD_S), "with no reader left, pages give way to writes again"
+
+
+def test_requested_texts_are_not_held_behind_writes(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
+    batcher.notify(FakeSource(["a write acknowledged just now"]), acknowledged=True)
+    edited = ["the user's edited fact"]
+    np.testing.assert_allclose(
+        batcher.encode_texts(edited).result(HANG_GUARD_S), REFERENCE.encode(edited), atol=1e-6
+    )
+
+
+def test_pages_wait_for_writes_at_most_yield_max(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, yield_s=60, yield_max_s=0.05)
+    written = FakeSource(["written during an endless burst"])
+    batcher.notify(written, acknowledged=True)
+    wait(written.done)  # held for 50 ms, not for the minute the writes "keep coming"
+
+
+def test_a_batcher_that_does_not_yield_embeds_acknowledged_writes_at_once(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, yield_s=0, yield_max_s=60)  # a service worker's
+    written = FakeSource(["applied from the queue"])
+    batcher.notify(written, acknowledged=True)
+    wait(written.done)
+
+
 def test_an_encode_failure_fails_the_batch_and_a_later_batch_succeeds(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder()
     embedder.fail_calls = 1
@@ -428,3 +486,5 @@ def test_retry_delay_doubles_from_a_tenth_of_a_second_up_to_a_cap() -> None:
 def test_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="max_batch_size"):
         EmbeddingBatcher(HashEmbedder(), max_batch_size=0, max_batch_tokens=10, max_wait_ms=0)
+    with pytest.raises(ValueError, match="yield_s"):
+        EmbeddingBatcher(HashEmbedder(), max_batch_size=1, max_batch_tokens=10, max_wait_ms=0, yield_s=-1)
