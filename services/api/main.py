@@ -45,7 +45,9 @@ def create_app(
     settings = settings or ApiSettings()
     config = config or MemoryConfig()
     spaces: Spaces = (
-        QueuedSpaces(config, queue) if queue is not None else EmbeddedSpaces(config, settings, **parts)
+        QueuedSpaces(config, queue, settings)
+        if queue is not None
+        else EmbeddedSpaces(config, settings, **parts)
     )
     state = ApiState(
         settings=settings,

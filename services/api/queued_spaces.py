@@ -21,6 +21,7 @@ from memoryos.errors import SpaceNotFoundError
 from memoryos.ops import AddTurns, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
+from services.api.settings import ApiSettings
 from services.queue import streams
 from services.queue.bundle_transfer import download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
@@ -32,16 +33,16 @@ from services.queue.settings import QueueSettings
 
 T = TypeVar("T")
 
-FULL_RETRY_AFTER_S = 1.0
-"""Retry-After of a write refused because its shard's stream is full: workers apply hundreds a second."""
-
 
 class QueuedSpaces:
     """Writes to the shard streams, calls to each space's owner."""
 
-    def __init__(self, config: MemoryConfig, settings: QueueSettings) -> None:
+    def __init__(self, config: MemoryConfig, settings: QueueSettings, api: ApiSettings) -> None:
+        """`api`: the Retry-After of a write refused because its shard's stream is full, spread like the
+        embedded API's (workers apply hundreds a second, but refused clients must not return together)."""
         self.config = config
         self.settings = settings
+        self.api = api
         self.client: redis.Redis = connect(settings)
         self.queue = WriteQueue(self.client, settings)
         self.reads = ReadClient(self.client, settings)
@@ -66,7 +67,7 @@ class QueuedSpaces:
         try:
             op = await to_thread.run_sync(plan_and_enqueue)
         except QueueFullError as full:
-            raise BackpressureError(str(full), FULL_RETRY_AFTER_S) from None
+            raise BackpressureError(str(full), self.api.backpressure_retry_after()) from None
         return op, []  # the owner assigns the page ids when it applies the write
 
     async def forget(self, key: SpaceKey) -> None:

@@ -6,6 +6,7 @@ call, and how much one caller may ask for.
 """
 
 import ipaddress
+import random
 from pathlib import Path
 
 from pydantic import Field
@@ -104,6 +105,12 @@ class ApiSettings(BaseSettings):
     def authenticated(self) -> bool:
         """Keys are required: some are configured, or a keys file is named (even empty: nobody gets in)."""
         return bool(self.keys) or self.keys_file is not None
+
+    def backpressure_retry_after(self) -> int:
+        """When a write refused by backpressure (embedding behind, or a full shard stream) should come back:
+        spread over `backpressure_retry_spread_s`, so the clients refused in one second do not all return
+        in the same next one."""
+        return self.backpressure_retry_after_s + random.randint(0, self.backpressure_retry_spread_s)
 
 
 def is_loopback(host: str) -> bool:

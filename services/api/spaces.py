@@ -19,7 +19,6 @@ so a burst is refused before the next sample sees it.
 import asyncio
 import collections
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -158,21 +157,16 @@ class EmbeddedSpaces:
         backlog, bound = self.backlog_pages(), self._settings.max_pending_pages
         if backlog >= bound:
             raise BackpressureError(
-                f"{backlog} pages wait to be embedded (bound {bound}); retry later", self._retry_after_s()
+                f"{backlog} pages wait to be embedded (bound {bound}); retry later",
+                self._settings.backpressure_retry_after(),
             )
         lag, max_lag = self.write_lag_s, self._settings.max_write_lag_s
         if max_lag and lag >= max_lag:
             raise BackpressureError(
                 f"the oldest write waiting to be embedded was acknowledged {lag:.0f} s ago (bound {max_lag:g} "
                 "s); retry later",
-                self._retry_after_s(),
+                self._settings.backpressure_retry_after(),
             )
-
-    def _retry_after_s(self) -> int:
-        """When a refused write should come back: spread over `backpressure_retry_spread_s`, so the clients
-        refused in one second do not all return in the same next one."""
-        first = self._settings.backpressure_retry_after_s
-        return first + random.randint(0, self._settings.backpressure_retry_spread_s)
 
     async def run(self, key: SpaceKey, work: Callable[[Memoryos], T], *, create: bool = False) -> T:
         """`work(memory)` on the space of `key`, on a worker thread. `create=False` (reads, edits): a space

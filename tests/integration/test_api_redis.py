@@ -234,3 +234,22 @@ def dead_letters(api: RunningApi, key: str) -> list[dict[str, object]]:
     assert response.status_code == 200, response.text
     letters: list[dict[str, object]] = response.json()
     return letters
+
+
+def test_a_write_to_a_full_shard_stream_gets_503_with_spread_retry_after(
+    queue: QueueSettings, tmp_path: Path
+) -> None:
+    """No worker runs, so the shard's stream fills: further writes are refused, nothing queued, and the
+    refused clients are told to come back at different times within the configured window (3 to 7 s),
+    not all in the same next second."""
+    settings = ApiSettings(keys=KEYS, port=0, backpressure_retry_after_s=3, backpressure_retry_spread_s=4)
+    full = queue.model_copy(update={"queue_max_entries": 1})
+    with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=full) as running:
+        space = f"{running.space_url('ann')}/memories"
+        acme = {"Authorization": "Bearer key-acme"}
+        turn = {"user_input": "queued while no worker runs", "agent_response": "noted"}
+        assert httpx.post(space, json=turn, headers=acme).status_code == 201
+        refusals = [httpx.post(space, json=turn, headers=acme) for _ in range(20)]
+    assert {r.status_code for r in refusals} == {503}
+    waits = {int(r.headers["retry-after"]) for r in refusals}
+    assert len(waits) > 1 and waits <= set(range(3, 8)), waits
