@@ -53,6 +53,12 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
     return locked
 
 
+def _created_ids(detail: dict[str, object]) -> list[int]:
+    """The ids an op created, from its op-log detail (none for ops that create nothing)."""
+    created = detail.get("created", [])
+    return [int(i) for i in created] if isinstance(created, list) else []
+
+
 class MemorySpace:
     """A memory space on disk: `<data_dir>/<tenant>/<user_id>/<assistant_id>/`."""
 
@@ -137,31 +143,12 @@ class MemorySpace:
         """Apply one op atomically. Returns the ids it created (pages for AddTurns, facts for
         AddKnowledge and UpdateFact), else an empty list; an op or write already applied returns what it
         created then."""
-        created = self.apply_for_detail(op).get("created", [])
-        return [int(i) for i in created] if isinstance(created, list) else []
+        return _created_ids(self.apply_for_detail(op))
 
     def apply_for_detail(self, op: AnyOp) -> dict[str, object]:
         """`apply`, returning the op log's detail: the ids the op touched, created ("created") or found
         missing ("missing"), and its flags — the same detail again for a repeated delivery."""
-        with self.lock:
-            self._require_open()
-            with self.store.transaction():
-                self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
-                logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
-                if logged is not None:
-                    return logged
-                detail, embedded, vectors = self._ops.apply(op)
-                # Read inside the transaction: after COMMIT another process may add later sequences.
-                through_seq = self.store.max_vector_seq() if embedded else 0
-                removes_text = isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
-                if removes_text:
-                    self._pages.drop_withdrawn()
-            if embedded and vectors is not None:
-                self._add_vectors(embedded, vectors, through_seq)
-            if removes_text:
-                self._scrub_files()
-            self._seen_data_version = self.store.data_version()
-            return detail
+        return self._apply_together([op])[0]
 
     def apply_writes(self, writes: Sequence[AddTurns]) -> list[list[int]]:
         """Apply planned writes in order in one transaction; returns each one's page ids, as `apply`.
@@ -169,29 +156,39 @@ class MemorySpace:
         Why: a service's worker finds runs of one space's queued writes, and a commit (an fsync) per
         write was most of its time per write; a run costs one. All or none are stored (an error in any
         rolls the run back), and each write is idempotent by its op and write id as on its own, so a
-        caller may apply the run again write by write to find the one that fails. Writes only add
-        pages, so no vector stored here is withdrawn before the index takes it."""
+        caller may apply the run again write by write to find the one that fails."""
+        return [_created_ids(detail) for detail in self._apply_together(writes)]
+
+    def _apply_together(self, ops: Sequence[AnyOp]) -> list[dict[str, object]]:
+        """Ops in order in one transaction, all or none; each one's op-log detail (an op applied before
+        gives its first detail and changes nothing)."""
         with self.lock:
             self._require_open()
-            created: list[list[int]] = []
+            details: list[dict[str, object]] = []
             embedded: list[int] = []
             vectors: list[np.ndarray] = []
+            removes_text = False
             with self.store.transaction():
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
-                for write in writes:
-                    logged = self.store.logged_op(write.op_id, write.write_id)
+                for op in ops:
+                    logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
                     if logged is None:
-                        logged, write_embedded, write_vectors = self._ops.apply(write)
-                        if write_embedded and write_vectors is not None:
-                            embedded += write_embedded
-                            vectors.append(write_vectors)
-                    ids = logged.get("created", [])
-                    created.append([int(i) for i in ids] if isinstance(ids, list) else [])
+                        logged, op_embedded, op_vectors = self._ops.apply(op)
+                        if op_embedded and op_vectors is not None:
+                            embedded += op_embedded
+                            vectors.append(op_vectors)
+                        removes_text |= isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
+                    details.append(logged)
+                # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0
+                if removes_text:
+                    self._pages.drop_withdrawn()
             if embedded:
                 self._add_vectors(embedded, np.concatenate(vectors), through_seq)
+            if removes_text:
+                self._scrub_files()
             self._seen_data_version = self.store.data_version()
-            return created
+            return details
 
     def _add_vectors(self, page_ids: list[int], vectors: np.ndarray, through_seq: int) -> None:
         """Committed vectors into the page index and the score sample."""

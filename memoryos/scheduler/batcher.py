@@ -163,6 +163,7 @@ class EmbeddingBatcher(BatchFilling):
         # FIFO of waiting work, keyed by id(source) or id(request); served work moves to the back.
         self._queue: OrderedDict[int, QueuedWork] = OrderedDict()
         self._arrivals = 0  # bumped by every notify and encode_texts
+        self._requests = 0  # bumped by every encode_texts: a request ends a hold for writes
         self._queries_waiting = 0
         self._yield_s = yield_s
         self._yield_max_s = yield_max_s
@@ -228,6 +229,7 @@ class EmbeddingBatcher(BatchFilling):
                 request = TextRequest(items, future, time.monotonic())
                 self._queue[id(request)] = request
                 self._arrivals += 1
+                self._requests += 1
                 self._cond.notify_all()
         if closing:
             _resolve(future, error=BatcherClosedError("the embedding batcher is closed"))
@@ -306,7 +308,7 @@ class EmbeddingBatcher(BatchFilling):
                     if held_until is None:
                         deadline = oldest + self._max_wait_s
                         break
-                    self._cond.wait(held_until - now)
+                    self._wait_while_held(held_until - now)
                     continue
                 retries = [entry.ready_at for entry in self._queue.values()]
                 self._cond.wait(min(retries) - now if retries else None)
@@ -335,6 +337,14 @@ class EmbeddingBatcher(BatchFilling):
             return None
         until = min(self._last_write + self._yield_s, oldest + self._yield_max_s)
         return until if until > now else None
+
+    def _wait_while_held(self, timeout_s: float) -> None:
+        """With the lock held: wait out a hold, or until a reader or a text request ends it. The writes
+        that notify meanwhile wake this thread but not a scan of the queue, which holds every open space."""
+        requests = self._requests
+        self._cond.wait_for(
+            lambda: self._closing or self._awaited > 0 or self._requests != requests, timeout_s
+        )
 
     def _wait_for_arrival(self, seen: int, timeout_s: float) -> None:
         """With the lock held: wait until something arrives after `seen`, close, or the timeout."""

@@ -327,6 +327,7 @@ def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBa
     batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
     written = FakeSource(["a write the reader needs"])
     batcher.notify(written, acknowledged=True)
+    assert not written.done.wait(HELD_S), "held before the reader comes"
     with batcher.awaited():
         wait(written.done)
     later = FakeSource(["a write after the reader left"])
@@ -337,7 +338,9 @@ def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBa
 def test_requested_texts_are_not_held_behind_writes(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
-    batcher.notify(FakeSource(["a write acknowledged just now"]), acknowledged=True)
+    written = FakeSource(["a write acknowledged just now"])
+    batcher.notify(written, acknowledged=True)
+    assert not written.done.wait(HELD_S), "held before the request comes"
     edited = ["the user's edited fact"]
     np.testing.assert_allclose(
         batcher.encode_texts(edited).result(HANG_GUARD_S), REFERENCE.encode(edited), atol=1e-6
