@@ -55,7 +55,7 @@ def _rss_mb(pid: int) -> float:
 async def _gauges(client: aiohttp.ClientSession) -> dict[str, float]:
     async with client.get("/metrics") as response:
         text = await response.text()
-    names = ("memoryos_queue_depth", "memoryos_write_lag_seconds")
+    names = ("memoryos_queue_depth", "memoryos_write_lag_seconds", "memoryos_open_spaces")
     return {
         name: float(line.split()[1])
         for line in text.splitlines()

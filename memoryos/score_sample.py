@@ -6,6 +6,15 @@ from memoryos.storage.sqlite_store import SqliteStore
 
 SCORE_SAMPLE_SIZE = 1024
 """Vectors kept: enough for a stable mean and spread of query scores, 1.5 MB at 384-d."""
+FIRST_CAPACITY = 16
+"""Rows allocated for a new space's sample; doubled as it fills, up to `SCORE_SAMPLE_SIZE`."""
+
+
+def _capacity_for(rows: int) -> int:
+    capacity = FIRST_CAPACITY
+    while capacity < rows:
+        capacity *= 2
+    return min(capacity, SCORE_SAMPLE_SIZE)
 
 
 class ScoreSample:
@@ -13,13 +22,18 @@ class ScoreSample:
 
     Retrieval z-scores dense similarities against the whole space; scoring this sample gives that
     distribution at a fixed cost whatever the space's size.
+
+    The buffer grows with the rows rather than starting at its full 1.5 MB: zeroed memory is only free
+    while the allocator maps it fresh, and in a process that has freed large blocks (embedding batches,
+    evicted spaces) glibc hands out reused heap and clears every byte, so each open space held the whole
+    buffer resident however few pages it had.
     """
 
     def __init__(self, store: SqliteStore, dim: int) -> None:
         self._rng = np.random.default_rng(0)
         self._seen = sum(store.count_pages().values())
         initial = store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)
-        self._buffer = np.zeros((SCORE_SAMPLE_SIZE, dim), dtype=np.float32)
+        self._buffer = np.zeros((_capacity_for(len(initial)), dim), dtype=np.float32)
         self._buffer[: len(initial)] = initial
         self._filled = len(initial)
 
@@ -31,9 +45,16 @@ class ScoreSample:
         for vector in vectors:
             self._seen += 1
             if self._filled < SCORE_SAMPLE_SIZE:
+                if self._filled == len(self._buffer):
+                    self._grow()
                 self._buffer[self._filled] = vector
                 self._filled += 1
             else:
                 slot = int(self._rng.integers(0, self._seen))
                 if slot < SCORE_SAMPLE_SIZE:
                     self._buffer[slot] = vector
+
+    def _grow(self) -> None:
+        grown = np.zeros((_capacity_for(self._filled + 1), self._buffer.shape[1]), dtype=np.float32)
+        grown[: self._filled] = self._buffer[: self._filled]
+        self._buffer = grown
