@@ -94,6 +94,13 @@ class ApiSettings(BaseSettings):
         "default, keeps glibc's own: fixed at 64 in the 1,000-user soak, RSS doubled and embedding stalled "
         "(docs/reliability.md, Load).",
     )
+    allocator_trim_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="Embedded mode: seconds between giving the C heap's free pages back to the system "
+        "(services/allocator.py); 0: never. Without it RSS climbed while the space pool held its budget "
+        "(docs/reliability.md, Load).",
+    )
     preload_model: bool = Field(
         True, description="Load the embedding model at start-up, so /readyz means the first call is fast."
     )

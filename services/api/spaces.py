@@ -38,6 +38,7 @@ from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space_layout import STORE_FILE
 from memoryos.space_pool import SpaceKey, SpacePool
+from services.allocator import PeriodicTrim
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
 from services.queue.calls import OwnerCall, run_call
@@ -139,10 +140,13 @@ class EmbeddedSpaces:
         return True  # the model is loaded before the process says it is ready (`preload`)
 
     async def maintain(self) -> None:
-        """Measure the backlog and the write lag every `sampler_interval_s`."""
+        """Measure the backlog and the write lag every `sampler_interval_s`; give the C heap's free pages
+        back every `allocator_trim_interval_s` (spaces closed by the pool leave holes in it)."""
+        trim = PeriodicTrim(self._settings.allocator_trim_interval_s)
         while True:
             try:
                 await to_thread.run_sync(self.sample)
+                await to_thread.run_sync(trim)
             except Exception as error:  # a failed sample must not stop the next ones
                 log.warning("backlog sample failed (%s)", type(error).__name__)
             await anyio.sleep(self._settings.sampler_interval_s)

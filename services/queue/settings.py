@@ -102,3 +102,9 @@ class QueueSettings(BaseSettings):
         description="glibc's mmap threshold, fixed at worker start (services/allocator.py): freed "
         "spaces' buffers go back to the system; 0 keeps glibc's rising default.",
     )
+    worker_allocator_trim_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds between giving the C heap's free pages back to the system "
+        "(services/allocator.py); 0: never.",
+    )

@@ -20,6 +20,7 @@ import redis
 from memoryos import MemoryConfig
 from memoryos.ops import AddTurns, AnyOp
 from memoryos.space_pool import SpaceKey
+from services.allocator import PeriodicTrim
 from services.queue.connection import connect
 from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
@@ -58,6 +59,7 @@ class Worker:
         """How long the leases are trusted after the last renewal round was *sent*: Redis extended them
         no earlier than that, for the TTL. The last period is margin for the run being applied."""
         self._renewed_at = -self.trusted_s  # no renewal yet: nothing trusted
+        self._trim_heap = PeriodicTrim(settings.worker_allocator_trim_interval_s)
 
     def owned_queue_depth(self) -> int:
         """Unapplied writes in the shards owned now (applied entries are deleted)."""
@@ -136,6 +138,7 @@ class Worker:
         try:
             while not stop.is_set():
                 self.step()
+                self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
             self.leases.release_all()
             self._owned_snapshot = []

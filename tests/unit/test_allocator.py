@@ -1,15 +1,20 @@
-"""The worker fixes glibc's mmap threshold so freed spaces' buffers go back to the system
-(`services/allocator.py`). Each probe runs in its own interpreter: the setting is process-wide."""
+"""The worker fixes glibc's mmap threshold so freed spaces' buffers go back to the system, and both the
+worker and the embedded API give the heap's free pages back on a schedule (`services/allocator.py`). Each
+probe runs in its own interpreter: the allocator is process-wide."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
-from services.allocator import fix_mmap_threshold
+import services.allocator
+from services.allocator import PeriodicTrim, fix_mmap_threshold
 from services.api.settings import ApiSettings
+from services.api.spaces import EmbeddedSpaces
 from services.queue.settings import QueueSettings
+from tests.support.api_server import offline_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -59,3 +64,91 @@ def test_zero_keeps_glibcs_default_the_worker_fixes_64_kib_and_the_embedded_api_
     assert fix_mmap_threshold(0) is False
     assert QueueSettings().worker_mmap_threshold_kb == 64
     assert ApiSettings().mmap_threshold_kb == 0  # measured worse under the embedded soak
+    assert ApiSettings().allocator_trim_interval_s == QueueSettings().worker_allocator_trim_interval_s == 30
+
+
+TRIM_PROBE = """
+import ctypes, sys
+from services.allocator import trim_free_memory
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+# 150 MB of 60 KiB blocks (heap, not mmap), touched; all freed but the last, which pins the heap's top,
+# so the free space is a hole glibc keeps: what closed spaces leave between live objects.
+size = 60 * 1024
+blocks = [libc.malloc(size) for _ in range(2500)]
+for block in blocks:
+    libc.memset(block, 1, size)
+for block in blocks[:-1]:
+    libc.free(block)
+held = rss_mb()
+if sys.argv[1] == "trim":
+    trim_free_memory()
+print(held, rss_mb())
+"""
+
+
+def rss_after_freeing_a_hole(mode: str) -> tuple[float, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, mode], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    held, after = done.stdout.split()
+    return float(held), float(after)
+
+
+def test_a_trim_gives_a_freed_hole_in_the_heap_back_to_the_system() -> None:
+    if not Path("/proc/self/statm").exists() or services.allocator._malloc_trim() is None:
+        pytest.skip("not glibc on Linux: there is no malloc_trim, and trimming does nothing")
+    held, after = rss_after_freeing_a_hole("none")
+    assert after > held - 20, "glibc gave the hole back by itself: the probe no longer shows a hole"
+    held, after = rss_after_freeing_a_hole("trim")
+    assert after < held - 100, f"RSS {held:.0f} MB -> {after:.0f} MB after the trim"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_periodic_trim_runs_once_per_interval_and_never_at_zero() -> None:
+    clock, trims = Clock(), []
+    trim = PeriodicTrim(30, trim=lambda: trims.append(clock.now) or True, clock=clock)
+    for now in (1000, 1029, 1030, 1031, 1059, 1060.5):
+        clock.now = now
+        trim()
+    assert trims == [1030, 1060.5]
+    never = PeriodicTrim(0, trim=lambda: trims.append(-1.0) or True, clock=clock)
+    clock.now += 10_000
+    assert never() is False and trims == [1030, 1060.5]
+    with pytest.raises(ValueError, match="interval_s"):
+        PeriodicTrim(-1)
+
+
+@pytest.mark.parametrize(("interval_s", "expect_trims"), [(0.02, True), (0.0, False)])
+def test_the_embedded_apis_maintenance_loop_trims_on_its_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interval_s: float, expect_trims: bool
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(services.allocator, "trim_free_memory", lambda: trims.append(1) or True)
+    settings = ApiSettings(port=0, sampler_interval_s=0.01, allocator_trim_interval_s=interval_s)
+    spaces = EmbeddedSpaces(offline_config(tmp_path), settings)
+
+    async def maintain_for_a_while() -> None:
+        with anyio.move_on_after(0.5):
+            await spaces.maintain()
+
+    try:
+        anyio.run(maintain_for_a_while)
+    finally:
+        spaces.close()
+    assert (len(trims) >= 3) is expect_trims, trims
