@@ -1,6 +1,7 @@
 """The worker as a process: settings from flags and `MEMORYOS_*` variables, SIGTERM and SIGINT as drain."""
 
 import argparse
+import gc
 import signal
 import threading
 
@@ -29,6 +30,7 @@ def run_worker_process(args: argparse.Namespace) -> None:
         registry.register(WorkerCollector(worker, shared_scheduler(worker.spaces.config)))
         start_http_server(settings.worker_metrics_port, registry=registry)
     worker.spaces.warm_up()
+    gc.freeze()  # the model and runtime live as long as the worker: kept out of full collections' walks
     print(
         f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}",
         flush=True,
