@@ -30,6 +30,18 @@ M_MMAP_THRESHOLD = -3
 """mallopt's parameter number in glibc's <malloc.h>."""
 
 
+@functools.cache
+def _libc_function(name: str, argtypes: tuple[type, ...]) -> Callable[..., int] | None:
+    """glibc's `name` with its argument types, or None where the C library has none (musl, macOS)."""
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes = list(argtypes)
+    function.restype = ctypes.c_int
+    return function
+
+
 def fix_mmap_threshold(threshold_bytes: int) -> bool:
     """Set glibc's mmap threshold (which also stops it from rising); 0 leaves glibc's dynamic default.
 
@@ -37,32 +49,18 @@ def fix_mmap_threshold(threshold_bytes: int) -> bool:
     allocated: it applies to allocations made after it."""
     if threshold_bytes <= 0:
         return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None:
         log.info("allocator: no mallopt here; the mmap threshold is left as it is")
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, threshold_bytes))
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
 
 
 def trim_free_memory() -> bool:
     """Give the free pages of every arena back to the system (glibc's `malloc_trim(0)`, which since 2.8
     releases whole free pages inside a heap, not only at its top). Returns whether any was released; False
     where there is no `malloc_trim` (not glibc)."""
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim", (ctypes.c_size_t,))
     return bool(trim(0)) if trim is not None else False
 
 
@@ -87,9 +85,13 @@ class PeriodicTrim:
         self._clock = clock
         self._last = clock()
 
+    def due(self) -> bool:
+        """Whether the interval has passed since the last trim (or since this was made)."""
+        return bool(self._interval_s) and self._clock() - self._last >= self._interval_s
+
     def __call__(self) -> bool:
-        """Trim if the interval has passed since the last trim (or since this was made); whether it did."""
-        if not self._interval_s or self._clock() - self._last < self._interval_s:
+        """Trim if it is due; whether it did."""
+        if not self.due():
             return False
         started = self._clock()
         self._trim()

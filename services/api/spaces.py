@@ -146,9 +146,10 @@ class EmbeddedSpaces:
         while True:
             try:
                 await to_thread.run_sync(self.sample)
-                await to_thread.run_sync(trim)
             except Exception as error:  # a failed sample must not stop the next ones
                 log.warning("backlog sample failed (%s)", type(error).__name__)
+            if trim.due():  # checked here: a thread only when there is a trim to run
+                await to_thread.run_sync(trim)
             await anyio.sleep(self._settings.sampler_interval_s)
 
     def figures(self) -> SpaceFigures:

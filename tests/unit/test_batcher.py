@@ -322,12 +322,17 @@ def test_pages_of_acknowledged_writes_wait_while_writes_keep_coming(make_batcher
     assert len(embedder.page_calls()) == 1
 
 
-def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBatcher) -> None:
-    embedder = RecordingEmbedder()
-    batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
-    written = FakeSource(["a write the reader needs"])
+def held_write(make_batcher: MakeBatcher, text: str) -> tuple[EmbeddingBatcher, FakeSource]:
+    """A batcher whose writes "keep coming" for a minute, and a write's pages it holds."""
+    batcher = make_batcher(RecordingEmbedder(), yield_s=60, yield_max_s=60)
+    written = FakeSource([text])
     batcher.notify(written, acknowledged=True)
-    assert not written.done.wait(HELD_S), "held before the reader comes"
+    assert not written.done.wait(HELD_S), "not held to begin with"
+    return batcher, written
+
+
+def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBatcher) -> None:
+    batcher, written = held_write(make_batcher, "a write the reader needs")
     with batcher.awaited():
         wait(written.done)
     later = FakeSource(["a write after the reader left"])
@@ -336,11 +341,7 @@ def test_a_reader_waiting_for_vectors_ends_the_wait_at_once(make_batcher: MakeBa
 
 
 def test_requested_texts_are_not_held_behind_writes(make_batcher: MakeBatcher) -> None:
-    embedder = RecordingEmbedder()
-    batcher = make_batcher(embedder, yield_s=60, yield_max_s=60)
-    written = FakeSource(["a write acknowledged just now"])
-    batcher.notify(written, acknowledged=True)
-    assert not written.done.wait(HELD_S), "held before the request comes"
+    batcher, _ = held_write(make_batcher, "a write acknowledged just now")
     edited = ["the user's edited fact"]
     np.testing.assert_allclose(
         batcher.encode_texts(edited).result(HANG_GUARD_S), REFERENCE.encode(edited), atol=1e-6
