@@ -4,8 +4,11 @@
 Planners are coroutines: each `await` hands a request to the process's scheduler — an LLM task (pooled
 with every other space's, at most `llm_max_concurrency` in flight) or texts to embed (into the shared
 batcher's next batch) — and the code after it is the continuation that turns the results into plain ops
-for `MemorySpace.apply`. Calls that do not depend on each other are awaited together: the continuity
-checks of all pages leaving STM, a run's chain summary and topic, a segment's profile and facts.
+for `MemorySpace.apply_ops`. Calls that do not depend on each other are awaited together: the continuity
+checks of all pages leaving STM, a run's chain summary and topic, a segment's profile and facts. The ops
+of one step are applied together, in one transaction: a run's chain links with its filing, an analysed
+slice's profile, facts and mark. One commit (an fsync) per step rather than per op, and a crash leaves
+the step all done or not begun.
 
 An LLM failure leaves the space as it was: the pages stay where they are and the work is retried later
 (the scheduler backs off per space), so an error text can never become memory.
@@ -24,6 +27,7 @@ from memoryos.backoff import Backoff
 from memoryos.errors import LLMError
 from memoryos.llm.base import AsyncMemoryLLM, TopicSummary
 from memoryos.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from memoryos.rebuild import ApplyOps
 from memoryos.space import MemorySpace
 from memoryos.types import Page
 from memoryos.validation import TIMESTAMP_FORMAT, format_unix_timestamp
@@ -50,8 +54,6 @@ def _moment(page: Page) -> datetime:
 
 EmbedTexts = Callable[[list[str]], Awaitable[np.ndarray]]
 """Vectors for texts that are not pages (new facts), from the scheduler's batcher."""
-ApplyOp = Callable[[MemorySpace, AnyOp], Awaitable[list[int]]]
-"""`space.apply(op)` off the event loop (a commit waits for an fsync)."""
 
 
 class Consolidator:
@@ -66,7 +68,7 @@ class Consolidator:
         self,
         llm: AsyncMemoryLLM,
         embed_texts: EmbedTexts,
-        apply: ApplyOp,
+        apply: ApplyOps,
         clock: Callable[[], float] = time.time,
         backoff_max_s: float = 300.0,
     ) -> None:
@@ -170,20 +172,20 @@ class Consolidator:
                 self.llm.summarize_topic(pages),
                 self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages]) if unlinked else _none(),
             )
+            links = []
             for position, page in enumerate(unlinked):
                 first = position == 0 and page is pages[0]
-                await self.apply(
-                    space,
+                links.append(
                     LinkChain(
                         page_id=page.page_id,
                         continues_previous=continues if first else True,
                         chain_summary=summary or "",
                         previous_page_id=last_linked,
                         at=self.clock(),
-                    ),
+                    )
                 )
                 last_linked = page.page_id
-            await self._file(space, pages, topic)
+            await self.apply(space, *links, self._filing(space, pages, topic))  # one commit per run
 
     async def _continues(self, space: MemorySpace, previous: Page | None, page: Page) -> bool:
         if page.chain_id is not None:
@@ -202,19 +204,16 @@ class Consolidator:
             return []
         return space.chain_pages(previous.chain_id)
 
-    async def _file(self, space: MemorySpace, pages: Sequence[Page], topic: TopicSummary) -> None:
-        """File a run under its topic. The topic's vector is the mean of the pages' vectors: it stands for
-        what the pages say rather than for a summary of them, and costs no extra encode."""
+    def _filing(self, space: MemorySpace, pages: Sequence[Page], topic: TopicSummary) -> FileTopic:
+        """The op filing a run under its topic. The topic's vector is the mean of the pages' vectors: it
+        stands for what the pages say rather than for a summary of them, and costs no extra encode."""
         vectors = space.page_vectors([p.page_id for p in pages])
-        await self.apply(
-            space,
-            FileTopic(
-                page_ids=[p.page_id for p in pages],
-                summary=topic.summary,
-                keywords=topic.keywords,
-                vector=policy.unit_mean(vectors),
-                at=self.clock(),
-            ),
+        return FileTopic(
+            page_ids=[p.page_id for p in pages],
+            summary=topic.summary,
+            keywords=topic.keywords,
+            vector=policy.unit_mean(vectors),
+            at=self.clock(),
         )
 
     async def promote(self, space: MemorySpace, segment_ids: Sequence[int]) -> None:
@@ -250,18 +249,16 @@ class Consolidator:
         )
         timestamp = format_unix_timestamp(self.clock())
         sources = [p.page_id for p in pages]
-        await self.apply(
-            space,
-            UpdateProfile(
-                text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
-            ),
-        )
         user, assistant = knowledge.user_facts, knowledge.assistant_facts
         vectors = await self.embed_texts([*user, *assistant]) if user or assistant else None
+        ops: list[AnyOp] = [
+            UpdateProfile(
+                text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
+            )
+        ]
         for kind, texts, start in (("user", user, 0), ("assistant", assistant, len(user))):
             if texts and vectors is not None:  # one embedding request for both kinds
-                await self.apply(
-                    space,
+                ops.append(
                     AddKnowledge(
                         knowledge_kind=kind,
                         texts=texts,
@@ -269,11 +266,10 @@ class Consolidator:
                         timestamp=timestamp,
                         source_page_ids=sources,
                         at=self.clock(),
-                    ),
+                    )
                 )
-        await self.apply(
-            space, MarkAnalyzed(segment_id=segment_id, page_ids=[p.page_id for p in pages], at=self.clock())
-        )
+        ops.append(MarkAnalyzed(segment_id=segment_id, page_ids=sources, at=self.clock()))
+        await self.apply(space, *ops)  # the slice's profile, facts and mark: one commit, all or none
 
 
 async def _none() -> None:

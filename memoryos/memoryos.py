@@ -214,7 +214,7 @@ class Memoryos(MemoryLifecycle):
         """`apply_write` for a run of planned writes, in order, in one transaction (one commit): how a
         service's worker applies the writes of this space it found queued together. Returns each
         write's page ids; all or none are stored."""
-        page_ids = self.space.apply_writes(ops)  # durable now
+        page_ids = self.space.apply_ops(ops)  # durable now
         self._work.pages_written()
         if self.config.ingest_mode == "inline":
             self._work.flush()

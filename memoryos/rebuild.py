@@ -11,6 +11,7 @@ so a delete racing a rewrite is rewritten again by the next pass.
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from memoryos import policy
 from memoryos.llm.base import AsyncMemoryLLM
@@ -23,10 +24,15 @@ log = logging.getLogger(__name__)
 PROFILE_REBUILD_PAGES = 20
 """Pages merged into the profile per LLM call of a rebuild: the size of one promotion's batch."""
 
-Apply = Callable[[MemorySpace, AnyOp], Awaitable[list[int]]]
+
+class ApplyOps(Protocol):
+    """`space.apply_ops(ops)` off the event loop: a commit waits for an fsync. The ops of one call are
+    applied in order in one transaction, all or none — what consolidation's steps want together."""
+
+    def __call__(self, space: MemorySpace, *ops: AnyOp) -> Awaitable[list[list[int]]]: ...
 
 
-async def sweep_expired(space: MemorySpace, apply: Apply, now: float) -> None:
+async def sweep_expired(space: MemorySpace, apply: ApplyOps, now: float) -> None:
     """Erase pages and facts whose expiry has passed (they were already never returned)."""
     with space.lock:
         due = bool(space.store.count_expired(now) or space.store.expired_knowledge_ids(now))
@@ -42,7 +48,7 @@ def next_expiry(space: MemorySpace) -> float | None:
 
 
 async def rewrite_stale(
-    space: MemorySpace, llm: AsyncMemoryLLM, apply: Apply, clock: Callable[[], float]
+    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float]
 ) -> None:
     """Re-summarize every stale chain and segment from the pages left in it. A segment with a page still
     waiting for its new vector (an edit) waits for the next pass: its topic vector is the pages' mean."""
@@ -71,7 +77,7 @@ async def rewrite_stale(
 
 
 async def rebuild_profile(
-    space: MemorySpace, llm: AsyncMemoryLLM, apply: Apply, clock: Callable[[], float]
+    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float]
 ) -> None:
     """When due, the profile again from scratch over every page still analyzed, in promotion-sized
     batches; the op replaces every older version (each may carry a removed page's text)."""

@@ -150,14 +150,15 @@ class MemorySpace:
         missing ("missing"), and its flags — the same detail again for a repeated delivery."""
         return self._apply_together([op])[0]
 
-    def apply_writes(self, writes: Sequence[AddTurns]) -> list[list[int]]:
-        """Apply planned writes in order in one transaction; returns each one's page ids, as `apply`.
+    def apply_ops(self, ops: Sequence[AnyOp]) -> list[list[int]]:
+        """Apply ops in order in one transaction; returns each one's created ids, as `apply`.
 
-        Why: a service's worker finds runs of one space's queued writes, and a commit (an fsync) per
-        write was most of its time per write; a run costs one. All or none are stored (an error in any
-        rolls the run back), and each write is idempotent by its op and write id as on its own, so a
-        caller may apply the run again write by write to find the one that fails."""
-        return [_created_ids(detail) for detail in self._apply_together(writes)]
+        Why: a commit (an fsync) per op was most of the time of a service worker's writes and of
+        consolidation's steps; a run of a space's queued writes, or the links and filing of a run of
+        pages, costs one. All or none are stored (an error in any rolls them all back), and each op is
+        idempotent by its op id (and a write by its write id) as on its own, so a caller may apply them
+        again one by one to find the one that fails."""
+        return [_created_ids(detail) for detail in self._apply_together(ops)]
 
     def _apply_together(self, ops: Sequence[AnyOp]) -> list[dict[str, object]]:
         """Ops in order in one transaction, all or none; each one's op-log detail (an op applied before

@@ -260,7 +260,7 @@ class SpaceWork:
         if visited:
             await self._apply(self.space, RecordVisits(segment_ids=visited, at=at))
 
-    async def _apply(self, space: MemorySpace, op: AnyOp) -> list[int]:
+    async def _apply(self, space: MemorySpace, op: AnyOp) -> list[list[int]]:
         return await _apply_on_store_threads(self._scheduler, space, op)
 
     def run_now(self, step: Callable[[Consolidator], Coroutine[Any, Any, None]]) -> None:
@@ -292,9 +292,10 @@ class SpaceWork:
         self._batcher.discard(self)
 
 
-async def _apply_on_store_threads(scheduler: "Scheduler", space: MemorySpace, op: AnyOp) -> list[int]:
-    """An op's commit waits for an fsync: on the store threads, off the loop."""
-    return await scheduler.in_store_pool(space.apply, op)
+async def _apply_on_store_threads(scheduler: "Scheduler", space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
+    """Ops applied together (one transaction): their commit waits for an fsync, so on the store threads,
+    off the loop."""
+    return await scheduler.in_store_pool(space.apply_ops, ops)
 
 
 async def _embed_in_batches(batcher: "EmbeddingBatcher", texts: list[str]) -> np.ndarray:

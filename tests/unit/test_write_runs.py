@@ -49,7 +49,7 @@ def test_a_run_of_writes_commits_once_and_returns_each_writes_pages(
 ) -> None:
     writes = [AddTurns(turns=[turn(2 * i), turn(2 * i + 1)], write_id=f"w{i}") for i in range(5)]
     opened = count_transactions(space, monkeypatch)
-    created = space.apply_writes(writes)
+    created = space.apply_ops(writes)
     assert len(opened) == 1
     assert created == [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
     assert [p.user_input for p in all_pages(space)] == [turn(n).user_input for n in range(10)]
@@ -58,26 +58,26 @@ def test_a_run_of_writes_commits_once_and_returns_each_writes_pages(
 def test_a_write_repeated_in_a_run_or_after_it_is_stored_once(space: MemorySpace) -> None:
     first = AddTurns(turns=[turn(1)], write_id="w-1")
     retry = AddTurns(turns=[turn(1)], write_id="w-1")  # a client's retry: new op id, same write id
-    created = space.apply_writes([first, AddTurns(turns=[turn(2)], write_id="w-2"), retry, first])
+    created = space.apply_ops([first, AddTurns(turns=[turn(2)], write_id="w-2"), retry, first])
     assert created == [[1], [2], [1], [1]]
-    assert space.apply_writes([retry]) == [[1]]
+    assert space.apply_ops([retry]) == [[1]]
     assert len(all_pages(space)) == 2
 
 
 def test_a_run_with_a_bad_write_stores_none_of_it(space: MemorySpace) -> None:
     """All or none: the worker then applies the run write by write to find the one at fault."""
-    space.apply_writes([AddTurns(turns=[turn(0)], vectors=axis(DIM, 0).reshape(1, -1))])
+    space.apply_ops([AddTurns(turns=[turn(0)], vectors=axis(DIM, 0).reshape(1, -1))])
     good = AddTurns(turns=[turn(1)], vectors=axis(DIM, 1).reshape(1, -1))
     bad = AddTurns(turns=[turn(2)], vectors=np.ones((1, DIM + 1), np.float32))
     with pytest.raises(InvalidInputError, match="vectors"):
-        space.apply_writes([good, bad])
+        space.apply_ops([good, bad])
     assert len(all_pages(space)) == 1 and space.page_index.count() == 1
-    assert space.apply_writes([good]) == [[2]]
+    assert space.apply_ops([good]) == [[2]]
 
 
 def test_vectors_carried_by_a_runs_writes_are_searchable_after_it(space: MemorySpace) -> None:
     writes = [AddTurns(turns=[turn(i)], vectors=axis(DIM, i).reshape(1, -1)) for i in range(3)]
-    assert space.apply_writes(writes) == [[1], [2], [3]]
+    assert space.apply_ops(writes) == [[1], [2], [3]]
     assert space.page_index.count() == 3
     assert top_hit(space, axis(DIM, 2))[0] == 3
 

@@ -1,0 +1,70 @@
+"""Consolidation applies each step's ops together, in one transaction: a run's chain links with its
+filing under a topic, and an analysed slice's profile, facts and mark. A commit per op was an fsync per
+page moved out of short-term memory; a step applied together is also all done or not begun after a crash.
+(Hashed fake embedder, the offline LLM, inline ingest: consolidation runs inside each write.)"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from memoryos import Memoryos
+from memoryos.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from tests.unit.test_facade import make
+
+
+def record_transactions(memory: Memoryos, monkeypatch: pytest.MonkeyPatch) -> list[list[type]]:
+    """A list that gets, per transaction the space applies ops in, the kinds of those ops in order."""
+    transactions: list[list[type]] = []
+    apply_together = memory.space._apply_together
+
+    def recorded(ops: Sequence[AnyOp]) -> list[dict[str, object]]:
+        transactions.append([type(op) for op in ops])
+        return apply_together(ops)
+
+    monkeypatch.setattr(memory.space, "_apply_together", recorded)
+    return transactions
+
+
+def chained_turns(count: int) -> list[dict[str, str]]:
+    """Turns that share content words, so the offline LLM chains them into one run of pages, and that
+    state facts about the user, so their analysis adds facts."""
+    return [
+        {
+            "user_input": f"I work as a data scientist in Oslo and I love tea number {i}.",
+            "agent_response": f"I will remember that you love tea {i}.",
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+def consolidated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[type]]:
+    """The kinds of ops of each transaction while 8 chained turns are written with 2 kept short-term:
+    6 pages move out as one run, and their segment is hot enough to be analysed at once."""
+    with make(tmp_path, short_term_capacity=2) as memory:
+        transactions = record_transactions(memory, monkeypatch)
+        memory.add_memories(chained_turns(8))
+        memory.flush()
+        pages = memory.space.pages(list(range(1, 7)))
+        assert all(p.chain_id is not None and p.segment_id is not None for p in pages)
+        assert memory.space.profile()
+    return transactions
+
+
+def test_a_runs_chain_links_and_its_filing_commit_together(consolidated: list[list[type]]) -> None:
+    moved = [kinds for kinds in consolidated if LinkChain in kinds or FileTopic in kinds]
+    assert moved, "nothing left short-term memory"
+    for kinds in moved:
+        assert kinds[-1] is FileTopic and set(kinds[:-1]) == {LinkChain}
+    assert sum(kinds.count(LinkChain) for kinds in moved) == 6  # every page beyond the two kept
+    assert len(moved) < 6  # runs of several pages, one commit each
+
+
+def test_an_analysed_slices_profile_facts_and_mark_commit_together(consolidated: list[list[type]]) -> None:
+    analysed = [kinds for kinds in consolidated if UpdateProfile in kinds or MarkAnalyzed in kinds]
+    assert analysed, "no segment was analysed"
+    for kinds in analysed:
+        assert kinds[0] is UpdateProfile and kinds[-1] is MarkAnalyzed
+        assert set(kinds[1:-1]) <= {AddKnowledge}
+    assert any(AddKnowledge in kinds for kinds in analysed)  # the facts went in with their mark
