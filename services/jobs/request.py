@@ -7,6 +7,11 @@ the job (through rq's retries) and prints the owner's report, or fails with the 
 queues one reindex per space the queue knows (every tenant's), as the expiry sweep walks them.
 `export` and `import` always wait: export then writes the bundle from Redis to `--out`, import prints
 the owner's report.
+
+A job nobody can take is not waited for forever: while it is queued and no rq worker listens on its
+queue for `NO_RQ_WORKER_GRACE_S`, the command stops with exit status 4 and says how to start one. An
+export or import job is canceled then (its bundle would have no reader, its upload expires); a reindex
+job stays queued and runs when a worker starts.
 """
 
 import argparse
@@ -14,6 +19,7 @@ import time
 from pathlib import Path
 
 import redis
+from rq import Queue, Worker
 from rq.job import Job, JobStatus
 
 from memoryos.bundle_read import BundleReader
@@ -22,6 +28,7 @@ from memoryos.cli_output import print_json
 from memoryos.cli_session import config_of
 from memoryos.errors import InvalidInputError, MemoryOSError
 from memoryos.space_pool import SpaceKey
+from memoryos.storage.space_lock import SpaceBusyError
 from services.cli_remote import RemoteSpaceNotFoundError
 from services.jobs.bundles import enqueue_export, enqueue_import
 from services.jobs.tasks import QUEUE_NAME, enqueue_reindex
@@ -33,6 +40,16 @@ from services.queue.settings import QueueSettings, redacted_url
 
 POLL_S = 0.5
 ENDED = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+NO_RQ_WORKER_GRACE_S = 30.0
+"""How long a queued job may have no rq worker on its queue before the command gives up on it: long
+enough for a worker's restart or a rollout, short enough that a deployment without one is told so."""
+
+
+class NoJobWorkerError(SpaceBusyError):
+    """The job stayed queued with no rq worker listening on its queue (exit status 4: unavailable)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Path(), message)
 
 
 def _space(args: argparse.Namespace) -> SpaceKey:
@@ -53,7 +70,7 @@ def request_reindex(args: argparse.Namespace) -> None:
         if not args.wait:
             print_json({"job_id": job.id, "queue": QUEUE_NAME, "space": space_name(key), "model": args.model})
             return
-        print_json({"space": space_name(key), **_outcome(job)})
+        print_json({"space": space_name(key), **_outcome(job, cancel_unserved=False)})
     finally:
         client.close()
 
@@ -72,7 +89,7 @@ def _reindex_all(client: redis.Redis, settings: QueueSettings, args: argparse.Na
     failures: list[MemoryOSError] = []
     for name, job in jobs:
         try:
-            outcomes.append({"space": name, **_outcome(job)})
+            outcomes.append({"space": name, **_outcome(job, cancel_unserved=False)})
         except MemoryOSError as failed:
             failures.append(failed)
             outcomes.append({"space": name, "job_id": job.id, "error": str(failed)})
@@ -88,7 +105,7 @@ def request_export(args: argparse.Namespace) -> None:
     client = connect(settings)
     try:
         job = enqueue_export(client, settings, _space(args))
-        transfer_id = str(_outcome(job)["transfer_id"])
+        transfer_id = str(_outcome(job, cancel_unserved=True)["transfer_id"])
         out = Path(args.out)
         download(client, keys, transfer_id, out)  # deleted from Redis once written: this was our job
     finally:
@@ -105,7 +122,7 @@ def request_import(args: argparse.Namespace, bundle: Path) -> None:
     try:
         job = enqueue_import(client, settings, _space(args), bundle)
         try:
-            print_json(_outcome(job))
+            print_json(_outcome(job, cancel_unserved=True))
         except BaseException:
             transfer_id = job.args[1] if len(job.args) > 1 else ""
             discard(client, Keys(settings.redis_namespace), str(transfer_id))  # interrupted: not left behind
@@ -114,11 +131,24 @@ def request_import(args: argparse.Namespace, bundle: Path) -> None:
         client.close()
 
 
-def _outcome(job: Job) -> dict[str, object]:
+def _outcome(job: Job, *, cancel_unserved: bool) -> dict[str, object]:
     """The finished job's report; once rq gave up on it, the job's error as the engine's error (a space
     that does not exist exits 3, a refusal 2). Polled: `Job.latest_result(timeout=)` blocks in one Redis
-    command, past the client's socket timeout."""
+    command, past the client's socket timeout. `NoJobWorkerError` when the job stays queued with no rq
+    worker on its queue (`_unserved_for`); with `cancel_unserved` the job is canceled first."""
+    unserved_since: float | None = None
     while (status := job.get_status(refresh=True)) not in ENDED:
+        unserved_since = _unserved_since(job, status, unserved_since)
+        if unserved_since is not None and time.monotonic() - unserved_since > NO_RQ_WORKER_GRACE_S:
+            if cancel_unserved:
+                job.cancel()
+            fate = "canceled" if cancel_unserved else "left queued: it runs when a worker starts"
+            raise NoJobWorkerError(
+                f"no rq worker took {job.meta.get('kind', 'the')} job {job.id} in {NO_RQ_WORKER_GRACE_S:g} s: "
+                f"none listens on queue {job.origin!r}; start one (`rq worker --url $MEMORYOS_REDIS_URL "
+                f"{job.origin}`; the compose service rq-worker, or the Kubernetes deployment memoryos-rq-worker); "
+                f"the job was {fate}"
+            )
         time.sleep(POLL_S)
     result = job.latest_result()
     if status == JobStatus.FINISHED and result is not None:
@@ -137,3 +167,11 @@ def _outcome(job: Job) -> dict[str, object]:
     raise MemoryOSError(
         f"{kind} job {job.id} {JobStatus(status).value}: {reason[0] if reason else 'no reason recorded'}"
     )
+
+
+def _unserved_since(job: Job, status: JobStatus, since: float | None) -> float | None:
+    """Since when the job has waited in its queue with no rq worker listening on it; None while it is
+    taken, or some worker could take it."""
+    if status != JobStatus.QUEUED or Worker.count(queue=Queue(job.origin, connection=job.connection)):
+        return None
+    return since if since is not None else time.monotonic()

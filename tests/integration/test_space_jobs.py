@@ -339,3 +339,27 @@ def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
         assert rq_queue.count == 0  # refused before anything was queued
     finally:
         worker.stop()
+
+
+def test_a_job_no_rq_worker_takes_ends_the_command_with_how_to_start_one(
+    queue: QueueSettings,
+    rq_queue: Queue,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No rq worker on the queue: the command stops after the grace period (exit 4) instead of waiting
+    forever. An export's job is canceled (its bundle would have no reader); a reindex's stays queued."""
+    monkeypatch.setattr("services.jobs.request.NO_RQ_WORKER_GRACE_S", 1.0)
+    out = tmp_path / "never.bundle"
+    assert main(["export", "--redis-url", queue.redis_url, "--user", "rui", "--out", str(out)]) == 4
+    error = capsys.readouterr().err
+    assert (
+        "no rq worker took export job" in error and f"queue {QUEUE_NAME!r}" in error and "canceled" in error
+    )
+    assert rq_queue.count == 0 and not out.exists()
+    assert len(rq_queue.canceled_job_registry) == 1
+
+    assert main(["reindex", "--redis-url", queue.redis_url, "--user", "rui", "--model", MODEL, "--wait"]) == 4
+    assert "runs when a worker starts" in capsys.readouterr().err
+    assert rq_queue.count == 1  # still queued: a worker started later reindexes the space
