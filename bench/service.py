@@ -244,8 +244,10 @@ def ingest(
     rate = users * turns / elapsed
     # Measured again after the ingest: on a shared machine the model's own rate drifts by tens of percent
     # between minutes, so the share is taken against the mean of the two measurements around it.
-    raw_after = None if raw_before is None else raw_encode_rate(config, page_texts(fill), "again")
-    raw = None if raw_before is None or raw_after is None else (raw_before + raw_after) / 2
+    raw_rates = (
+        None if raw_before is None else (raw_before, raw_encode_rate(config, page_texts(fill), "again"))
+    )
+    raw = None if raw_rates is None else sum(raw_rates) / 2
     return {
         "users": users,
         "turns_per_user": turns,
@@ -255,9 +257,7 @@ def ingest(
         "worker": "own process" if own_process else "thread of the bench",
         "embedder": "hash (instant)" if instant else config.embedding_model_name,
         "raw_encode_texts_per_s": None if raw is None else round(raw, 1),
-        "raw_encode_before_after": None
-        if raw is None
-        else [round(raw_before or 0, 1), round(raw_after or 0, 1)],
+        "raw_encode_before_after": None if raw_rates is None else [round(r, 1) for r in raw_rates],
         "share_of_raw_encode": None if raw is None else round(rate / raw, 3),
         "mean_batch_size": round(batches.mean_batch_size, 1),
         "batches": batches.batches,

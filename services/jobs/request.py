@@ -17,6 +17,7 @@ job stays queued and runs when a worker starts.
 import argparse
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import redis
 from rq import Queue, Worker
@@ -135,20 +136,13 @@ def _outcome(job: Job, *, cancel_unserved: bool) -> dict[str, object]:
     """The finished job's report; once rq gave up on it, the job's error as the engine's error (a space
     that does not exist exits 3, a refusal 2). Polled: `Job.latest_result(timeout=)` blocks in one Redis
     command, past the client's socket timeout. `NoJobWorkerError` when the job stays queued with no rq
-    worker on its queue (`_unserved_for`); with `cancel_unserved` the job is canceled first."""
+    worker on its queue (`_unserved_since`); with `cancel_unserved` the job is canceled first."""
+    queue = Queue(job.origin, connection=job.connection)
     unserved_since: float | None = None
     while (status := job.get_status(refresh=True)) not in ENDED:
-        unserved_since = _unserved_since(job, status, unserved_since)
+        unserved_since = _unserved_since(queue, status, unserved_since)
         if unserved_since is not None and time.monotonic() - unserved_since > NO_RQ_WORKER_GRACE_S:
-            if cancel_unserved:
-                job.cancel()
-            fate = "canceled" if cancel_unserved else "left queued: it runs when a worker starts"
-            raise NoJobWorkerError(
-                f"no rq worker took {job.meta.get('kind', 'the')} job {job.id} in {NO_RQ_WORKER_GRACE_S:g} s: "
-                f"none listens on queue {job.origin!r}; start one (`rq worker --url $MEMORYOS_REDIS_URL "
-                f"{job.origin}`; the compose service rq-worker, or the Kubernetes deployment memoryos-rq-worker); "
-                f"the job was {fate}"
-            )
+            _give_up_unserved(job, cancel=cancel_unserved)
         time.sleep(POLL_S)
     result = job.latest_result()
     if status == JobStatus.FINISHED and result is not None:
@@ -169,9 +163,22 @@ def _outcome(job: Job, *, cancel_unserved: bool) -> dict[str, object]:
     )
 
 
-def _unserved_since(job: Job, status: JobStatus, since: float | None) -> float | None:
-    """Since when the job has waited in its queue with no rq worker listening on it; None while it is
+def _unserved_since(queue: Queue, status: JobStatus, since: float | None) -> float | None:
+    """Since when the job has waited in `queue` with no rq worker listening on it; None while it is
     taken, or some worker could take it."""
-    if status != JobStatus.QUEUED or Worker.count(queue=Queue(job.origin, connection=job.connection)):
+    if status != JobStatus.QUEUED or Worker.count(queue=queue):
         return None
     return since if since is not None else time.monotonic()
+
+
+def _give_up_unserved(job: Job, *, cancel: bool) -> NoReturn:
+    """Raise `NoJobWorkerError` for a job no rq worker took, canceling it first when `cancel`."""
+    if cancel:
+        job.cancel()
+    fate = "canceled" if cancel else "left queued: it runs when a worker starts"
+    raise NoJobWorkerError(
+        f"no rq worker took {job.meta.get('kind', 'the')} job {job.id} in {NO_RQ_WORKER_GRACE_S:g} s: "
+        f"none listens on queue {job.origin!r}; start one (`rq worker --url $MEMORYOS_REDIS_URL "
+        f"{job.origin}`; the compose service rq-worker, or the Kubernetes deployment memoryos-rq-worker); "
+        f"the job was {fate}"
+    )
