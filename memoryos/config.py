@@ -133,6 +133,13 @@ class MemoryConfig(BaseSettings):
     embedding_batch_size: int = Field(
         64, gt=0, description="Texts per embedding batch, pooled across every open space of the process."
     )
+    embedding_cpu_run_size: int = Field(
+        8,
+        gt=0,
+        description="On CPU, texts per model run: a batch is cut into runs of this many, longest first, each "
+        "padded to its own longest. A run of 64 pads every text to the longest of 64 and encoded half as "
+        "fast on 2 cores (docs/engine.md). On a GPU a run is the whole batch.",
+    )
     embedding_max_batch_tokens: int = Field(
         16384,
         gt=0,

@@ -24,6 +24,7 @@ from memoryos.embedding.cache import EmbeddingCache
 from memoryos.embedding.device import (
     choose_torch_threads,
     cpu_without_torch,
+    run_size,
     select_device,
     use_fp16,
     use_onnx_queries,
@@ -102,6 +103,7 @@ class SentenceTransformerEmbedder:
         self._model_kwargs: dict[str, Any] = dict(config.embedding_model_kwargs)
         self._requested_device = config.embedding_device
         self._batch_size = config.embedding_batch_size
+        self._cpu_run_size = config.embedding_cpu_run_size
         self._torch_threads = config.torch_threads
         self._runtime = config.embedding_runtime
         self._model_cache_dir = config.model_cache_dir
@@ -171,7 +173,9 @@ class SentenceTransformerEmbedder:
     def _encode_with_model(self, texts: list[str], is_query: bool) -> np.ndarray:
         torch_free = self._ready()
         if torch_free is not None:
-            vectors, truncated = torch_free.encode(texts, is_query=is_query, batch_size=self._batch_size)
+            vectors, truncated = torch_free.encode(
+                texts, is_query=is_query, batch_size=run_size("cpu", self._batch_size, self._cpu_run_size)
+            )
             if truncated:
                 self._log_truncated(truncated, len(texts), torch_free.manifest.max_seq_length)
             return _normalize_rows(vectors)
@@ -192,7 +196,7 @@ class SentenceTransformerEmbedder:
                 vectors = model.encode(
                     texts,
                     prompt_name="query" if prompt else None,
-                    batch_size=self._batch_size,
+                    batch_size=run_size(str(model.device), self._batch_size, self._cpu_run_size),
                     show_progress_bar=False,
                     convert_to_numpy=True,
                 )

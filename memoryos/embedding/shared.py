@@ -22,6 +22,7 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_model_kwargs",
         "embedding_device",
         "embedding_batch_size",
+        "embedding_cpu_run_size",
         "embedding_cache_size",
         "embedding_runtime",
         "model_cache_dir",

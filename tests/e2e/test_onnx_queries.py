@@ -41,7 +41,7 @@ PAGES = [
 
 
 def embedder(
-    cache_dir: Path, runtime: str = "auto", model: str = "all-MiniLM-L6-v2"
+    cache_dir: Path, runtime: str = "auto", model: str = "all-MiniLM-L6-v2", cpu_run_size: int = 8
 ) -> SentenceTransformerEmbedder:
     config = MemoryConfig(
         embedding_model_name=model,
@@ -49,6 +49,7 @@ def embedder(
         embedding_cache_size=0,
         embedding_runtime=runtime,
         model_cache_dir=cache_dir,
+        embedding_cpu_run_size=cpu_run_size,
     )
     return SentenceTransformerEmbedder(config)
 
@@ -120,6 +121,31 @@ def test_torch_free_pages_and_queries_equal_pytorchs(cache_dir, torch_embedder, 
     np.testing.assert_allclose(torch_free.encode(QUERIES, is_query=True), torch_vectors, atol=1e-5)
     one_at_a_time = np.stack([torch_free.encode([page])[0] for page in PAGES])  # other padding
     np.testing.assert_allclose(one_at_a_time, pages, atol=1e-5)
+
+
+def test_on_the_cpu_a_batch_runs_in_runs_of_the_cpu_run_size(cache_dir, torch_embedder, monkeypatch):
+    pages = [f"{PAGES[i % len(PAGES)]} ({i})" for i in range(20)]
+    embedder(cache_dir).encode(QUERIES[:1], is_query=True)  # the export and its manifest, if not yet there
+    torch_free = decided(embedder(cache_dir, cpu_run_size=3))
+    assert torch_free._torch_free is not None
+    session = torch_free._torch_free._session
+    rows: list[int] = []
+    run = session.run
+    monkeypatch.setattr(
+        session, "run", lambda names, feeds: rows.append(len(feeds["input_ids"])) or run(names, feeds)
+    )
+    np.testing.assert_allclose(torch_free.encode(pages), torch_embedder.encode(pages), atol=1e-5)
+    assert rows == [3] * 6 + [2], "20 texts in runs of 3, each padded to its own longest"
+
+    with_torch = decided(embedder(cache_dir, "torch", cpu_run_size=3))
+    model = with_torch._loaded_model()
+    asked: list[int] = []
+    encode = model.encode
+    monkeypatch.setattr(
+        model, "encode", lambda texts, **kw: asked.append(kw["batch_size"]) or encode(texts, **kw)
+    )
+    with_torch.encode(pages)
+    assert asked == [3]
 
 
 def test_a_second_process_embeds_without_importing_torch(cache_dir, torch_embedder):

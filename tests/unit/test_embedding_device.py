@@ -8,6 +8,7 @@ import pytest
 from memoryos.embedding.device import (
     MAX_AUTO_TORCH_THREADS,
     choose_torch_threads,
+    run_size,
     select_device,
     use_fp16,
     use_onnx_queries,
@@ -85,3 +86,12 @@ def test_use_onnx_queries(requested, device, importable, fp16, expected):
 def test_onnx_requested_where_it_cannot_run_names_the_setting(device, importable):
     with pytest.raises(ValueError, match="embedding_runtime"):
         use_onnx_queries("onnx", device, importable, fp16=device == "cuda")
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [("cpu", 8), ("cuda", 64), ("cuda:1", 64), ("mps", 64)],
+)
+def test_only_the_cpu_cuts_a_batch_into_short_runs(device, expected):
+    assert run_size(device, batch_size=64, cpu_run_size=8) == expected
+    assert run_size("cpu", batch_size=4, cpu_run_size=8) == 4  # never more than the batch
