@@ -20,6 +20,7 @@ from memoryos.eval.locomo import (
     find_locomo_raw,
     load_conversations,
 )
+from memoryos.types import exchange_text
 
 _COPY_SUFFIX = re.compile(r" \(#(\d+)\)")
 
@@ -51,6 +52,11 @@ def exchanges(count: int, conversations: Sequence[LocomoConversation]) -> list[d
             }
         )
     return turns
+
+
+def page_texts(turns: Sequence[dict[str, str]]) -> list[str]:
+    """The texts the engine embeds for these exchanges (`exchange_text`): what a worker's batches hold."""
+    return [exchange_text(turn["user_input"], turn["agent_response"]) for turn in turns]
 
 
 COPY_NOISE = 0.015

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.corpus import dev_conversations, exchanges
+from bench.corpus import dev_conversations, exchanges, page_texts
 from bench.output import emit
-from bench.service import page_texts
 from memoryos.config import MemoryConfig
 from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 

@@ -34,7 +34,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.api import free_port
-from bench.corpus import dev_conversations, exchanges
+from bench.corpus import dev_conversations, exchanges, page_texts
 from bench.faults import start_worker_process, worker_env
 from bench.gpu_embedding import count_tokens
 from bench.gpu_models import load_named_model, parse_model_spec
@@ -78,10 +78,6 @@ def raw_encode_rate(config: MemoryConfig, texts: list[str], tag: str = "raw") ->
     for start in range(0, len(texts), size):
         embedder.encode([f"{tag} {t}" for t in texts[start : start + size]])  # uncached copies
     return len(texts) / (time.perf_counter() - started)
-
-
-def page_texts(fill: list[dict[str, str]]) -> list[str]:
-    return [f"User: {t['user_input']} Assistant: {t['agent_response']}" for t in fill]
 
 
 def raw_model_rows(location: str, device: str, texts: list[str], engine_batch: int) -> list[dict[str, Any]]:
@@ -217,7 +213,8 @@ def ingest(
     alone (Redis, the engine's transactions, the scheduler), with no model time. `own_process`: the
     worker runs as its own process rather than a thread of this one."""
     fill = exchanges(users * turns, dev_conversations())
-    raw_before = None if instant else raw_encode_rate(config, page_texts(fill))
+    texts = page_texts(fill)
+    raw_before = None if instant else raw_encode_rate(config, texts)
     client = connect(settings)
     keys = [SpaceKey("bench", f"user{u}", "helper") for u in range(users)]
     running = (
@@ -249,9 +246,7 @@ def ingest(
     rate = users * turns / elapsed
     # Measured again after the ingest: on a shared machine the model's own rate drifts by tens of percent
     # between minutes, so the share is taken against the mean of the two measurements around it.
-    raw_rates = (
-        None if raw_before is None else (raw_before, raw_encode_rate(config, page_texts(fill), "again"))
-    )
+    raw_rates = None if raw_before is None else (raw_before, raw_encode_rate(config, texts, "again"))
     raw = None if raw_rates is None else sum(raw_rates) / 2
     return {
         "users": users,
