@@ -214,6 +214,7 @@ def test_space_dir_checks_every_component_even_of_an_unvalidated_config(
         "knowledge_top_k",
         "max_text_chars",
         "embedding_batch_size",
+        "embedding_cpu_run_size",
         "torch_threads",
         "mid_term_heat_threshold",
     ],
@@ -222,6 +223,12 @@ def test_space_dir_checks_every_component_even_of_an_unvalidated_config(
 def test_a_bool_is_not_taken_for_a_number(field: str, flag: bool) -> None:
     with pytest.raises(ValueError, match=rf"{field}: must be a number, not a bool"):
         MemoryConfig(**{field: flag})
+
+
+@pytest.mark.parametrize("value", [0, -8])
+def test_a_cpu_run_size_below_one_is_refused_naming_the_field(value: int) -> None:
+    with pytest.raises(ValueError, match="embedding_cpu_run_size"):
+        MemoryConfig(embedding_cpu_run_size=value)
 
 
 def test_numbers_from_the_environment_are_still_read(monkeypatch: pytest.MonkeyPatch) -> None:
