@@ -59,6 +59,14 @@ class Keys:
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
 
+    def held(self, space: str) -> str:
+        """A space's writes held until its reindex, oldest first (`services/worker/held.py`)."""
+        return f"{self.namespace}:held:{space}"
+
+    def held_spaces(self, shard: int) -> str:
+        """The spaces of a shard that have writes held: every later write of theirs goes behind."""
+        return f"{self.namespace}:held-spaces:{shard}"
+
     def spaces(self) -> str:
         """The set of spaces written to through the queue: what maintenance jobs walk."""
         return f"{self.namespace}:spaces"

@@ -69,13 +69,18 @@ class WriteQueue:
         ]
 
     def purge(self, key: SpaceKey) -> int:
-        """Delete the space's entries still in its shard's stream, and its dead letters (a forget: its
-        text must not stay in Redis either); returns how many stream entries. Other spaces' are left
-        alone."""
+        """Delete the space's entries still in its shard's stream, its writes held for a reindex and its
+        dead letters (a forget: its text must not stay in Redis either); returns how many stream
+        entries. Other spaces' are left alone."""
         purge_dead_letters(self.client, self.keys, key)
-        stream = self.keys.writes(self.shard(key))
+        shard = self.shard(key)
+        stream = self.keys.writes(shard)
         name = space_name(key).encode()
-        self.client.srem(self.keys.spaces(), name)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.srem(self.keys.spaces(), name)
+        pipe.delete(self.keys.held(space_name(key)))
+        pipe.srem(self.keys.held_spaces(shard), name)
+        pipe.execute()
         purged, start = 0, "-"
         while True:
             entries = streams.entries(self.client, stream, after=start, count=PURGE_SCAN)

@@ -7,6 +7,8 @@ the space's store), so a worker killed at any instant loses nothing; the engine'
 op and write id, so the entry delivered again changes nothing. A transient failure stops the shard's
 batch (later writes of the space must not overtake it) until the next poll; an entry that fails
 `max_deliveries` times, or can never apply (malformed), goes to the dead-letter list so its shard moves on.
+An entry of a space still stored on another embedding model waits aside for its reindex (`held.py`), with
+every later write of its space behind it.
 Applied entries are acknowledged in groups (`ACK_EVERY_S`): still only after they applied.
 
 A shard's batch is applied space by space: consecutive writes of one space (up to `write_run`) go to the
@@ -28,18 +30,20 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Literal
 
 import redis
 from pydantic import ValidationError
 
-from memoryos.errors import InvalidInputError
-from memoryos.ops import AddTurns, AnyOp, op_from_json
+from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key
 from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
+from services.worker.held import HeldWrites
+from services.worker.runs import Delivered, space_runs
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +67,9 @@ def reason_of(error: Exception) -> str:
     return str(error)
 
 
-@dataclass(frozen=True)
-class Delivered:
-    """A stream entry read for applying: its id, its raw fields (a dead letter keeps them) and its op."""
-
-    entry_id: bytes
-    fields: dict[bytes, bytes]
-    space: SpaceKey
-    op: AnyOp
-
-
-def space_runs(entries: list[Delivered], longest: int) -> list[list[Delivered]]:
-    """The entries as runs to apply: each space's entries in the order accepted, its consecutive writes
-    together (up to `longest`) and every other op alone; spaces in the order they first appear."""
-    by_space: dict[SpaceKey, list[list[Delivered]]] = {}
-    for entry in entries:
-        runs = by_space.setdefault(entry.space, [])
-        writes = isinstance(entry.op, AddTurns)
-        if runs and writes and isinstance(runs[-1][-1].op, AddTurns) and len(runs[-1]) < longest:
-            runs[-1].append(entry)
-        else:
-            runs.append([entry])
-    return [run for runs in by_space.values() for run in runs]
+Outcome = Literal["applied", "retry", "held"] | str
+"""What applying one entry came to: applied (to acknowledge), retry (at the next poll; later writes of
+its space wait), held (its space is on another model: `held.py`), or else the reason to dead-letter it."""
 
 
 class ShardConsumer:
@@ -102,6 +87,7 @@ class ShardConsumer:
         self.settings = settings
         self.worker_id = worker_id
         self.keys = Keys(settings.redis_namespace)
+        self.held = HeldWrites(client, self.keys)
         self._apply = apply
         self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
@@ -111,19 +97,22 @@ class ShardConsumer:
 
     def take_over(self, shard: int) -> None:
         """Make the shard's stream readable here, and claim what a previous owner left unacknowledged
-        (the lease says it is gone): those entries come first in this worker's pending list."""
+        (the lease says it is gone): those entries come first in this worker's pending list. The shard's
+        held spaces are loaded before any entry is read, so none of their writes overtakes them."""
         stream = self.keys.writes(shard)
         try:
             self.client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
         except redis.ResponseError as error:
             if "BUSYGROUP" not in str(error):
                 raise
+        self.held.take_over(shard)
         streams.claim_all(self.client, stream, CONSUMER_GROUP, self.worker_id)
 
     def poll(self, shards: list[int], block_ms: int) -> int:
         """Apply what is waiting in `shards` (blocking up to `block_ms` for new writes when none is
-        pending); returns how many entries were applied or dead-lettered."""
-        done = 0
+        pending), held writes whose space may be reindexed first; returns how many entries were applied,
+        held or dead-lettered."""
+        done = self._release_held(shards)
         idle: list[int] = []
         for shard in shards:
             pending = self._read(shard, "0")
@@ -178,21 +167,68 @@ class ShardConsumer:
                     continue
                 if not self._still_owned(shard):
                     return done  # the lease lapsed mid-round: the rest is the new owner's to claim
+                if self._holds(shard, run[0]):
+                    self.held.hold(shard, stream, run)  # behind the space's held writes
+                    done += len(run)
+                    continue
                 if len(run) > 1 and self._applies_whole(run):
                     acks.add([entry.entry_id for entry in run])
                     done += len(run)
                     continue
                 for entry in run:
-                    outcome = self._handle(shard, stream, entry)
+                    outcome = "held" if self._holds(shard, entry) else self._attempt(shard, entry)
                     if outcome == "retry":
                         waiting.add(entry.space)  # later writes of the space wait: order within a space
                         break
                     if outcome == "applied":
                         acks.add([entry.entry_id])
+                        if isinstance(entry.op, ForgetSpace):
+                            self.held.forget(shard, entry.space)
+                    elif outcome == "held":
+                        self.held.hold(shard, stream, [entry])
+                    else:
+                        self._dead_letter(stream, entry.entry_id, entry.fields, outcome)
                     done += 1
             return done
         finally:
             acks.flush()
+
+    def _holds(self, shard: int, entry: Delivered) -> bool:
+        """Whether the entry goes behind its space's held writes: a forget does not (it erases them)."""
+        return self.held.holds(shard, entry.space) and not isinstance(entry.op, ForgetSpace)
+
+    def _release_held(self, shards: list[int]) -> int:
+        """Apply the held writes of the spaces due to be tried (`HeldWrites.due`); returns how many."""
+        return sum(
+            self._release(shard, key) for shard, key in self.held.due(shards) if self._still_owned(shard)
+        )
+
+    def _release(self, shard: int, key: SpaceKey) -> int:
+        """Apply the space's oldest held writes, up to `batch_entries`, in order: none if the space is
+        still on another model. A space with writes left (more than a batch, or one to retry) is tried
+        again at the next poll; one with none left stops being held."""
+        done = 0
+        for run in space_runs(self.held.oldest(key, self.settings.batch_entries), self.settings.write_run):
+            if len(run) > 1 and self._applies_whole(run):
+                self.held.released(shard, key, len(run))
+                done += len(run)
+                continue
+            for entry in run:
+                outcome = self._attempt(shard, entry)
+                if outcome == "held":
+                    return done  # not reindexed yet: tried again at its next reindex, takeover or sweep
+                if outcome == "retry":
+                    self.held.ask_release(key)
+                    return done
+                if outcome == "applied":
+                    self.held.released(shard, key, 1)
+                else:
+                    stream = self.keys.writes(shard)
+                    self._dead_letter(stream, entry.entry_id, entry.fields, outcome, held=True)
+                done += 1
+        if not self.held.released(shard, key, 0):
+            self.held.ask_release(key)  # more than a batch was held: the next poll goes on
+        return done
 
     def _applies_whole(self, run: list[Delivered]) -> bool:
         """Apply a run of one space's writes in one call; False when it failed (nothing of it stored),
@@ -204,14 +240,15 @@ class ShardConsumer:
             return False
         return True
 
-    def _handle(self, shard: int, stream: str, entry: Delivered) -> str:
-        """Apply one entry: "applied" (to acknowledge), "settled" (dead-lettered here) or "retry"."""
+    def _attempt(self, shard: int, entry: Delivered) -> Outcome:
+        """Apply one entry; what came of it (`Outcome`). Refused input is dead-lettered at once, any other
+        failure after `max_deliveries` tries, and a space on another model is held, never failed."""
         try:
             self._apply(entry.space, [entry.op])
+        except EmbeddingModelMismatchError:
+            return "held"
         except (InvalidInputError, ValidationError) as error:
-            reason = f"{type(error).__name__}: {reason_of(error)}"
-            self._dead_letter(stream, entry.entry_id, entry.fields, reason)
-            return "settled"
+            return f"{type(error).__name__}: {reason_of(error)}"
         except Exception as error:
             failures = self._failures.get(entry.entry_id, 0) + 1
             self._failures[entry.entry_id] = failures
@@ -221,8 +258,7 @@ class ShardConsumer:
                     extra={"shard": shard, "entry": entry.entry_id.decode(), "error": type(error).__name__},
                 )
                 return "retry"
-            self._dead_letter(stream, entry.entry_id, entry.fields, f"{type(error).__name__}: {error}")
-            return "settled"
+            return f"{type(error).__name__}: {error}"
         return "applied"
 
     def _acknowledge(self, stream: str, entry_ids: list[bytes]) -> None:
@@ -235,8 +271,11 @@ class ShardConsumer:
         for entry_id in entry_ids:
             self._failures.pop(entry_id, None)
 
-    def _dead_letter(self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], reason: str) -> None:
-        """Keep the entry aside, visible through the API and a metric, and let the shard move on."""
+    def _dead_letter(
+        self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], reason: str, held: bool = False
+    ) -> None:
+        """Keep the entry aside, visible through the API and a metric, and let the shard (or the held
+        space: the oldest of its held writes) move on."""
         record = {
             "entry": entry_id.decode(),
             "stream": stream,
@@ -246,8 +285,11 @@ class ShardConsumer:
         }
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(self.keys.dead_letters(), json.dumps(record))
-        pipe.xack(stream, CONSUMER_GROUP, entry_id)
-        pipe.xdel(stream, entry_id)
+        if held:
+            self.held.drop_oldest(pipe, space_key(record["space"]))
+        else:
+            pipe.xack(stream, CONSUMER_GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
         pipe.execute()
         self._failures.pop(entry_id, None)
         self.dead_letters += 1

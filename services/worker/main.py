@@ -18,7 +18,8 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.ops import AddTurns, AnyOp
+from memoryos.errors import EmbeddingModelMismatchError
+from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.allocator import PeriodicTrim
 from services.queue.connection import connect
@@ -53,7 +54,9 @@ class Worker:
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
-        self._reads = ReadServer(connect(settings), settings, self.spaces, self.serving)
+        self._reads = ReadServer(
+            connect(settings), settings, self.spaces, self.serving, self.consumer.held.ask_release
+        )
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
         self.trusted_s = settings.lease_ttl_s - self.period_s
         """How long the leases are trusted after the last renewal round was *sent*: Redis extended them
@@ -69,6 +72,8 @@ class Worker:
         return sum(int(n) for n in pipe.execute())
 
     def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
+        if len(ops) == 1 and isinstance(ops[0], ForgetSpace):
+            return self._forget(key, ops[0])
         # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
         # renewed while this write waits for it, or they would lapse and let a second worker in.
         with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
@@ -76,6 +81,15 @@ class Worker:
             if len(writes) == len(ops):
                 return memory.apply_writes(writes)  # one commit for the run
             return [memory.apply_queued(op) for op in ops]
+
+    def _forget(self, key: SpaceKey, op: ForgetSpace) -> object:
+        """Erase the space; one still on another embedding model (its writes held until a reindex) is
+        erased without being opened, since this worker cannot open it."""
+        try:
+            with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
+                return memory.apply_queued(op)
+        except EmbeddingModelMismatchError:
+            return self.spaces.erase(key)
 
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once.

@@ -1,6 +1,7 @@
 """The worker's Prometheus metrics, read from the worker and the engine's scheduler at scrape time (a
 collector, not counters updated on the hot path): shards and leases, queue depth of owned shards, open
-spaces, embedding batches and tokens, LLM calls in flight, dead letters."""
+spaces, spaces with writes held for a reindex, embedding batches and tokens, LLM calls in flight, dead
+letters."""
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -39,6 +40,11 @@ class WorkerCollector(Collector):
             "memoryos_queue_depth",
             "Unapplied writes in the shards this worker owns.",
             value=worker.owned_queue_depth(),
+        )
+        yield GaugeMetricFamily(
+            "memoryos_held_spaces",
+            "Spaces whose writes wait for their reindex (stored on another embedding model), owned shards.",
+            value=worker.consumer.held.count(),
         )
         yield GaugeMetricFamily("memoryos_open_spaces", "Spaces held open.", value=len(worker.spaces.pool))
         stats = self.scheduler.batcher_stats()

@@ -14,6 +14,7 @@ import redis
 
 from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
+from memoryos.space_pool import SpaceKey
 from services.queue import streams
 from services.queue.calls import REINDEX, owner_call, run_call
 from services.queue.keys import Keys, space_key
@@ -44,12 +45,16 @@ class ReadServer:
         settings: QueueSettings,
         spaces: WorkerSpaces,
         owned: Callable[[], list[int]],
+        reindexed: Callable[[SpaceKey], None],
     ) -> None:
+        """`reindexed` is told each space a reindex call moved to this worker's model: its held writes
+        (`held.py`) can apply now."""
         self.client = client
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
         self.spaces = spaces
         self.owned = owned
+        self.reindexed = reindexed
         self.busy_shard: int | None = None
         """The shard of the call being run now: the worker does not give it back meanwhile (a reindex
         or an import runs for minutes, and the shard's next owner would open the space under it)."""
@@ -75,6 +80,7 @@ class ReadServer:
             call = owner_call(request["kind"])
             if call is REINDEX:
                 result = run_reindex_call(self.spaces, key, request["args"])
+                self.reindexed(key)
             elif not call.facade:
                 result = run_bundle_call(call, self.client, self.keys, self.spaces, key, request["args"])
             else:

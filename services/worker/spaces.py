@@ -10,6 +10,7 @@ from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
+from memoryos.memoryos import forget_space
 from memoryos.space_layout import STORE_FILE
 from memoryos.space_pool import SpaceKey, SpacePool
 from services.queue.settings import QueueSettings
@@ -53,6 +54,12 @@ class WorkerSpaces:
         takes its files exclusively (`SpacePool.closed_for`)."""
         with self.pool.closed_for(key):
             yield
+
+    def erase(self, key: SpaceKey) -> dict[str, int] | None:
+        """Forget the space without opening it (`memoryos.forget_space`): for a space this worker cannot
+        open, one still on another embedding model; a forget must not wait for a reindex."""
+        with self.pool.closed_for(key):
+            return forget_space(key.user_id, self.config_of(key), key.assistant_id)
 
     @contextmanager
     def reading(self, key: SpaceKey) -> Iterator[Memoryos]:

@@ -14,7 +14,7 @@ from memoryos.ops import AddTurns, AnyOp, ForgetSpace, SetSpaceTTL
 from memoryos.space import MemorySpace
 from memoryos.space_pool import SpaceKey
 from services.queue.settings import QueueSettings
-from services.worker.consumer import Delivered, space_runs
+from services.worker.runs import Delivered, space_runs
 from tests.support.fakes import FakeClock, axis
 from tests.unit.test_space import DIM, all_pages, open_space, top_hit, turn
 
