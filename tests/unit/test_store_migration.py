@@ -85,3 +85,19 @@ def test_a_failed_migration_leaves_the_store_on_its_old_version(
     db = sqlite3.connect(store)
     assert "vector_seq" not in [row[1] for row in db.execute("PRAGMA table_info(pages)")]
     db.close()
+
+
+def test_a_store_at_this_version_opens_without_writing(tmp_path: Path) -> None:
+    """Most opens are of a current store (a worker's pool reopens spaces all day): they only read, so they
+    cost no commit and no fsync, and a store opens while another process holds its write lock."""
+    path = tmp_path / "memory.sqlite"
+    SqliteStore(path).close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+        store = SqliteStore(path, busy_timeout_s=0.1)
+        assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
+        store.close()
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
