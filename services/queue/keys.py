@@ -37,6 +37,11 @@ class Keys:
     def writes(self, shard: int) -> str:
         return f"{self.namespace}:writes:{shard}"
 
+    def last_writes(self, shard: int) -> str:
+        """Hash of the shard's spaces -> entry id of each one's newest accepted write: what a read of the
+        space waits for."""
+        return f"{self.namespace}:last-write:{shard}"
+
     def lease(self, shard: int) -> str:
         return f"{self.namespace}:lease:{shard}"
 

@@ -20,6 +20,22 @@ PURGE_SCAN = 1000
 """Entries read per step when purging a space's writes from its shard's stream."""
 
 
+ENQUEUE = """
+local depth = redis.call('XLEN', KEYS[1])
+if depth >= tonumber(ARGV[3]) then
+  return depth
+end
+local id = redis.call('XADD', KEYS[1], '*', 'space', ARGV[1], 'op', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], id)
+redis.call('SADD', KEYS[3], ARGV[1])
+return id
+"""
+"""Append a write to its shard's stream (KEYS[1]) unless it holds ARGV[3] entries already (then its
+depth), note it as the space's newest write (KEYS[2], shard hash: space -> entry id) and the space as known
+(KEYS[3]), in one step: one command for Redis to persist (one fsync with `appendfsync always`, where the
+three commands cost two), and a read never sees a write without its note or the reverse."""
+
+
 class QueueFullError(Exception):
     """The shard's stream holds `queue_max_entries` unapplied writes: refuse (503 + Retry-After) rather
     than grow Redis's memory without bound."""
@@ -36,6 +52,7 @@ class WriteQueue:
         self.client = client
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
+        self._enqueue = client.register_script(ENQUEUE)
 
     def shard(self, key: SpaceKey) -> int:
         return shard_of(key, self.settings.shard_count)
@@ -43,13 +60,13 @@ class WriteQueue:
     def enqueue(self, key: SpaceKey, op: AnyOp) -> str:
         """Append `op` for the space; returns the stream entry id once Redis holds it."""
         shard = self.shard(key)
-        stream = self.keys.writes(shard)
-        depth = int(self.client.xlen(stream))
-        if depth >= self.settings.queue_max_entries:
-            raise QueueFullError(shard, depth)
-        entry_id = streams.add(self.client, stream, {"space": space_name(key), "op": op_to_json(op)})
-        self.client.sadd(self.keys.spaces(), space_name(key))
-        return entry_id
+        added = self._enqueue(
+            keys=[self.keys.writes(shard), self.keys.last_writes(shard), self.keys.spaces()],
+            args=[space_name(key), op_to_json(op), self.settings.queue_max_entries],
+        )
+        if isinstance(added, int):
+            raise QueueFullError(shard, added)
+        return cast(bytes, added).decode()
 
     def depth(self) -> int:
         """Unapplied writes over every shard (entries are deleted once applied)."""
@@ -58,9 +75,11 @@ class WriteQueue:
             pipe.xlen(self.keys.writes(shard))
         return sum(int(n) for n in pipe.execute())
 
-    def last_entry_id(self, key: SpaceKey) -> str:
-        """The newest entry of the space's shard ("0-0": none): a read issued now must see up to it."""
-        return streams.newest_id(self.client, self.keys.writes(self.shard(key)))
+    def last_write_id(self, key: SpaceKey) -> str:
+        """The entry id of the space's newest accepted write ("0-0": none since its last forget): a read
+        issued now must see up to it."""
+        found = self.client.hget(self.keys.last_writes(self.shard(key)), space_name(key))
+        return cast(bytes, found).decode() if found is not None else "0-0"
 
     def known_spaces(self) -> list[SpaceKey]:
         """Every space written to through the queue and not forgotten since."""
@@ -78,6 +97,7 @@ class WriteQueue:
         name = space_name(key).encode()
         pipe = self.client.pipeline(transaction=True)
         pipe.srem(self.keys.spaces(), name)
+        pipe.hdel(self.keys.last_writes(shard), name)
         pipe.delete(self.keys.held(space_name(key)))
         pipe.srem(self.keys.held_spaces(shard), name)
         pipe.execute()

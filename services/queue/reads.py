@@ -87,7 +87,7 @@ class ReadClient:
             "space": space_name(key),
             "kind": call.method,
             "args": args,
-            "through": self.writes.last_entry_id(key),
+            "through": self.writes.last_write_id(key),
         }
         self.client.rpush(self.keys.reads(shard), json.dumps(request))
         reply = self._wait_reply(request_id, timeout_s)

@@ -13,20 +13,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def add(client: redis.Redis, stream: str, fields: dict[str, str]) -> str:
-    return _text(client.xadd(stream, cast(Any, fields)))
-
-
 def entries(
     client: redis.Redis, stream: str, after: str = "-", through: str = "+", count: int = 1000
 ) -> list[Entry]:
     """Entries from `after` (inclusive; "(" + id for exclusive) through `through`, oldest first."""
     return cast(list[Entry], client.xrange(stream, min=after, max=through, count=count))
-
-
-def newest_id(client: redis.Redis, stream: str) -> str:
-    newest = cast(list[Entry], client.xrevrange(stream, count=1))
-    return newest[0][0].decode() if newest else "0-0"
 
 
 def read_group(

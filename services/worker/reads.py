@@ -74,7 +74,7 @@ class ReadServer:
         shard = int(queue.rsplit(":", 1)[1])
         self.busy_shard = shard
         try:
-            self._wait_applied(shard, request["space"], request["through"])
+            self._wait_applied(shard, request["through"])
             self._wait_served(shard)
             key = space_key(request["space"])
             call = owner_call(request["kind"])
@@ -117,16 +117,19 @@ class ReadServer:
                 raise TimeoutError(f"shard {shard} moved to another worker; retry")
             time.sleep(APPLIED_POLL_S)
 
-    def _wait_applied(self, shard: int, space: str, through: str) -> None:
-        """Until no write of `space` up to `through` is left in the shard's stream (applied entries are
-        deleted), or the API's timeout has passed (it answers 503 itself then)."""
+    def _wait_applied(self, shard: int, through: str) -> None:
+        """Until the space's write `through` (its newest when the read was asked) has left the shard's
+        stream, or the API's timeout has passed (it answers 503 itself then). An entry leaves only once
+        settled (applied, held for a reindex or dead-lettered), and a space's entries settle in the order
+        accepted, so none of the space's earlier writes is left either: one lookup, however deep the
+        stream. (Scanning the stream for the space's entries read its oldest 1,000 only, and a read
+        behind a deeper backlog went ahead of its own writes.)"""
         deadline = time.monotonic() + self.settings.read_timeout_s
         if through == "0-0":
             return
-        name = space.encode()
+        stream = self.keys.writes(shard)
         while time.monotonic() < deadline:
-            waiting = streams.entries(self.client, self.keys.writes(shard), through=through)
-            if not any(fields.get(b"space") == name for _, fields in waiting):
+            if not streams.entries(self.client, stream, after=through, through=through, count=1):
                 return
             time.sleep(APPLIED_POLL_S)
         raise TimeoutError(f"writes up to {through} not applied in time")

@@ -324,6 +324,25 @@ def test_a_worker_stores_a_spaces_queued_writes_in_one_commit(
     assert runs == [8]
 
 
+def test_a_read_waits_for_its_spaces_writes_behind_a_deep_backlog(
+    settings: QueueSettings, config: MemoryConfig
+) -> None:
+    """1,500 writes of another space are ahead of MAYA's in their shard's stream when she reads: the read
+    waits for her write (not for the stream's oldest 1,000 entries, where it is not)."""
+    settings = settings.model_copy(update={"shard_count": 1})
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    for i in range(1500):
+        write(queue, SpaceKey("acme", "omar", "helper"), f"Backlog note {i}.")
+    write(queue, MAYA, "Behind the backlog.")
+    worker = Running(settings, config, "w-backlog")
+    try:
+        listed = reads.ask(MAYA, LIST_PAGES, {}, timeout_s=60)
+        assert [page.user_input for page in listed.pages] == ["Behind the backlog."]
+    finally:
+        worker.stop()
+
+
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
