@@ -93,7 +93,7 @@ class QueuedSpaces:
     async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
         """The upload crosses Redis to the owner, which imports it into the (empty) space."""
         transfer_id = await to_thread.run_sync(
-            upload, self.client, self.queue.keys, bundle, self.max_bundle_bytes
+            upload, self.client, self.queue.keys, key, bundle, self.max_bundle_bytes
         )
         return await self.call(key, IMPORT_BUNDLE, transfer_id=transfer_id)
 

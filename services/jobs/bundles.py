@@ -108,7 +108,9 @@ def enqueue_import(client: redis.Redis, settings: QueueSettings, key: SpaceKey, 
     check_ids(key)
     _check_room(client, settings)
     keys = Keys(settings.redis_namespace)
-    transfer_id = upload(client, keys, bundle, settings.max_queued_bundle_mb * MIB, settings.job_result_ttl_s)
+    transfer_id = upload(
+        client, keys, key, bundle, settings.max_queued_bundle_mb * MIB, settings.job_result_ttl_s
+    )
     try:
         return enqueue_space_job(
             client, settings, key, "import", import_space_job, transfer_id, **_timing(settings)

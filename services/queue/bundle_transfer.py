@@ -18,7 +18,8 @@ import redis
 
 from memoryos.errors import InvalidInputError
 from memoryos.ids import new_id
-from services.queue.keys import Keys
+from memoryos.space_pool import SpaceKey
+from services.queue.keys import Keys, space_name
 
 TRANSFER_ID = re.compile(r"[0-9a-f]{32}")
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -26,9 +27,12 @@ TRANSFER_TTL_S = 600
 """How long a bundle may wait in Redis for its reader (the owner's or the API's next step)."""
 
 
-def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int, ttl_s: int = TRANSFER_TTL_S) -> str:
-    """Put the file at `path` in Redis for `ttl_s`; returns its transfer id. `InvalidInputError` (field
-    `bundle`) over `max_bytes`, with nothing stored."""
+def upload(
+    client: redis.Redis, keys: Keys, space: SpaceKey, path: Path, max_bytes: int, ttl_s: int = TRANSFER_TTL_S
+) -> str:
+    """Put the file at `path`, a bundle of `space`, in Redis for `ttl_s`; returns its transfer id.
+    `InvalidInputError` (field `bundle`) over `max_bytes`, with nothing stored. The id is noted under the
+    space before any byte is written, so a forget of the space finds the bundle (`purge_bundles`)."""
     size = path.stat().st_size
     if size > max_bytes:
         raise InvalidInputError(
@@ -36,8 +40,14 @@ def upload(client: redis.Redis, keys: Keys, path: Path, max_bytes: int, ttl_s: i
         )
     transfer_id = new_id()
     key = keys.bundle(transfer_id)
+    noted = keys.space_bundles(space_name(space))
+    pipe = client.pipeline(transaction=True)
+    pipe.sadd(noted, transfer_id)
+    pipe.expire(noted, ttl_s, nx=True)  # a new note lives as long as its longest-lived bundle
+    pipe.expire(noted, ttl_s, gt=True)
+    pipe.set(key, b"", ex=ttl_s)
+    pipe.execute()
     with path.open("rb") as file:
-        client.set(key, b"", ex=ttl_s)
         while chunk := file.read(CHUNK_BYTES):
             client.append(key, chunk)
     client.expire(key, ttl_s)
@@ -84,6 +94,19 @@ def discard(client: redis.Redis, keys: Keys, transfer_id: str) -> None:
     """Delete the bundle of `transfer_id` (nothing if it is gone already)."""
     if TRANSFER_ID.fullmatch(transfer_id):
         client.delete(keys.bundle(transfer_id))
+
+
+def purge_bundles(client: redis.Redis, keys: Keys, space: SpaceKey) -> int:
+    """Delete every bundle of `space` still in Redis (a forget: a bundle holds the space's text, and an
+    import's would bring it back); returns how many were there."""
+    noted = keys.space_bundles(space_name(space))
+    transfer_ids = [tid.decode() for tid in cast(set[bytes], client.smembers(noted))]
+    pipe = client.pipeline(transaction=True)
+    for transfer_id in transfer_ids:
+        if TRANSFER_ID.fullmatch(transfer_id):
+            pipe.delete(keys.bundle(transfer_id))
+    pipe.delete(noted)
+    return sum(int(n) for n in pipe.execute()[:-1])
 
 
 def held_bytes(client: redis.Redis, keys: Keys) -> int:

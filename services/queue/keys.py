@@ -61,6 +61,10 @@ class Keys:
         """A bundle on its way between the API and a space's owner (export or import)."""
         return f"{self.namespace}:bundle:{transfer_id}"
 
+    def space_bundles(self, space: str) -> str:
+        """The transfer ids of a space's bundles in Redis: what a forget of the space deletes."""
+        return f"{self.namespace}:space-bundles:{space}"
+
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
 

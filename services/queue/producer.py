@@ -12,6 +12,7 @@ import redis
 from memoryos.ops import AnyOp, op_to_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
+from services.queue.bundle_transfer import purge_bundles
 from services.queue.dead_letters import purge_dead_letters
 from services.queue.keys import Keys, shard_of, space_key, space_name
 from services.queue.settings import QueueSettings
@@ -88,10 +89,11 @@ class WriteQueue:
         ]
 
     def purge(self, key: SpaceKey) -> int:
-        """Delete the space's entries still in its shard's stream, its writes held for a reindex and its
-        dead letters (a forget: its text must not stay in Redis either); returns how many stream
-        entries. Other spaces' are left alone."""
+        """Delete the space's entries still in its shard's stream, its writes held for a reindex, its
+        dead letters and its bundles (a forget: its text must not stay in Redis either); returns how many
+        stream entries. Other spaces' are left alone."""
         purge_dead_letters(self.client, self.keys, key)
+        purge_bundles(self.client, self.keys, key)
         shard = self.shard(key)
         stream = self.keys.writes(shard)
         name = space_name(key).encode()

@@ -12,8 +12,9 @@ from typing import Any
 import redis
 
 from memoryos.bundle import export_space, import_space
+from memoryos.errors import SpaceNotFoundError
 from memoryos.space_pool import SpaceKey
-from services.queue.bundle_transfer import TRANSFER_TTL_S, download, upload
+from services.queue.bundle_transfer import TRANSFER_TTL_S, discard, download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
 from services.queue.keys import Keys
 from services.worker.spaces import WorkerSpaces
@@ -34,7 +35,10 @@ def run_bundle_call(
         if call is EXPORT_BUNDLE:
             export_space(config, key.user_id, key.assistant_id, path)
             ttl_s = int(args.get("ttl_s", TRANSFER_TTL_S))
-            transfer_id = upload(client, keys, path, int(args["max_bytes"]), ttl_s)
+            transfer_id = upload(client, keys, key, path, int(args["max_bytes"]), ttl_s)
+            if not spaces.exists(key):  # forgotten since it was read: its purge may have run already
+                discard(client, keys, transfer_id)
+                raise SpaceNotFoundError(config.space_dir(key.user_id, key.assistant_id))
             sent = BundleSent(transfer_id=transfer_id, size_bytes=path.stat().st_size)
             return sent.model_dump(mode="json")
         if call is IMPORT_BUNDLE:

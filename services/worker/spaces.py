@@ -61,12 +61,15 @@ class WorkerSpaces:
         with self.pool.closed_for(key):
             return forget_space(key.user_id, self.config_of(key), key.assistant_id)
 
+    def exists(self, key: SpaceKey) -> bool:
+        """Whether the space has a store (was written to, and not forgotten since)."""
+        return (self.config_of(key).space_dir(key.user_id, key.assistant_id) / STORE_FILE).is_file()
+
     @contextmanager
     def reading(self, key: SpaceKey) -> Iterator[Memoryos]:
         """An existing space only: `SpaceNotFoundError` (nothing created) for one that has no store."""
-        directory = self.config_of(key).space_dir(key.user_id, key.assistant_id)
-        if not (directory / STORE_FILE).is_file():
-            raise SpaceNotFoundError(directory)
+        if not self.exists(key):
+            raise SpaceNotFoundError(self.config_of(key).space_dir(key.user_id, key.assistant_id))
         with self.pool.use(key) as memory:
             yield memory
 

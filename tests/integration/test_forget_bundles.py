@@ -1,0 +1,135 @@
+"""A forget deletes the space's bundles still in Redis (issue 14: "a forget also purges the user's entries
+still in Redis (stream, job payloads)"), against a real `redis-server` and a worker: an export waiting to
+be downloaded and an import job's upload hold the space's text, and the import would bring it back. The
+API purges them with the space's writes; the owner again once it applied the forget (an export that
+finished in between); and an export whose space was forgotten while it was being read is not kept."""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from memoryos import MemoryConfig
+from memoryos.ops import ForgetSpace
+from memoryos.space_pool import SpaceKey
+from memoryos.writes import plan_write
+from services.jobs.bundles import enqueue_import
+from services.queue.bundle_transfer import upload
+from services.queue.calls import EXPORT_BUNDLE, LIST_PAGES
+from services.queue.keys import Keys
+from services.queue.producer import WriteQueue
+from services.queue.reads import ReadClient, RemoteReadError
+from services.queue.settings import QueueSettings
+from services.worker import bundles as worker_bundles
+from tests.support.queue_worker import Running, wait_for
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+MAYA = SpaceKey("default", "maya", "helper")
+OMAR = SpaceKey("default", "omar", "helper")
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+class Deployment:
+    def __init__(self, server: RedisServer, tmp_path: Path) -> None:
+        self.settings = QueueSettings(
+            redis_url=server.url, redis_namespace="bundles", shard_count=2, lease_ttl_s=2.0
+        )
+        self.client = redis.Redis.from_url(server.url)
+        self.queue = WriteQueue(self.client, self.settings)
+        self.reads = ReadClient(self.client, self.settings)
+        self.keys = Keys("bundles")
+        self.config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+
+    def write(self, key: SpaceKey, text: str) -> None:
+        turns = [{"user_input": text, "agent_response": "noted"}]
+        self.queue.enqueue(key, plan_write(turns, max_text_chars=500, at=time.time()))
+
+    def export(self, key: SpaceKey) -> str:
+        sent = self.reads.ask(key, EXPORT_BUNDLE, {"max_bytes": 64 * MIB, "ttl_s": 3600})
+        return sent.transfer_id
+
+    def held(self, transfer_id: str) -> bool:
+        return bool(self.client.exists(self.keys.bundle(transfer_id)))
+
+
+def test_a_forget_deletes_the_spaces_exports_and_queued_imports(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    deployment = Deployment(redis_server, tmp_path)
+    worker = Running(deployment.settings, deployment.config, "w-bundles")
+    try:
+        deployment.write(MAYA, "my passport number is X1234")
+        deployment.write(OMAR, "I like chess")
+        wait_for(lambda: deployment.reads.ask(OMAR, LIST_PAGES, {}).total == 1)
+        exported = deployment.export(MAYA)
+        others = deployment.export(OMAR)
+        bundle = tmp_path / "maya.bundle"
+        bundle.write_bytes(b"not read before the forget")
+        job = enqueue_import(deployment.client, deployment.settings, MAYA, bundle)
+        queued = job.args[1]
+        assert deployment.held(exported) and deployment.held(queued) and deployment.held(others)
+
+        deployment.queue.purge(MAYA)  # the API's forget: purge, then queue the forget
+        deployment.queue.enqueue(MAYA, ForgetSpace())
+        assert not deployment.held(exported) and not deployment.held(queued)
+        assert deployment.held(others)  # another user's export stays
+        assert not deployment.client.exists(deployment.keys.space_bundles("default/maya/helper"))
+    finally:
+        worker.stop()
+
+
+def test_the_owner_deletes_an_export_that_finished_after_the_apis_purge(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    deployment = Deployment(redis_server, tmp_path)
+    worker = Running(deployment.settings, deployment.config, "w-first")
+    try:
+        deployment.write(MAYA, "my passport number is X1234")
+        wait_for(lambda: deployment.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+    finally:
+        worker.stop()
+    deployment.queue.purge(MAYA)
+    late = tmp_path / "late.bundle"
+    late.write_bytes(b"an export that finished after the purge")
+    transfer_id = upload(deployment.client, deployment.keys, MAYA, late, MIB)
+    deployment.queue.enqueue(MAYA, ForgetSpace())
+    worker = Running(deployment.settings, deployment.config, "w-second")
+    try:
+        space_dir = deployment.config.space_dir(MAYA.user_id, MAYA.assistant_id)
+        wait_for(lambda: not space_dir.exists() and not deployment.held(transfer_id))
+    finally:
+        worker.stop()
+
+
+def test_an_export_of_a_space_forgotten_while_it_was_read_is_not_kept(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment = Deployment(redis_server, tmp_path)
+    exporting = worker_bundles.export_space
+
+    def export_then_forgotten(config: MemoryConfig, user_id: str, assistant_id: str, path: Path) -> object:
+        done = exporting(config, user_id, assistant_id, path)
+        (config.space_dir(user_id, assistant_id) / "memory.sqlite").unlink()  # the forget lands here
+        return done
+
+    worker = Running(deployment.settings, deployment.config, "w-race")
+    try:
+        deployment.write(MAYA, "my passport number is X1234")
+        wait_for(lambda: deployment.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+        monkeypatch.setattr(worker_bundles, "export_space", export_then_forgotten)
+        with pytest.raises(RemoteReadError) as refused:
+            deployment.export(MAYA)
+        assert refused.value.kind == "SpaceNotFoundError"
+        assert list(deployment.client.scan_iter(match=deployment.keys.bundle("*"))) == []
+    finally:
+        worker.stop()
