@@ -54,6 +54,11 @@ class Deployment:
         turns = [{"user_input": text, "agent_response": "noted"}]
         self.queue.enqueue(key, plan_write(turns, max_text_chars=500, at=time.time()))
 
+    def store_maya(self) -> None:
+        """MAYA's one exchange, written and applied (a worker runs)."""
+        self.write(MAYA, "my passport number is X1234")
+        wait_for(lambda: self.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+
     def export(self, key: SpaceKey) -> str:
         sent = self.reads.ask(key, EXPORT_BUNDLE, {"max_bytes": 64 * MIB, "ttl_s": 3600})
         return sent.transfer_id
@@ -68,9 +73,8 @@ def test_a_forget_deletes_the_spaces_exports_and_queued_imports(
     deployment = Deployment(redis_server, tmp_path)
     worker = Running(deployment.settings, deployment.config, "w-bundles")
     try:
-        deployment.write(MAYA, "my passport number is X1234")
         deployment.write(OMAR, "I like chess")
-        wait_for(lambda: deployment.reads.ask(OMAR, LIST_PAGES, {}).total == 1)
+        deployment.store_maya()
         exported = deployment.export(MAYA)
         others = deployment.export(OMAR)
         bundle = tmp_path / "maya.bundle"
@@ -94,8 +98,7 @@ def test_the_owner_deletes_an_export_that_finished_after_the_apis_purge(
     deployment = Deployment(redis_server, tmp_path)
     worker = Running(deployment.settings, deployment.config, "w-first")
     try:
-        deployment.write(MAYA, "my passport number is X1234")
-        wait_for(lambda: deployment.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+        deployment.store_maya()
     finally:
         worker.stop()
     deployment.queue.purge(MAYA)
@@ -124,8 +127,7 @@ def test_an_export_of_a_space_forgotten_while_it_was_read_is_not_kept(
 
     worker = Running(deployment.settings, deployment.config, "w-race")
     try:
-        deployment.write(MAYA, "my passport number is X1234")
-        wait_for(lambda: deployment.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+        deployment.store_maya()
         monkeypatch.setattr(worker_bundles, "export_space", export_then_forgotten)
         with pytest.raises(RemoteReadError) as refused:
             deployment.export(MAYA)
