@@ -235,6 +235,8 @@ class ShardConsumer:
         for the caller to apply it entry by entry and find the entry at fault."""
         try:
             self._apply(run[0].space, [entry.op for entry in run])
+        except EmbeddingModelMismatchError:
+            return False  # its first entry says so again, and is held: no log line per held run
         except Exception as error:
             log.info("a run of writes failed; applied one by one", extra={"error": type(error).__name__})
             return False

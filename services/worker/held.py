@@ -17,6 +17,7 @@ forget (a write parked between the two).
 """
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from memoryos.ops import op_from_json
 from memoryos.space_pool import SpaceKey
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
 from services.worker.runs import Delivered
+
+log = logging.getLogger(__name__)
 
 RETRY_S = 60.0
 """Every held space of the owned shards is tried again this often: a safety net, since a reindex on this
@@ -96,7 +99,10 @@ class HeldWrites:
         pipe.xack(stream, CONSUMER_GROUP, *ids)
         pipe.xdel(stream, *ids)
         pipe.execute()
-        self._held.setdefault(shard, set()).add(key)
+        held = self._held.setdefault(shard, set())
+        if key not in held:
+            log.info("a space's writes are held until its reindex", extra={"shard": shard})
+        held.add(key)
 
     def ask_release(self, key: SpaceKey) -> None:
         """Try the space at the next poll (its reindex finished); nothing if it holds no write."""
@@ -142,6 +148,7 @@ class HeldWrites:
         if left:
             return False
         self._held.get(shard, set()).discard(key)
+        log.info("a space's held writes are applied", extra={"shard": shard})
         return True
 
     def drop_oldest(self, pipe: Pipeline, key: SpaceKey) -> None:
