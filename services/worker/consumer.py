@@ -42,7 +42,7 @@ from services.queue import streams
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key
 from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
-from services.worker.held import HeldWrites
+from services.worker.held import HeldWrites, UnreadableHeldWrite
 from services.worker.runs import Delivered, space_runs
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,15 @@ class ShardConsumer:
         still on another model. A space with writes left (more than a batch, or one to retry) is tried
         again at the next poll; one with none left stops being held."""
         done = 0
-        for run in space_runs(self.held.oldest(key, self.settings.batch_entries), self.settings.write_run):
+        try:
+            oldest = self.held.oldest(key, self.settings.batch_entries)
+        except UnreadableHeldWrite as unreadable:
+            self._dead_letter(
+                self.keys.writes(shard), unreadable.entry_id, unreadable.fields, str(unreadable), held=True
+            )
+            self.held.ask_release(key)  # the next ones, at the next poll
+            return 1
+        for run in space_runs(oldest, self.settings.write_run):
             if len(run) > 1 and self._applies_whole(run):
                 self.held.released(shard, key, len(run))
                 done += len(run)

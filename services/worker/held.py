@@ -55,6 +55,20 @@ return 1
 step (a crash between the two would otherwise leave a held space with nothing held, or the reverse)."""
 
 
+class UnreadableHeldWrite(Exception):
+    """The oldest held write of a space cannot be read back as an op: the consumer dead-letters it."""
+
+    def __init__(self, space: str, record: bytes, error: Exception) -> None:
+        try:
+            parsed = json.loads(record)
+        except ValueError:
+            parsed = {}
+        parsed = parsed if isinstance(parsed, dict) else {}
+        self.entry_id = str(parsed.get("entry", "unknown")).encode()
+        self.fields = {b"space": space.encode(), b"op": str(parsed.get("op", "")).encode()}
+        super().__init__(f"malformed held write: {type(error).__name__}")
+
+
 class HeldWrites:
     """The held spaces of the shards one worker owns, and their lists in Redis. The consumer's thread
     parks and releases; `ask_release` may be called from any thread (the read thread, after a reindex)."""
@@ -131,13 +145,23 @@ class HeldWrites:
         return picked
 
     def oldest(self, key: SpaceKey, count: int) -> list[Delivered]:
-        """The space's oldest held writes, as delivered entries again."""
+        """The space's oldest held writes, as delivered entries again, up to the first that cannot be read
+        back; `UnreadableHeldWrite` when the oldest cannot (an op of a newer version, parked by a newer
+        worker before a rollback)."""
         name = space_name(key)
         raw = cast(list[bytes], self._client.lrange(self._keys.held(name), 0, count - 1))
         held: list[Delivered] = []
-        for record in map(json.loads, raw):
-            fields = {b"space": name.encode(), b"op": str(record["op"]).encode()}
-            held.append(Delivered(str(record["entry"]).encode(), fields, key, op_from_json(fields[b"op"])))
+        for position, record in enumerate(raw):
+            try:
+                parsed = json.loads(record)
+                fields = {b"space": name.encode(), b"op": str(parsed["op"]).encode()}
+                held.append(
+                    Delivered(str(parsed["entry"]).encode(), fields, key, op_from_json(fields[b"op"]))
+                )
+            except (KeyError, TypeError, ValueError) as error:
+                if position == 0:
+                    raise UnreadableHeldWrite(name, record, error) from None
+                break
         return held
 
     def released(self, shard: int, key: SpaceKey, count: int) -> bool:

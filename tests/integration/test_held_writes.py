@@ -4,6 +4,7 @@ aside in order (never dead-lettered, never holding up the other spaces of their 
 reindex, whether it ran on the owner or while no worker ran; a forget erases such a space and its held
 writes without waiting for any reindex."""
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig
-from memoryos.ops import ForgetSpace
+from memoryos.ops import ForgetSpace, op_to_json
 from memoryos.reindex import reindex_space
 from memoryos.scheduler import shared_scheduler
 from memoryos.space_pool import SpaceKey
@@ -213,3 +214,35 @@ def test_chance_tries_of_held_spaces_are_paced_and_a_reindexed_space_goes_first(
     assert held.due([1]) == []  # another shard's: none of these
     now[0] += 60.0
     assert len(held.due([0])) == 16  # the minute's sweep: every held space again
+
+
+def test_a_held_write_that_cannot_be_read_back_is_dead_lettered_and_the_rest_apply(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A held op of a version this worker does not know (parked by a newer worker before a rollback)
+    goes to the dead-letter list; the space's next held write applies and the space is released."""
+    settings = QueueSettings(redis_url=redis_server.url, redis_namespace="unreadable", shard_count=1)
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("unreadable")
+    later = plan_write(
+        [{"user_input": "kept", "agent_response": "noted"}], max_text_chars=500, at=time.time()
+    )
+    newer_op = json.dumps({"kind": "add_turns", "version": 99})
+    client.rpush(
+        keys.held("default/maya/helper"),
+        json.dumps({"entry": "1-0", "op": newer_op}),
+        json.dumps({"entry": "2-0", "op": op_to_json(later)}),
+    )
+    client.sadd(keys.held_spaces(0), "default/maya/helper")
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    worker = Running(settings, config, "w-rollback")
+    try:
+        reads = ReadClient(client, settings)
+        wait_for(lambda: client.scard(keys.held_spaces(0)) == 0)
+        assert [page.user_input for page in reads.ask(MAYA, LIST_PAGES, {}).pages] == ["kept"]
+        letters = [json.loads(raw) for raw in client.lrange(keys.dead_letters(), 0, -1)]
+        assert [(letter["entry"], letter["space"]) for letter in letters] == [("1-0", "default/maya/helper")]
+        assert letters[0]["error"].startswith("malformed held write")
+        assert client.llen(keys.held("default/maya/helper")) == 0
+    finally:
+        worker.stop()
