@@ -94,6 +94,8 @@ class SpacePool(Generic[S]):
         self._max_open = max_open
         self._resident_bytes: Callable[[S], int] = resident_bytes or estimate_resident_bytes
         self._entries: OrderedDict[SpaceKey, _Entry[S]] = OrderedDict()  # least recently used first
+        self._live_count = 0  # entries not closing, and their resident bytes: kept as entries change, so
+        self._live_bytes = 0  # a use costs the same with 10 or 10,000 spaces open
         self._changed = threading.Condition()
         self._closed = False
         self._held_closed: set[SpaceKey] = set()
@@ -131,7 +133,8 @@ class SpacePool(Generic[S]):
             with self._changed:
                 while (entry := self._entries.get(key)) is not None:
                     if entry.state == "open" and entry.refs == 0:
-                        entry.state, victim = "closing", entry
+                        self._retire(entry)
+                        victim = entry
                         break
                     self._changed.wait()  # in use, being opened, or being closed by an eviction
             if victim is not None:
@@ -150,11 +153,11 @@ class SpacePool(Generic[S]):
     def resident_bytes(self) -> int:
         """The estimated bytes of every space open or being opened."""
         with self._changed:
-            return sum(entry.resident_bytes for entry in self._entries.values() if entry.state != "closing")
+            return self._live_bytes
 
     def __len__(self) -> int:
         with self._changed:
-            return sum(1 for entry in self._entries.values() if entry.state != "closing")
+            return self._live_count
 
     def close(self) -> None:
         """Refuse new uses, wait for current ones to finish, and close every open space."""
@@ -164,7 +167,7 @@ class SpacePool(Generic[S]):
                 self._changed.wait()
             victims = list(self._entries.items())
             for _, entry in victims:
-                entry.state = "closing"
+                self._retire(entry)
         self._close_all(victims)
 
     # --- internals ------------------------------------------------------------------------------------
@@ -180,6 +183,7 @@ class SpacePool(Generic[S]):
                     entry = _Entry()
                     entry.refs = 1
                     self._entries[key] = entry
+                    self._live_count += 1
                     return entry, True
                 elif entry.state == "open":
                     entry.refs += 1
@@ -200,10 +204,12 @@ class SpacePool(Generic[S]):
                 space.close()
             with self._changed:
                 del self._entries[key]
+                self._live_count -= 1
                 self._changed.notify_all()
             raise
         with self._changed:
-            entry.space, entry.resident_bytes, entry.state = space, size, "open"
+            entry.space, entry.state = space, "open"
+            self._resize(entry, size)
             self._changed.notify_all()
         log.debug("space opened", extra={"space": key, "resident_bytes": size})
         self._evict_over_limits()
@@ -220,33 +226,41 @@ class SpacePool(Generic[S]):
             log.exception("estimating a space's resident bytes failed", extra={"space": key})
         with self._changed:
             entry.refs -= 1
-            entry.resident_bytes = size
+            self._resize(entry, size)
             if closed_under_us and entry.refs == 0 and self._entries.get(key) is entry:
+                self._retire(entry)
                 del self._entries[key]
             self._changed.notify_all()
         self._evict_over_limits()
 
     def _evict_over_limits(self) -> None:
         """Close least recently used idle spaces until the open ones fit the budget and the count."""
+        victims: list[tuple[SpaceKey, _Entry[S]]] = []
         with self._changed:
-            live = [(k, e) for k, e in self._entries.items() if e.state != "closing"]
-            total = sum(e.resident_bytes for _, e in live)
-            count = len(live)
-            victims: list[tuple[SpaceKey, _Entry[S]]] = []
-            for key, entry in live:
-                if total <= self._budget and count <= self._max_open:
+            for key, entry in self._entries.items():
+                if self._live_bytes <= self._budget and self._live_count <= self._max_open:
                     break
                 if entry.state == "open" and entry.refs == 0:
-                    entry.state = "closing"
+                    self._retire(entry)
                     victims.append((key, entry))
-                    total -= entry.resident_bytes
-                    count -= 1
+            total, count = self._live_bytes, self._live_count
             if total > self._budget or count > self._max_open:
                 log.info(
                     "space pool over its limits with every remaining space in use",
                     extra={"resident_bytes": total, "open": count, "budget_bytes": self._budget},
                 )
         self._close_all(victims)
+
+    def _retire(self, entry: _Entry[S]) -> None:
+        """Mark an entry closing: it no longer counts toward the limits (the lock is held)."""
+        entry.state = "closing"
+        self._live_count -= 1
+        self._live_bytes -= entry.resident_bytes
+
+    def _resize(self, entry: _Entry[S], size: int) -> None:
+        """Record an entry's new estimate of its resident bytes (the lock is held; never closing here)."""
+        self._live_bytes += size - entry.resident_bytes
+        entry.resident_bytes = size
 
     def _close_all(self, victims: list[tuple[SpaceKey, _Entry[S]]]) -> None:
         for key, entry in victims:

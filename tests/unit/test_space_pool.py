@@ -1,6 +1,7 @@
 """`SpacePool`: least recently used idle spaces are closed to fit a byte budget and a count, a space in use
 is never closed, a key is never open twice, and a real `Memoryos` closed by the pool reopens intact."""
 
+import contextlib
 import random
 import threading
 import time
@@ -296,3 +297,32 @@ def test_closed_for_a_space_not_open_holds_the_key_and_leaves_others_alone() -> 
         assert use_once(pool, "bob") is bob  # other keys are served meanwhile
         assert "ann" not in opener.opens
     assert not use_once(pool, "ann").closed and not bob.closed
+
+
+def test_the_pools_counts_stay_those_of_its_open_spaces_through_every_kind_of_change() -> None:
+    """The pool keeps its open count and bytes as entries change (a use costs the same with 10,000 spaces
+    open): after uses that grow a space's estimate, failed opens, evictions, `closed_for` and a space
+    erased under its user, they equal what the open spaces add up to, and the limits hold."""
+    opener = Opener()
+    pool: SpacePool[FakeSpace] = SpacePool(
+        opener, memory_budget_bytes=200, max_open=12, resident_bytes=lambda space: space.size
+    )
+    rng = random.Random(7)
+    for step in range(600):
+        user = key(f"u{rng.randrange(30)}")
+        action = rng.random()
+        if action < 0.05:
+            opener.fail_next = True  # fails if the space must be opened
+            with contextlib.suppress(OSError), pool.use(user):
+                pass
+            opener.fail_next = False
+        elif action < 0.1:
+            with pool.closed_for(user):
+                pass
+        else:
+            with pool.use(user) as space:
+                space.size = rng.randrange(5, 40)  # re-read when released
+                if action > 0.97:
+                    space.close()  # erased under its user (a forget): dropped on release
+        assert len(pool) == len(opener.live) <= 12, step
+        assert pool.resident_bytes() == sum(space.size for space in opener.live.values()) <= 200, step
