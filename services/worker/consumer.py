@@ -39,7 +39,7 @@ from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
-from services.queue.keys import CONSUMER_GROUP, Keys, space_key
+from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
 from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
 from services.worker.held import HeldWrites, UnreadableHeldWrite
@@ -72,6 +72,15 @@ Outcome = Literal["applied", "retry", "held"] | str
 its space wait), held (its space is on another model: `held.py`), or else the reason to dead-letter it."""
 
 
+CLEAR_LAST_WRITE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""
+"""Drop the space's note of its newest write (KEYS[1], field ARGV[1]) if it still names entry ARGV[2]."""
+
+
 class ShardConsumer:
     """Reads and applies the writes of the shards a worker owns."""
 
@@ -92,6 +101,7 @@ class ShardConsumer:
         self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
         self._fenced_read = client.register_script(streams.FENCED_READ)
+        self._clear_last_write = client.register_script(CLEAR_LAST_WRITE)
         self.dead_letters = 0
         """Entries this consumer dead-lettered (a metric)."""
 
@@ -183,7 +193,7 @@ class ShardConsumer:
                     if outcome == "applied":
                         acks.add([entry.entry_id])
                         if isinstance(entry.op, ForgetSpace):
-                            self.held.forget(shard, entry.space)
+                            self._forgotten(shard, entry)
                     elif outcome == "held":
                         self.held.hold(shard, stream, [entry])
                     else:
@@ -192,6 +202,14 @@ class ShardConsumer:
             return done
         finally:
             acks.flush()
+
+    def _forgotten(self, shard: int, entry: Delivered) -> None:
+        """After a forget applied: the space's held writes go, and so does its note of a newest write
+        (the forget's own), so the user's id does not stay in Redis — unless a newer write took its place."""
+        self.held.forget(shard, entry.space)
+        self._clear_last_write(
+            keys=[self.keys.last_writes(shard)], args=[space_name(entry.space), entry.entry_id]
+        )
 
     def _holds(self, shard: int, entry: Delivered) -> bool:
         """Whether the entry goes behind its space's held writes: a forget does not (it erases them)."""

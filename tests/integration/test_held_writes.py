@@ -176,9 +176,12 @@ def test_a_forget_erases_a_space_whose_writes_are_held_without_waiting_for_a_rei
         assert deployment.held(MAYA) == 0 and deployment.held_spaces() == set()
         assert deployment.dead_letters() == 0
         assert worker.worker.consumer.held.count() == 0
+        wait_for(lambda: deployment.queue.last_write_id(MAYA) == "0-0")  # her id left Redis too
 
         deployment.write(MAYA, "hello again")  # a new space, on the new model
+        assert deployment.queue.last_write_id(MAYA) != "0-0"
         wait_for(lambda: deployment.pages(MAYA) == ["hello again"])
+        assert deployment.queue.last_write_id(MAYA) != "0-0"  # a newer write's note is kept
     finally:
         worker.stop()
 

@@ -343,6 +343,31 @@ def test_a_read_waits_for_its_spaces_writes_behind_a_deep_backlog(
         worker.stop()
 
 
+def test_a_forget_leaves_no_note_of_the_space_but_a_newer_writes(
+    settings: QueueSettings, config: MemoryConfig
+) -> None:
+    """After a forget applies, the space's note of its newest write (the forget's) leaves Redis: the
+    user's id does not stay there. A write accepted after the forget keeps its note, or a read could go
+    ahead of it."""
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    omar = SpaceKey("acme", "omar", "helper")
+    write(queue, MAYA, "Forgotten soon.")
+    write(queue, omar, "Forgotten soon too.")
+    queue.purge(MAYA)
+    queue.enqueue(MAYA, ForgetSpace())
+    queue.purge(omar)
+    queue.enqueue(omar, ForgetSpace())
+    again = write(queue, MAYA, "Back again.")  # accepted before the worker applies her forget
+    worker = Running(settings, config, "w-notes")
+    try:
+        assert [p.user_input for p in reads.ask(MAYA, LIST_PAGES, {}).pages] == ["Back again."]
+        wait_for(lambda: queue.last_write_id(omar) == "0-0")
+        assert queue.last_write_id(MAYA) == again
+    finally:
+        worker.stop()
+
+
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
