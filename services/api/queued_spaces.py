@@ -22,6 +22,7 @@ from memoryos.ops import AddTurns, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
+from services.jobs.tasks import purge_space_jobs
 from services.queue import streams
 from services.queue.bundle_transfer import download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
@@ -71,11 +72,12 @@ class QueuedSpaces:
         return op, []  # the owner assigns the page ids when it applies the write
 
     async def forget(self, key: SpaceKey) -> None:
-        """Purge the space's writes still in Redis (their text must not stay there), then queue the
-        forget behind anything its owner is applying now."""
+        """Purge the space's writes, bundles and jobs still in Redis (their text and its ids must not stay
+        there), then queue the forget behind anything its owner is applying now."""
 
         def purge_then_forget() -> None:
             self.queue.purge(key)
+            purge_space_jobs(self.client, self.settings, key)
             self.queue.enqueue(key, ForgetSpace())
 
         await to_thread.run_sync(purge_then_forget)

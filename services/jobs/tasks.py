@@ -3,11 +3,11 @@ any rq job runs in its own worker process."""
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from rq import Queue, Retry
-from rq.job import Job, get_current_job
+from rq.job import Job, JobStatus, get_current_job
 
 from memoryos.errors import InvalidInputError
 from memoryos.ops import ExpireDue
@@ -15,7 +15,7 @@ from memoryos.space_pool import SpaceKey
 from memoryos.validation import validate_id
 from services.queue.calls import REINDEX, OwnerCall
 from services.queue.connection import connect
-from services.queue.keys import space_key, space_name
+from services.queue.keys import Keys, space_key, space_name
 from services.queue.producer import WriteQueue
 from services.queue.reads import REMOTE_ERRORS, ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
@@ -140,7 +140,7 @@ def enqueue_space_job(
     shows a job to its own tenant only."""
     check_ids(key)
     intervals = RETRY_INTERVALS_S[: max(1, retries)]
-    return Queue(QUEUE_NAME, connection=client).enqueue(
+    job = Queue(QUEUE_NAME, connection=client).enqueue(
         func,
         space_name(key),
         *args,
@@ -150,6 +150,23 @@ def enqueue_space_job(
         description=f"{kind} {space_name(key)}",
         meta={"kind": kind, "tenant": key.tenant, "user_id": key.user_id, "assistant_id": key.assistant_id},
     )
+    client.sadd(Keys(settings.redis_namespace).space_jobs(space_name(key)), job.id)
+    return job
+
+
+def purge_space_jobs(client: redis.Redis, settings: QueueSettings, key: SpaceKey) -> int:
+    """Delete the space's rq jobs but one running now (a forget: a job's record names the user, and a
+    queued import would bring the memory back); returns how many. A running one is left to finish or
+    fail on its own: its space is gone, and an export it makes is deleted by the owner."""
+    noted = Keys(settings.redis_namespace).space_jobs(space_name(key))
+    job_ids = [job_id.decode() for job_id in cast(set[bytes], client.smembers(noted))]
+    deleted = 0
+    for job in Job.fetch_many(job_ids, connection=client):
+        if job is not None and job.get_status(refresh=False) != JobStatus.STARTED:
+            job.delete()  # out of its queue and registries too
+            deleted += 1
+    client.delete(noted)
+    return deleted
 
 
 def enqueue_reindex(client: redis.Redis, settings: QueueSettings, key: SpaceKey, model: str) -> Job:

@@ -65,6 +65,10 @@ class Keys:
         """The transfer ids of a space's bundles in Redis: what a forget of the space deletes."""
         return f"{self.namespace}:space-bundles:{space}"
 
+    def space_jobs(self, space: str) -> str:
+        """The ids of the rq jobs queued for a space (`services/jobs/tasks.py`): what a forget deletes."""
+        return f"{self.namespace}:space-jobs:{space}"
+
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
 

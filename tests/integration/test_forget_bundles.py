@@ -8,14 +8,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import redis
+from rq import Queue
+from rq.job import Job, JobStatus
 
 from memoryos import MemoryConfig
 from memoryos.ops import ForgetSpace
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
-from services.jobs.bundles import enqueue_import
+from services.api.queued_spaces import QueuedSpaces
+from services.api.settings import ApiSettings
+from services.jobs.bundles import enqueue_export, enqueue_import
+from services.jobs.tasks import QUEUE_NAME
 from services.queue.bundle_transfer import upload
 from services.queue.calls import EXPORT_BUNDLE, LIST_PAGES
 from services.queue.keys import Keys
@@ -81,13 +87,23 @@ def test_a_forget_deletes_the_spaces_exports_and_queued_imports(
         bundle.write_bytes(b"not read before the forget")
         job = enqueue_import(deployment.client, deployment.settings, MAYA, bundle)
         queued = job.args[1]
+        export_job = enqueue_export(deployment.client, deployment.settings, MAYA)
+        omars_job = enqueue_export(deployment.client, deployment.settings, OMAR)
+        running = enqueue_export(deployment.client, deployment.settings, MAYA)
+        Queue(QUEUE_NAME, connection=deployment.client).remove(running)
+        running.set_status(JobStatus.STARTED)  # an rq worker runs it now: left to finish or fail
         assert deployment.held(exported) and deployment.held(queued) and deployment.held(others)
 
-        deployment.queue.purge(MAYA)  # the API's forget: purge, then queue the forget
-        deployment.queue.enqueue(MAYA, ForgetSpace())
+        api = QueuedSpaces(deployment.config, deployment.settings, ApiSettings())
+        anyio.run(api.forget, MAYA)  # the API's forget (no rq worker: the jobs are still queued)
         assert not deployment.held(exported) and not deployment.held(queued)
         assert deployment.held(others)  # another user's export stays
         assert not deployment.client.exists(deployment.keys.space_bundles("default/maya/helper"))
+        assert not Job.exists(job.id, connection=deployment.client)  # her jobs name her: gone
+        assert not Job.exists(export_job.id, connection=deployment.client)
+        assert Queue(QUEUE_NAME, connection=deployment.client).job_ids == [omars_job.id]
+        assert Job.exists(running.id, connection=deployment.client)
+        wait_for(lambda: not deployment.config.space_dir(MAYA.user_id, MAYA.assistant_id).exists())
     finally:
         worker.stop()
 
