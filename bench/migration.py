@@ -33,6 +33,7 @@ from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
 from tests.support.fakes import HashEmbedder
+from tests.support.queue_worker import wait_for
 from tests.support.redis_server import running_redis
 
 MODEL_A, MODEL_B = "hash-model-a", "hash-model-b"
@@ -73,14 +74,6 @@ def held_writes(client: redis.Redis, keys: Keys, spaces: list[SpaceKey]) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def wait_until(condition: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the deployment did not settle in time")
-        time.sleep(0.05)
-
-
 def migrate(root: Path, spaces: int, turns: int, rate: float, hold_s: float) -> dict[str, Any]:
     with running_redis(root / "redis") as server:
         settings = QueueSettings(
@@ -94,7 +87,7 @@ def migrate(root: Path, spaces: int, turns: int, rate: float, hold_s: float) -> 
         with worker_in_thread(settings, config, HashEmbedder(name=MODEL_A)):
             for _ in range(spaces * turns):
                 writer.write()
-            wait_until(lambda: queue.depth() == 0, 600)
+            wait_for(lambda: queue.depth() == 0, timeout_s=600)
         before = writer.count
 
         stop = threading.Event()
@@ -111,7 +104,7 @@ def migrate(root: Path, spaces: int, turns: int, rate: float, hold_s: float) -> 
             reindexed_s = time.monotonic() - started
             stop.set()
             writing.join()
-            wait_until(lambda: queue.depth() == 0 and held_writes(client, keys, keys_) == 0, 600)
+            wait_for(lambda: queue.depth() == 0 and held_writes(client, keys, keys_) == 0, timeout_s=600)
             drained_s = time.monotonic() - started - reindexed_s
             stored = {
                 key: [page.user_input for page in reads.ask(key, LIST_PAGES, {"limit": 1000}).pages]

@@ -39,6 +39,7 @@ from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
+from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
 from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
@@ -204,9 +205,11 @@ class ShardConsumer:
             acks.flush()
 
     def _forgotten(self, shard: int, entry: Delivered) -> None:
-        """After a forget applied: the space's held writes go, and so does its note of a newest write
-        (the forget's own), so the user's id does not stay in Redis — unless a newer write took its place."""
+        """After a forget applied, what Redis still holds of the space goes, owner side: its held writes,
+        its bundles (an export may have finished after the API purged them), and its note of a newest
+        write (the forget's own), so the user's id does not stay — unless a newer write took its place."""
         self.held.forget(shard, entry.space)
+        purge_bundles(self.client, self.keys, entry.space)
         self._clear_last_write(
             keys=[self.keys.last_writes(shard)], args=[space_name(entry.space), entry.entry_id]
         )

@@ -22,7 +22,6 @@ from memoryos.errors import EmbeddingModelMismatchError
 from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.allocator import PeriodicTrim
-from services.queue.bundle_transfer import purge_bundles
 from services.queue.connection import connect
 from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
@@ -84,16 +83,14 @@ class Worker:
             return [memory.apply_queued(op) for op in ops]
 
     def _forget(self, key: SpaceKey, op: ForgetSpace) -> object:
-        """Erase the space, then its bundles in Redis (an export may have finished after the API purged
-        them); one still on another embedding model (its writes held until a reindex) is erased without
-        being opened, since this worker cannot open it."""
+        """Erase the space (what Redis holds of it is the consumer's to drop). One still on another
+        embedding model (its writes held until a reindex) is erased without being opened, since this worker
+        cannot open it; otherwise the engine's own forget also empties the embedding cache of its texts."""
         try:
             with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
-                erased: object = memory.apply_queued(op)
+                return memory.apply_queued(op)
         except EmbeddingModelMismatchError:
-            erased = self.spaces.erase(key)
-        purge_bundles(self.client, self.consumer.keys, key)  # one exported since the API's purge
-        return erased
+            return self.spaces.erase(key)
 
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once.
