@@ -82,12 +82,30 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
     return stripped if query_terms(stripped) else query
 
 
-def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> list[ScoredPage]:
-    """The `k` best pages of the space for the query, best first."""
+@dataclass(frozen=True)
+class PageSignals:
+    """Each signal of the page score, for the candidates and their neighbours (`needed`, in that order).
+
+    Kept apart from their weighted sum so that `bench.recall_signals` can weigh them otherwise, or add a
+    signal, on exactly the candidates and values the engine ranks."""
+
+    candidates: list[int]
+    neighbours: dict[int, tuple[int | None, int | None]]
+    needed: list[int]
+    dense: np.ndarray
+    """z-scored cosine to the query, against the whole space."""
+    lexical: np.ndarray
+    """z-scored BM25, against the whole space (pages no query word matches count 0)."""
+    date: np.ndarray
+    """Nearness to a date the query names (`temporal.date_proximity`); zeros when it names none."""
+
+
+def page_signals(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> PageSignals | None:
+    """The candidates for the `k` best pages, with every signal of their score; None for an empty space."""
     config = space.config
     total = space.page_index.count()
     if total == 0 or k <= 0:
-        return []
+        return None
     pool = min(max(config.candidate_pool, k), total)
     dense_hits = dict(space.page_index.search(query_vector.reshape(1, -1), pool).hits(0))
     sample_scores = space.score_sample() @ query_vector
@@ -117,25 +135,53 @@ def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int)
         embedded, vectors = space.embedded_page_vectors(missing_dense)
         dense.update(zip(embedded, (vectors @ query_vector).tolist(), strict=True))
 
-    fused_values = config.dense_weight * _zscore(
-        np.array([dense.get(pid, dense_mean) for pid in needed]), dense_mean, dense_std
-    ) + config.lexical_weight * _zscore(
-        np.array([lexical_scores.get(pid, 0.0) for pid in needed]), lexical_mean, lexical_std
-    )
     windows = query_date_windows(query)
+    date = np.zeros(len(needed))
     if windows and config.date_weight > 0:
         julian = space.store.page_julian_days(needed)
         days = julian_to_epoch_days(np.array([julian[pid] for pid in needed], dtype=np.float64))
-        fused_values = fused_values + config.date_weight * date_proximity(days, windows)
-    fused = dict(zip(needed, fused_values.tolist(), strict=True))
+        date = date_proximity(days, windows)
+    return PageSignals(
+        candidates=candidates,
+        neighbours=neighbours,
+        needed=needed,
+        dense=_zscore(np.array([dense.get(pid, dense_mean) for pid in needed]), dense_mean, dense_std),
+        lexical=_zscore(
+            np.array([lexical_scores.get(pid, 0.0) for pid in needed]), lexical_mean, lexical_std
+        ),
+        date=date,
+    )
 
+
+def fused_scores(signals: PageSignals, config: MemoryConfig) -> np.ndarray:
+    """The weighted sum of the signals, per page of `signals.needed`."""
+    return (
+        config.dense_weight * signals.dense
+        + config.lexical_weight * signals.lexical
+        + config.date_weight * signals.date
+    )
+
+
+def ranked_by(
+    signals: PageSignals, fused_values: np.ndarray, neighbour_weight: float, k: int
+) -> list[ScoredPage]:
+    """The `k` best candidates by their fused score plus `neighbour_weight` times their best neighbour's."""
+    fused = dict(zip(signals.needed, fused_values.tolist(), strict=True))
     scored = []
-    for pid in candidates:
-        around = [fused[n] for n in neighbours[pid] if n is not None]
-        lift = config.neighbour_weight * max(around) if around else 0.0
+    for pid in signals.candidates:
+        around = [fused[n] for n in signals.neighbours[pid] if n is not None]
+        lift = neighbour_weight * max(around) if around else 0.0
         scored.append(ScoredPage(pid, fused[pid] + lift))
     scored.sort(key=lambda s: (-s.score, s.page_id))
     return scored[:k]
+
+
+def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> list[ScoredPage]:
+    """The `k` best pages of the space for the query, best first."""
+    signals = page_signals(space, query, query_vector, k)
+    if signals is None:
+        return []
+    return ranked_by(signals, fused_scores(signals, space.config), space.config.neighbour_weight, k)
 
 
 def _live(page: Page, now: float) -> bool:

@@ -77,6 +77,23 @@ def slice_conversation(
     return conversation.model_copy(update={"pairs": pairs, "qa": kept[:questions]})
 
 
+def ingest_conversation(memory: Memoryos, conversation: LocomoConversation) -> None:
+    """Store the conversation session by session, each embedded and consolidated before the next, so what
+    is stored does not depend on how the scheduler happened to batch."""
+    sessions: dict[int, list[dict[str, str]]] = {}
+    for pair in conversation.pairs:
+        sessions.setdefault(pair.session, []).append(
+            {
+                "user_input": pair.user_input,
+                "agent_response": pair.agent_response,
+                "timestamp": pair.timestamp,
+            }
+        )
+    for turns in sessions.values():
+        memory.add_memories(turns)
+        memory.flush()
+
+
 def evaluate_conversation(
     conversation: LocomoConversation,
     data_dir: Path,
@@ -100,18 +117,7 @@ def evaluate_conversation(
     with memory:
         usage_start = memory.llm.usage
         started = time.perf_counter()
-        sessions: dict[int, list[dict[str, str]]] = {}
-        for pair in conversation.pairs:
-            sessions.setdefault(pair.session, []).append(
-                {
-                    "user_input": pair.user_input,
-                    "agent_response": pair.agent_response,
-                    "timestamp": pair.timestamp,
-                }
-            )
-        for turns in sessions.values():
-            memory.add_memories(turns)
-            memory.flush()  # each session embedded and consolidated before the next: reproducible
+        ingest_conversation(memory, conversation)
         ingest_s = time.perf_counter() - started
         usage_ingested = memory.llm.usage
         judge_before = judge.usage if judge else OperationUsage()
