@@ -85,7 +85,7 @@ def _report(stored: StoredConversation, score: Scorer, neighbour_weight: float) 
     return RecallReport.build([a.question for a in stored.asked], rankings, ks=(LEAVE_ONE_OUT_K,))
 
 
-def _whole_space_z(scores: dict[int, float], page_ids: Sequence[int]) -> dict[int, float]:
+def whole_space_z(scores: dict[int, float], page_ids: Sequence[int]) -> dict[int, float]:
     """Scores z-scored over every page of the space; pages without a score count 0."""
     values = np.array([scores.get(pid, 0.0) for pid in page_ids])
     std = float(values.std()) or 1.0
@@ -103,21 +103,16 @@ def _proximity(stored: StoredConversation, query: str) -> dict[int, float]:
     return dict(stored.memory.space.store.lexical_search(" OR ".join(pairs), len(stored.pages)))
 
 
-def _side_text(page: Page, side: Side | None) -> str:
-    return getattr(page, side) if side else f"{page.user_input} {page.agent_response}"
-
-
-def _first_person(stored: StoredConversation, side: Side | None) -> dict[int, float]:
+def first_person(pages: dict[int, Page], side: Side | None) -> dict[int, float]:
     """1 where the named side speaks of itself (I, my, we...) and is not a question; nothing when no
     side is named. Evidence of multi-hop questions is what the named person said of themselves."""
     if side is None:
         return {}
-    return {
-        pid: float(
-            bool(_FIRST_PERSON.search(getattr(page, side))) and not getattr(page, side).strip().endswith("?")
-        )
-        for pid, page in stored.pages.items()
-    }
+    return {pid: float(_speaks_of_itself(getattr(page, side))) for pid, page in pages.items()}
+
+
+def _speaks_of_itself(text: str) -> bool:
+    return bool(_FIRST_PERSON.search(text)) and not text.strip().endswith("?")
 
 
 @dataclass
@@ -158,12 +153,12 @@ def _ask(stored: StoredConversation, sentences: Sentences, question: LocomoQuest
     page_ids = sorted(stored.pages)
     added = {
         "proximity": _proximity(stored, query),
-        "first person": _first_person(stored, side),
+        "first person": first_person(stored.pages, side),
         "nearest sentence": sentences.best(vector, side),
     }
     asked = Asked(question, signals)
     for name, scores in added.items():
-        z = _whole_space_z(scores, page_ids)
+        z = whole_space_z(scores, page_ids)
         asked.added[name] = np.array([z[pid] for pid in signals.needed])
     return asked
 
