@@ -94,16 +94,17 @@ def held_out_markdown(
     categories = sorted(pooled(next(iter(reports.values()))))
     header = ["`" + setting + "`", *(f"cat {c}" for c in categories), *sample_ids, "mean"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-
-    def row(label: str, chosen: Sequence[RecallReport]) -> str:
-        by_category = pooled(chosen)
-        overall = [r.overall[LEAVE_ONE_OUT_K] for r in chosen]
-        cells = [*(by_category[c] for c in categories), *overall, sum(overall) / len(overall)]
-        return f"| {label} | " + " | ".join(f"{cell:.3f}" for cell in cells) + " |"
-
-    lines += [row(f"{value:g}, all three", runs) for value, runs in reports.items()]
+    lines += [markdown_row(f"{value:g}, all three", runs) for value, runs in reports.items()]
     chosen = ", ".join(
         f"{sample_id}: {value:g}" for sample_id, (value, _) in zip(sample_ids, held_out, strict=True)
     )
-    lines.append(row(f"held out (chosen {chosen})", [report for _, report in held_out]))
+    lines.append(markdown_row(f"held out (chosen {chosen})", [report for _, report in held_out]))
     return "\n".join(lines)
+
+
+def markdown_row(label: str, reports: Sequence[RecallReport]) -> str:
+    """One table row: recall@`LEAVE_ONE_OUT_K` per category (pooled, by category), per conversation, and
+    their mean."""
+    overall = [r.overall[LEAVE_ONE_OUT_K] for r in reports]
+    cells = [*pooled(reports).values(), *overall, sum(overall) / len(overall)]
+    return f"| {label} | " + " | ".join(f"{cell:.3f}" for cell in cells) + " |"

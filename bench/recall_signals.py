@@ -18,18 +18,26 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from bench.corpus import dev_conversations
-from bench.recall import LEAVE_ONE_OUT_K, held_out_markdown, leave_one_out, pooled
+from bench.recall import LEAVE_ONE_OUT_K, held_out_markdown, leave_one_out, markdown_row
 from memoryos.config import MemoryConfig
 from memoryos.eval.harness import ingest_conversation
 from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
 from memoryos.eval.metrics import PageKey, RecallReport, page_dia_ids, ranked_dia_ids
 from memoryos.lexical import query_terms, quoted
 from memoryos.memoryos import Memoryos
-from memoryos.retrieval import PageSignals, _lexical_terms, dense_query_text, page_signals, ranked_by
+from memoryos.retrieval import (
+    PageSignals,
+    _lexical_terms,
+    dense_query_text,
+    fused_scores,
+    page_signals,
+    ranked_by,
+)
 from memoryos.retrieval_speaker import Side, named_side
 from memoryos.types import Page
 
@@ -62,7 +70,6 @@ class StoredConversation:
     memory: Memoryos
     pages: dict[int, Page]
     index: dict[PageKey, list[str]]
-    asked: list[Asked] = field(default_factory=list)
 
 
 Scorer = Callable[[Asked], np.ndarray]
@@ -70,19 +77,17 @@ Scorer = Callable[[Asked], np.ndarray]
 
 
 def _engine_score(config: MemoryConfig) -> Scorer:
-    def score(asked: Asked) -> np.ndarray:
-        s = asked.signals
-        return config.dense_weight * s.dense + config.lexical_weight * s.lexical + config.date_weight * s.date
-
-    return score
+    return lambda asked: fused_scores(asked.signals, config)
 
 
-def _report(stored: StoredConversation, score: Scorer, neighbour_weight: float) -> RecallReport:
+def _report(
+    stored: StoredConversation, asked: Sequence[Asked], score: Scorer, neighbour_weight: float
+) -> RecallReport:
     rankings = []
-    for asked in stored.asked:
-        ranked = ranked_by(asked.signals, score(asked), neighbour_weight, LEAVE_ONE_OUT_K)
+    for one in asked:
+        ranked = ranked_by(one.signals, score(one), neighbour_weight, LEAVE_ONE_OUT_K)
         rankings.append(ranked_dia_ids([stored.pages[s.page_id] for s in ranked], stored.index))
-    return RecallReport.build([a.question for a in stored.asked], rankings, ks=(LEAVE_ONE_OUT_K,))
+    return RecallReport.build([a.question for a in asked], rankings, ks=(LEAVE_ONE_OUT_K,))
 
 
 def whole_space_z(scores: dict[int, float], page_ids: Sequence[int]) -> dict[int, float]:
@@ -198,76 +203,81 @@ def _mean(reports: Sequence[RecallReport]) -> float:
     return sum(r.overall[LEAVE_ONE_OUT_K] for r in reports) / len(reports)
 
 
-def _retuned(
-    stored: list[StoredConversation], config: MemoryConfig
-) -> tuple[list[tuple[tuple[float, ...], RecallReport]], list[tuple[float, ...]]]:
-    """The engine's lexical, date and neighbour weights re-chosen together on two conversations by
-    coordinate ascent over `RETUNE_GRID` from the defaults, and measured on the third."""
+Weights = tuple[float, float, float]
+"""The engine's lexical, date and neighbour weights."""
 
-    def reports(weights: tuple[float, ...], on: Sequence[StoredConversation]) -> list[RecallReport]:
+
+def _retuned(
+    stored: list[StoredConversation], asked: list[list[Asked]], config: MemoryConfig
+) -> list[tuple[Weights, RecallReport]]:
+    """Per conversation, the engine's lexical, date and neighbour weights re-chosen together on the
+    other two by coordinate ascent over `RETUNE_GRID` from the defaults, and its report at them."""
+
+    def report(weights: Weights, i: int) -> RecallReport:
         lexical, date, neighbour = weights
         tuned = config.model_copy(update={"lexical_weight": lexical, "date_weight": date})
-        return [_report(s, _engine_score(tuned), neighbour) for s in on]
+        return _report(stored[i], asked[i], _engine_score(tuned), neighbour)
 
-    held_out, chosen = [], []
+    held_out = []
     for held in range(len(stored)):
-        train = [s for i, s in enumerate(stored) if i != held]
-        weights = (config.lexical_weight, config.date_weight, config.neighbour_weight)
-        best = _mean(reports(weights, train))
+        train = [i for i in range(len(stored)) if i != held]
+        weights: Weights = (config.lexical_weight, config.date_weight, config.neighbour_weight)
+        best = _mean([report(weights, i) for i in train])
         improved = True
         while improved:
             improved = False
             for position, value in itertools.product(range(len(weights)), RETUNE_GRID):
-                trial = tuple(value if i == position else w for i, w in enumerate(weights))
-                score = _mean(reports(trial, train))
+                trial = cast(Weights, tuple(value if i == position else w for i, w in enumerate(weights)))
+                score = _mean([report(trial, i) for i in train])
                 if score > best + 1e-12:
                     weights, best, improved = trial, score, True
-        chosen.append(weights)
-        held_out.append((weights, reports(weights, [stored[held]])[0]))
-    return held_out, chosen
-
-
-def _row(label: str, reports: Sequence[RecallReport]) -> str:
-    by_category = pooled(reports)
-    cells = [*by_category.values(), *(r.overall[LEAVE_ONE_OUT_K] for r in reports), _mean(reports)]
-    return f"| {label} | " + " | ".join(f"{cell:.3f}" for cell in cells) + " |"
+        held_out.append((weights, report(weights, held)))
+    return held_out
 
 
 def main() -> None:
     config = MemoryConfig()
     with stored_dev_conversations(config) as stored:
         sample_ids = [s.conversation.sample_id for s in stored]
+        asked = []
         for s in stored:
             sentences = Sentences.of(s)
-            s.asked = [_ask(s, sentences, q) for q in s.conversation.qa if q.evidence_norm]
-        engine = [_report(s, _engine_score(config), config.neighbour_weight) for s in stored]
+            asked.append([_ask(s, sentences, q) for q in s.conversation.qa if q.evidence_norm])
+        engine = _engine_score(config)
         print(
             f"recall@{LEAVE_ONE_OUT_K}: categories pooled, then per conversation ({', '.join(sample_ids)}), mean"
         )
-        print(_row("the engine", engine))
-        for name in stored[0].asked[0].added:
+        print(
+            markdown_row(
+                "the engine",
+                [_report(s, a, engine, config.neighbour_weight) for s, a in zip(stored, asked, strict=True)],
+            )
+        )
+        for name in asked[0][0].added:
             by_weight = {
                 w: [
                     _report(
                         s,
-                        lambda a, w=w, name=name: _engine_score(config)(a) + w * a.added[name],
+                        a,
+                        lambda one, w=w, name=name: engine(one) + w * one.added[name],
                         config.neighbour_weight,
                     )
-                    for s in stored
+                    for s, a in zip(stored, asked, strict=True)
                 ]
                 for w in SIGNAL_WEIGHTS
             }
             print(f"\n{name}:")
             print(held_out_markdown(f"w · {name}", sample_ids, by_weight, leave_one_out(by_weight)))
-        held_out, chosen = _retuned(stored, config)
+        held_out = _retuned(stored, asked, config)
         print("\nthe engine's weights (lexical, date, neighbour) re-chosen leave-one-out:")
-        print(_row(f"held out, chosen {chosen}", [report for _, report in held_out]))
-        bound = []
-        for s in stored:
-            s.asked = [_rewrite_bound(s, a.question) for a in s.asked]
-            bound.append(_report(s, _engine_score(config), config.neighbour_weight))
+        chosen = [weights for weights, _ in held_out]
+        print(markdown_row(f"held out, chosen {chosen}", [report for _, report in held_out]))
+        bound = [
+            _report(s, [_rewrite_bound(s, one.question) for one in a], engine, config.neighbour_weight)
+            for s, a in zip(stored, asked, strict=True)
+        ]
         print("\nupper bound of the LLM rewrite (the gold answer as its search words):")
-        print(_row("question + gold answer", bound))
+        print(markdown_row("question + gold answer", bound))
 
 
 if __name__ == "__main__":
