@@ -37,11 +37,14 @@ def dev_conversations() -> list[LocomoConversation]:
     return load_conversations(locomo_raw(), DEV_SAMPLE_IDS)
 
 
-def exchanges(count: int, conversations: Sequence[LocomoConversation]) -> list[dict[str, str]]:
-    """`count` exchanges cycling through the conversations; repeats get a suffix so every text differs."""
+def exchanges(
+    count: int, conversations: Sequence[LocomoConversation], start: int = 0
+) -> list[dict[str, str]]:
+    """`count` exchanges cycling through the conversations, from the `start`-th; repeats get a suffix so
+    every text differs (`start` lets a long bench take its exchanges in slices)."""
     base = [pair for conversation in conversations for pair in conversation.pairs]
     turns = []
-    for i in range(count):
+    for i in range(start, start + count):
         pair = base[i % len(base)]
         suffix = f" (#{i // len(base)})" if i >= len(base) else ""
         turns.append(

@@ -166,6 +166,19 @@ def build_architecture_model(key: str, tokenizer_location: str, device: str, tin
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def save_architecture_model(
+    key: str, tokenizer_location: str, directory: Path, device: str, tiny: bool
+) -> None:
+    """`build_architecture_model` saved as a sentence-transformers directory the engine can load by path,
+    marked as random weights (`memoryos.embedding.random_weights`): a worker refuses it unless
+    `embedding_speed_only` is set, so it can time the real worker path and never store a memory."""
+    from memoryos.embedding.random_weights import RANDOM_WEIGHTS_MARKER
+
+    build_architecture_model(key, tokenizer_location, device, tiny).save(str(directory))
+    note = {"architecture": ARCHITECTURES[key].label, "note": ARCHITECTURE_NOTE, "tiny": tiny}
+    (directory / RANDOM_WEIGHTS_MARKER).write_text(json.dumps(note) + "\n")
+
+
 def model_loaders(
     specs: Sequence[str],
     architectures: Sequence[str],
@@ -294,3 +307,24 @@ class MemoryPages:
 
     def embedding_failed(self, error: BaseException) -> None:
         self.errors.append(error)
+
+
+def main() -> None:
+    """`python -m bench.gpu_models save ARCH DIR --tokenizer MINILM_DIR [--device cuda] [--tiny]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    save = commands.add_parser("save", help="a random-weight model of ARCH's size, marked, in DIR")
+    save.add_argument("architecture", choices=sorted(ARCHITECTURES))
+    save.add_argument("directory", type=Path)
+    save.add_argument("--tokenizer", required=True, help="the MiniLM model directory (its tokenizer)")
+    save.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    save.add_argument("--tiny", action="store_true", help="tiny shapes: the same code path, for a CPU test")
+    args = parser.parse_args()
+    save_architecture_model(args.architecture, args.tokenizer, args.directory, args.device, args.tiny)
+    print(args.directory)
+
+
+if __name__ == "__main__":
+    main()

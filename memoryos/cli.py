@@ -314,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--redis-url", default=None, help="Redis of the queue (env MEMORYOS_REDIS_URL)")
     worker.add_argument("--worker-id", default=None, help="default: host-pid-random")
+    worker.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes on this host, sharing its GPU (env MEMORYOS_WORKER_PROCESSES, default 1)",
+    )
     serve = command(
         "serve",
         cmd_serve,

@@ -174,6 +174,12 @@ class MemoryConfig(BaseSettings):
         "query); once the export is verified, queries and pages run on it without importing PyTorch. "
         "onnx: the same, but an error if queries cannot run on ONNX Runtime. torch: PyTorch only.",
     )
+    embedding_speed_only: bool = Field(
+        False,
+        description="Accept a model directory marked as random weights (`python -m bench.gpu_models save` "
+        "builds bge-m3- and Qwen3-Embedding-sized ones to measure speed where their weights cannot be had). "
+        "Their vectors mean nothing, so without this a space refuses to load them. For benchmarks only.",
+    )
     model_cache_dir: Path | None = Field(
         None,
         description="Where exported ONNX models are kept. None: $XDG_CACHE_HOME/memoryos or ~/.cache/memoryos.",

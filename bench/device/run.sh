@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (after bench/device/prepare.sh here): the service's worker on CUDA. bench.service
-# ingest with each queued write in its own transaction (--write-run 1, as before runs) and with runs of a
-# space's writes in one (--write-run 64, the default), 100 users x 20 turns and 1,000 users x 3, with the
-# model and with an instant embedder (applying alone), and the worker as its own process; then the whole bench.service (raw model rows, fp16
-# vs fp32 vectors, ack latency, takeover) and bench.faults on the real worker process; with PYSPY=1 last,
-# the 100 x 20 ingest under py-spy (its raw samples in $OUT/ingest.pyspy: where the worker's time goes).
-# Figures in the README, "The service's worker on a GPU". About 6 minutes (+80 s with PYSPY=1); each step
-# has its own time limit. Only 8 files come back from $OUT: the ingest runs print their figures.
+# On the lent GPU machine (after bench/device/prepare.sh here; carry .whl and .gpucarry): issue 38's
+# figures in one run of about 7 minutes. Every ingest is `python -m bench.ingest` — the real `memoryos
+# worker` (or the same code with the hash embedder: applying alone) as its own process(es), the writes
+# queued before the clock, the queue kept full for 30 s, the workers' CPU seconds per turn — with MiniLM,
+# the bge-m3-sized and Qwen3-0.6B-sized random-weight stand-ins (speed only), and no model; 1 worker
+# process (the shape deployed before) and $PROCS (one per core); the 1-process MiniLM run under py-spy.
+# Each run's JSON is a line of $OUT/ingest.jsonl; figures in docs/service.md ("The worker on a GPU").
 set -u
 source bench/device/setup.sh
-
-echo "== ingest A/B $(date +%T)"
-for run in 1 64; do ingest "ingest_100x20_run$run" ${USERS:-100} ${TURNS:-20} --write-run $run; done
-ingest "ingest_100x20_process" ${USERS:-100} ${TURNS:-20} --worker-process  # no GIL shared with the clients
-echo "== service, whole $(date +%T)"
-timeout ${SERVICE_LIMIT:-150} python3 -m bench.service --device "$DEVICE" --model /tmp/minilm \
-  --users ${USERS:-100} --turns ${TURNS:-20} --raw-texts ${RAW:-2000} --out "$OUT/service.json" 2> "$OUT/service.log"
-echo "service rc=$? $(date +%T)"; grep -E "embedding: loaded|Error|error" "$OUT/service.log" | head -5
-for run in 1 64; do ingest "ingest_1000x3_run$run" ${USERS2:-1000} ${TURNS2:-3} --write-run $run; done
-for run in 1 64; do ingest "instant_100x20_run$run" ${USERS:-100} ${TURNS:-20} --write-run $run --instant-embedder; done
-echo "== faults $(date +%T)"
-MEMORYOS_EMBEDDING_DEVICE=$DEVICE MEMORYOS_EMBEDDING_MODEL_NAME=/tmp/minilm timeout ${FAULTS_LIMIT:-120} \
-  python3 -m bench.faults --target worker --rounds ${ROUNDS:-3} --redis-restarts 1 --writes-per-round ${WPR:-300} \
-  > "$OUT/faults.json" 2> "$OUT/faults.log"
-echo "faults rc=$? $(date +%T)"; cat "$OUT/faults.json"; tail -3 "$OUT/faults.log"
-[ -n "${PYSPY:-}" ] || exit 0
-echo "== py-spy $(date +%T)"
-timeout ${SPY_LIMIT:-90} py-spy record -r 200 --threads -f raw -o "$OUT/ingest.pyspy" -- python3 -m bench.service \
-  --device "$DEVICE" --model /tmp/minilm --only-ingest --users ${USERS:-100} --turns ${TURNS:-20} \
-  --out /tmp/spy.json > /tmp/spy.out 2> /tmp/spy.log
-echo "py-spy rc=$? $(date +%T) $(python3 -c "import json; print(json.load(open('/tmp/spy.json'))['ingest'])" 2>&1)"
+STARTED=$(date +%s); BUDGET=${BUDGET:-480}; PROCS=${PROCS:-$(nproc)}; M=/tmp/minilm
+left() { echo $(( BUDGET - ($(date +%s) - STARTED) )); }
+ingest() {  # name [bench.ingest flags]: one run, skipped when under 60 s of the budget is left
+  local name=$1; shift
+  if [ "$(left)" -lt 60 ]; then echo "$name skipped: $(left) s left"; return; fi
+  timeout $(( $(left) - 5 )) python3 -m bench.ingest --seconds ${RUN_S:-30} "$@" --out "/tmp/$name.json" \
+    > /dev/null 2> "/tmp/$name.log"
+  echo "$name rc=$? $(date +%T) $(python3 -c "import json; r=json.load(open('/tmp/$name.json'))['ingest']
+r['name']='$name'; print(json.dumps(r), file=open('$OUT/ingest.jsonl', 'a'))
+print({k: r.get(k) for k in ('turns', 'turns_per_s', 'worker_cpu_ms_per_turn', 'worker_cores_busy',
+ 'mean_batch_size', 'share_of_raw_per_batch', 'share_of_raw_best')})" 2>&1 | tail -1)"
+  grep -E "Error|error" "/tmp/$name.log" | tail -3
+}
+standin() {  # architecture: its random-weight model saved to /tmp/ARCH, marked
+  timeout 120 python3 -m bench.gpu_models save "$1" "/tmp/$1" --tokenizer $M --device $DEVICE ${TINY:+--tiny} > /dev/null 2>&1 \
+    || echo "build $1 failed"
+}
+ingest minilm_100x20_p$PROCS --model $M --device $DEVICE --processes $PROCS
+standin bge-m3
+ingest bge-m3_100x20_p$PROCS --model /tmp/bge-m3 --speed-only --device $DEVICE --processes $PROCS
+rm -rf /tmp/bge-m3
+ingest instant_100x20_p1 --instant-embedder --processes 1
+ingest instant_100x20_p$PROCS --instant-embedder --processes $PROCS
+ingest minilm_100x20_p1 --model $M --device $DEVICE --processes 1 --profile "$OUT/worker_p1.pyspy"
+ingest minilm_1000x3_p$PROCS --model $M --device $DEVICE --processes $PROCS --users 1000 --turns 3 --raw-texts 0
+standin qwen3-embedding-0.6b
+ingest qwen3_100x20_p$PROCS --model /tmp/qwen3-embedding-0.6b --speed-only --device $DEVICE --processes $PROCS
+echo "done $(date +%T), $(left) s of the budget left"

@@ -13,9 +13,3 @@ DEVICE=${DEVICE:-cuda}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } 2>&1 | tee "$OUT/gpu.txt"
 python3 -c "import torch, sentence_transformers as s; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'st', s.__version__)" | tee -a "$OUT/gpu.txt"
 
-ingest() {  # name users turns [more bench.service flags]: one ingest run, its figures on one line
-  local name=$1 users=$2 turns=$3; shift 3
-  timeout ${INGEST_LIMIT:-90} python3 -m bench.service --device "$DEVICE" --model /tmp/minilm --only-ingest \
-    --users "$users" --turns "$turns" "$@" > "/tmp/$name.json" 2> "/tmp/$name.log"
-  echo "$name rc=$? $(date +%T) $(python3 -c "import json; print(json.load(open('/tmp/$name.json'))['ingest'])" 2>&1)"
-}

@@ -38,6 +38,7 @@ from memoryos.embedding.onnx_manifest import (
     read_manifest,
     stale_because,
 )
+from memoryos.embedding.random_weights import refuse_random_weights
 from memoryos.embedding.truncation import WidthProbe, count_truncated, may_exceed
 from memoryos.errors import MemoryOSError
 
@@ -106,6 +107,7 @@ class SentenceTransformerEmbedder:
         self._cpu_run_size = config.embedding_cpu_run_size
         self._torch_threads = config.torch_threads
         self._runtime = config.embedding_runtime
+        self._speed_only = config.embedding_speed_only
         self._model_cache_dir = config.model_cache_dir
         self._show_progress = config.show_progress
         self._query_encoder: OnnxQueryEncoder | None = None
@@ -210,6 +212,7 @@ class SentenceTransformerEmbedder:
         if not self._decided:
             with self._lock:
                 if not self._decided:
+                    refuse_random_weights(resolve_model_location(self._name), self._speed_only)
                     torch_free = self._open_torch_free()
                     if torch_free is not None:
                         self._dim = torch_free.dim
@@ -420,6 +423,7 @@ class SentenceTransformerEmbedder:
             # pool tokenizes each page batch in parallel (the environment variable is read on every call).
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         location = resolve_model_location(self._name)
+        refuse_random_weights(location, self._speed_only)
         try:
             with _progress_bars(self._show_progress):
                 model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)

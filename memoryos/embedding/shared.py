@@ -25,6 +25,7 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_cpu_run_size",
         "embedding_cache_size",
         "embedding_runtime",
+        "embedding_speed_only",
         "model_cache_dir",
         "torch_threads",
         "show_progress",

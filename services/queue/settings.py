@@ -92,7 +92,19 @@ class QueueSettings(BaseSettings):
         300, ge=1, description="How often rq's cron asks every space's owner to erase what expired."
     )
     worker_metrics_port: int = Field(
-        9400, ge=0, le=65535, description="Where a worker serves /metrics for Prometheus (0: not served)."
+        9400,
+        ge=0,
+        le=65535,
+        description="Where a worker serves /metrics for Prometheus (0: not served); with worker_processes "
+        "N, process i serves on this port + i.",
+    )
+    worker_processes: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Worker processes `memoryos worker` runs on this host, each owning its share of the "
+        "shards and applying on its own core; they share the host's GPU (each loads the model once). "
+        "services/worker/processes.py.",
     )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")
     worker_mmap_threshold_kb: int = Field(
