@@ -8,10 +8,10 @@ the target rates such a burst ends inside one poll. Here, as deployed:
   `bench.instant_worker` — the same code with the tests' hash embedder in place of the model, which leaves
   the worker's applying alone (Redis, the engine's transactions, the scheduler);
 - the writes are queued before the clock starts: the workers, once they own every shard, are stopped
-  (SIGSTOP), two rounds are queued, and the clock starts as they are let go (SIGCONT);
+  (SIGSTOP), a round is queued, and the clock starts as they are let go (SIGCONT);
 - a round is `--users` new users writing `--turns` exchanges each (distinct LoCoMo texts: the embedding
-  cache never answers), and a feeder queues another whenever fewer than a round's writes are waiting,
-  until `--seconds` have passed; the clock stops when every write has applied and the last write of each
+  cache never answers), queued a turn of every user at a time; a feeder keeps about two seconds of work
+  (at the rate so far) waiting for its vectors, until `--seconds` have passed; the clock stops when every write has applied and the last write of each
   user of the last round, and of the last user of every round, is searchable;
 - the workers' CPU seconds (every process of the tree, from /proc) are divided by the turns applied;
 - `--profile FILE` records the worker processes with py-spy (raw collapsed stacks, one line per thread
@@ -41,9 +41,8 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +51,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.corpus import dev_conversations, exchanges, page_texts
 from bench.output import emit
 from memoryos.eval.locomo import LocomoConversation
+from memoryos.ops import op_to_json
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
-from services.queue.keys import Keys
-from services.queue.producer import WriteQueue
+from services.queue.keys import Keys, shard_of, space_name
+from services.queue.producer import ENQUEUE
 from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
@@ -68,8 +68,10 @@ serves: asked every 20 ms, as before 2026-11-27, the polling took about a tenth 
 it measures."""
 FEED_CHECK_S = 0.1
 """How often the feeder looks at the backlog."""
-WRITER_THREADS = 32
-"""Threads queueing a round: each queues its users' writes in order (a user's order is the queue's)."""
+BACKLOG_S = 2.0
+"""Seconds of work (at the rate so far) the feeder keeps waiting for the workers."""
+PIPELINE_WRITES = 500
+"""Writes the feeder sends to Redis in one round trip."""
 READY_TIMEOUT_S = 300.0
 """Longest wait for the workers to load their model and divide the shards."""
 
@@ -229,46 +231,47 @@ def worker_processes(
 
 @dataclass
 class Feeder:
-    """Queues rounds of writes: `users` new users, `turns` exchanges each, each user's in order."""
+    """Queues rounds of writes — `users` new users, `turns` exchanges each, each user's in order — a slice
+    at a time: one turn of every user of the round (turn 0 of every user, then turn 1...), interleaved as
+    concurrent clients' writes are."""
 
     settings: QueueSettings
     users: int
     turns: int
     conversations: list[LocomoConversation]
-    rounds: int = 0
-    last_writes: list[tuple[SpaceKey, str]] = field(default_factory=list)
-    """(space, write id) whose searchability ends the run: each user's last of the newest round, and the
-    last user's of every earlier round."""
+    slices: int = 0
 
     def __post_init__(self) -> None:
         self.client = connect(self.settings)
         self.keys = Keys(self.settings.redis_namespace)
-        self._newest: list[tuple[SpaceKey, str]] = []
+        self._enqueue = self.client.register_script(ENQUEUE)
 
     @property
-    def round_writes(self) -> int:
-        return self.users * self.turns
+    def queued(self) -> int:
+        return self.slices * self.users
 
-    def queue_round(self) -> None:
-        r = self.rounds
-        fill = exchanges(self.round_writes, self.conversations, start=r * self.round_writes)
-        spaces = [SpaceKey("bench", f"r{r}u{u}", "helper") for u in range(self.users)]
+    def space(self, round_: int, user: int) -> SpaceKey:
+        return SpaceKey("bench", f"r{round_}u{user}", "helper")
 
-        def write_users(first: int) -> None:
-            queue = WriteQueue(self.client, self.settings)
-            for u in range(first, self.users, WRITER_THREADS):
-                for i in range(self.turns):
-                    op = plan_write(
-                        [fill[u * self.turns + i]], max_text_chars=20_000, at=time.time(), write_id=f"t{i}"
-                    )
-                    queue.enqueue(spaces[u], op)
-
-        with ThreadPoolExecutor(WRITER_THREADS) as pool:
-            list(pool.map(write_users, range(min(WRITER_THREADS, self.users))))
-        if self._newest:
-            self.last_writes.append(self._newest[-1])
-        self._newest = [(space, f"t{self.turns - 1}") for space in spaces]
-        self.rounds += 1
+    def queue_slice(self) -> None:
+        """Queue the next slice as the API would (the producer's own script), pipelined so that the feeder
+        never starves the workers."""
+        round_, turn = divmod(self.slices, self.turns)
+        fill = exchanges(self.users, self.conversations, start=self.queued)  # every text distinct
+        pipe = self.client.pipeline(transaction=False)
+        for user, exchange in enumerate(fill):
+            space = self.space(round_, user)
+            op = plan_write([exchange], max_text_chars=20_000, at=time.time(), write_id=f"t{turn}")
+            shard = shard_of(space, self.settings.shard_count)
+            self._enqueue(
+                keys=[self.keys.writes(shard), self.keys.last_writes(shard), self.keys.spaces()],
+                args=[space_name(space), op_to_json(op), self.settings.queue_max_entries],
+                client=pipe,
+            )
+            if len(pipe) >= PIPELINE_WRITES:
+                pipe.execute()
+        pipe.execute()
+        self.slices += 1
 
     def unapplied(self) -> int:
         """Writes queued and not yet applied (an applied entry is deleted from its stream)."""
@@ -278,7 +281,11 @@ class Feeder:
         return sum(int(n) for n in pipe.execute())
 
     def to_wait_for(self) -> list[tuple[SpaceKey, str]]:
-        return self.last_writes + self._newest
+        """(space, write id) whose searchability ends the run: the last write of every user of the last
+        round, and of the last user of every earlier round."""
+        last_round, last_turn = divmod(self.slices - 1, self.turns)
+        earlier = [(self.space(r, self.users - 1), f"t{self.turns - 1}") for r in range(last_round)]
+        return earlier + [(self.space(last_round, u), f"t{last_turn}") for u in range(self.users)]
 
 
 class Profile:
@@ -315,16 +322,18 @@ def run_ingest(
     feeder = Feeder(settings, users, turns, dev_conversations())
     with worker_processes(settings, env, processes, instant, log) as workers:
         workers.signal(signal.SIGSTOP)
-        feeder.queue_round()
-        feeder.queue_round()  # a full round waits behind the first from the start
+        for _ in range(turns):  # a whole round queued before the clock
+            feeder.queue_slice()
         cpu_before = workers.cpu_seconds()
         spy = Profile(workers.process.pid, profile, seconds + 30) if profile else None
         workers.signal(signal.SIGCONT)
         started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            # Not yet embedded, rather than not yet applied: a worker applies ahead of its batcher.
-            if feeder.rounds * feeder.round_writes - workers.batch_figures()[1] < feeder.round_writes:
-                feeder.queue_round()
+        while (elapsed := time.perf_counter() - started) < seconds:
+            # Keep about BACKLOG_S of work waiting for its vectors (not for its applying: a worker applies
+            # ahead of its batcher), and at least two slices.
+            embedded = workers.batch_figures()[1]
+            if feeder.queued - embedded < max(2 * users, BACKLOG_S * embedded / elapsed):
+                feeder.queue_slice()
             else:
                 time.sleep(FEED_CHECK_S)
         fed_s = time.perf_counter() - started
@@ -339,11 +348,11 @@ def run_ingest(
         if spy:
             spy.finish()
         batches, texts = workers.batch_figures()
-    applied = feeder.rounds * feeder.round_writes
+    applied = feeder.queued
     return {
         "users_per_round": users,
         "turns_per_user": turns,
-        "rounds": feeder.rounds,
+        "rounds": round(feeder.slices / turns, 2),
         "turns": applied,
         "worker_processes": processes,
         "shards": settings.shard_count,
@@ -423,7 +432,8 @@ def main() -> None:
                 args.profile,
             )
         finally:
-            sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))
+            if log.exists():  # the workers' last words, for a run that failed
+                sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))
         if not args.instant_embedder and args.raw_texts:
             device = args.device if args.device != "auto" else _auto_device()
             from bench.gpu_models import parse_model_spec

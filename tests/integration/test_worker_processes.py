@@ -1,0 +1,119 @@
+"""`memoryos worker --processes 2` against a real `redis-server`: the children divide the shards, every
+space's writes apply once and in order whichever child owns it, a child killed with SIGKILL is started
+again and loses nothing, and SIGTERM to the parent drains every child and gives the shards back."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bench.faults import worker_env
+from memoryos.space_pool import SpaceKey
+from memoryos.writes import plan_write
+from services.queue.keys import Keys
+from services.queue.producer import WriteQueue
+from services.queue.settings import QueueSettings
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "procs"
+SHARDS = 8
+SPACES = [SpaceKey("default", f"user{i}", "helper") for i in range(12)]
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+def wait_for(condition: object, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def owners(client: redis.Redis) -> list[bytes | None]:
+    return [client.get(Keys(NAMESPACE).lease(shard)) for shard in range(SHARDS)]
+
+
+def children(parent: int) -> list[int]:
+    """The supervisor's worker children (not multiprocessing's resource tracker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in command:
+                found.append(int(entry.name))
+    return found
+
+
+def write(queue: WriteQueue, first: int, count: int) -> None:
+    for i in range(first, first + count):
+        turn = {"user_input": f"turn {i:04d}", "agent_response": "ok"}
+        op = plan_write([turn], max_text_chars=100, at=time.time(), write_id=f"w{i}")
+        queue.enqueue(SPACES[i % len(SPACES)], op)
+
+
+def stored_turns(data_dir: Path) -> dict[str, list[int]]:
+    """Each space's stored turn numbers, in the order the pages were stored."""
+    stored = {}
+    for store in data_dir.glob("*/*/*/memory.sqlite"):
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+            rows = db.execute("SELECT user_input FROM pages ORDER BY page_id").fetchall()
+        stored[store.parent.parent.name] = [int(text.split()[1]) for (text,) in rows]
+    return stored
+
+
+def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    env = worker_env(redis_server.url, tmp_path / "data", NAMESPACE, SHARDS)
+    env["MEMORYOS_WORKER_PROCESSES"] = "2"
+    client = redis.Redis.from_url(redis_server.url)
+    settings = QueueSettings(redis_url=redis_server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
+    queue = WriteQueue(client, settings)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", "pair"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert parent.stdout is not None
+        assert b"2 processes" in parent.stdout.readline()
+        wait_for(lambda: set(owners(client)) == {b"pair-0", b"pair-1"})  # each owns its share
+
+        write(queue, 0, 120)
+        wait_for(lambda: queue.depth() == 0)
+        killed = children(parent.pid)
+        assert len(killed) == 2
+        os.kill(killed[0], signal.SIGKILL)  # holding its leases: they lapse after the TTL
+        write(queue, 120, 120)  # some wait for the killed child's shards
+        wait_for(lambda: len(set(children(parent.pid)) - set(killed)) == 1)  # started again
+        wait_for(lambda: queue.depth() == 0 and set(owners(client)) == {b"pair-0", b"pair-1"})
+
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=TIMEOUT_S) == 0
+    finally:
+        parent.kill()
+    assert owners(client) == [None] * SHARDS  # released by the drain, not left to their TTL
+    stored = stored_turns(tmp_path / "data")
+    assert len(stored) == len(SPACES)
+    for space, turns in stored.items():  # every write once, in the order accepted
+        number = int(space.removeprefix("user"))
+        assert turns == list(range(number, 240, len(SPACES))), space
