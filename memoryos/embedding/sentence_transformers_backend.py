@@ -183,7 +183,9 @@ class SentenceTransformerEmbedder:
         torch_free = self._ready()
         if torch_free is not None:
             vectors, truncated = torch_free.encode(
-                texts, is_query=is_query, batch_size=run_size("cpu", self._batch_size, self._cpu_run_size, self._gpu_batch_size)
+                texts,
+                is_query=is_query,
+                batch_size=run_size("cpu", self._batch_size, self._cpu_run_size, self._gpu_batch_size),
             )
             if truncated:
                 self._log_truncated(truncated, len(texts), torch_free.manifest.max_seq_length)

@@ -184,8 +184,8 @@ class EmbeddingBatcher(BatchFilling):
         self._cond = threading.Condition()
         self._in_flight: dict[int, set[int]] = {}
         """Page ids per source (id) taken into a batch whose vectors are not stored yet: never taken again."""
-        self._encoded: queue.Queue[tuple[Batch, np.ndarray | None, BaseException | None] | None] = queue.Queue(
-            maxsize=1
+        self._encoded: queue.Queue[tuple[Batch, np.ndarray | None, BaseException | None] | None] = (
+            queue.Queue(maxsize=1)
         )
         # FIFO of waiting work, keyed by id(source) or id(request); served work moves to the back.
         self._queue: OrderedDict[int, QueuedWork] = OrderedDict()
@@ -360,9 +360,9 @@ class EmbeddingBatcher(BatchFilling):
                 if part.page_ids:
                     self._in_flight.setdefault(key, set()).update(part.page_ids)
                 entry = part.entry
-                if part.drained and part.error is None and part.stamp == entry.stamp:
-                    if self._queue.get(key) is entry:
-                        del self._queue[key]
+                drained = part.drained and part.error is None and part.stamp == entry.stamp
+                if drained and self._queue.get(key) is entry:
+                    del self._queue[key]
 
     def _collect(self) -> Batch | None:
         """Wait for work, then take texts until the batch is full or `max_wait_ms` have passed since the

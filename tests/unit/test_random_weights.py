@@ -40,7 +40,10 @@ def test_a_space_refuses_to_store_with_random_weights(stand_in: Path, tmp_path: 
 
 def test_speed_only_loads_and_encodes_them(stand_in: Path, tmp_path: Path) -> None:
     config = MemoryConfig(
-        data_dir=tmp_path, embedding_model_name=str(stand_in), embedding_device="cpu", embedding_speed_only=True
+        data_dir=tmp_path,
+        embedding_model_name=str(stand_in),
+        embedding_device="cpu",
+        embedding_speed_only=True,
     )
     vectors = SentenceTransformerEmbedder(config).encode(["a page", "another page"])
     assert vectors.shape == (2, 64)
