@@ -525,6 +525,7 @@ class EmbeddingBatcher(BatchFilling):
                 entry = part.entry
                 if part.error is not None:  # back in the queue (it left if drained), after a backoff
                     current = self._queue.setdefault(key, entry)
+                    assert isinstance(current, QueuedSource)  # keyed by id(source): never a request
                     current.failures = entry.failures + 1
                     current.ready_at = now + retry_delay_s(current.failures)
                     self._queue.move_to_end(key)
