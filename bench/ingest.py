@@ -328,14 +328,17 @@ def run_ingest(
         spy = Profile(workers.process.pid, profile, seconds + 30) if profile else None
         workers.signal(signal.SIGCONT)
         started = time.perf_counter()
+        embedded, checked = 0, 0.0
         while (elapsed := time.perf_counter() - started) < seconds:
             # Keep about BACKLOG_S of work waiting for its vectors (not for its applying: a worker applies
-            # ahead of its batcher), and at least two slices.
-            embedded = workers.batch_figures()[1]
+            # ahead of its batcher), and at least two slices. The workers' /metrics are read at most every
+            # FEED_CHECK_S: each read costs every worker a request on its interpreter lock.
+            if elapsed - checked >= FEED_CHECK_S:
+                embedded, checked = workers.batch_figures()[1], elapsed
             if feeder.queued - embedded < max(2 * users, BACKLOG_S * embedded / elapsed):
                 feeder.queue_slice()
             else:
-                time.sleep(FEED_CHECK_S)
+                time.sleep(FEED_CHECK_S / 4)
         fed_s = time.perf_counter() - started
         while feeder.unapplied():
             time.sleep(FEED_CHECK_S)

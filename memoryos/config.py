@@ -140,12 +140,6 @@ class MemoryConfig(BaseSettings):
         "padded to its own longest. A run of 64 pads every text to the longest of 64 and encoded half as "
         "fast on 2 cores (docs/engine.md). On a GPU a run is the whole batch.",
     )
-    embedding_gpu_batch_size: int = Field(
-        256,
-        gt=0,
-        description="Texts per embedding batch once the model runs on a GPU (the token budget grows in "
-        "proportion): a GPU encodes 256 short texts about twice as fast per text as 64 (docs/service.md).",
-    )
     embedding_max_batch_tokens: int = Field(
         16384,
         gt=0,

@@ -47,22 +47,15 @@ def use_fp16(device: str, dtype_requested: bool = False) -> bool:
     return not dtype_requested and (device == "cuda" or device.startswith("cuda:"))
 
 
-def run_size(device: str, batch_size: int, cpu_run_size: int, gpu_batch_size: int) -> int:
-    """Texts per model run on `device`: on a CPU at most `cpu_run_size`, elsewhere the batcher's whole
-    batch (`gpu_batch_size` on a GPU, where it sends batches of that size).
+def run_size(device: str, batch_size: int, cpu_run_size: int) -> int:
+    """Texts per model run on `device`: on a CPU at most `cpu_run_size`, elsewhere the whole batch.
 
     Why: a run pads every text to its longest, and attention grows with the square of that width. A GPU
     computes the padding in parallel and gains from wide runs; a CPU computes every padded token, and on
     2 cores MiniLM encoded batches of 64 mixed-length pages at 39 texts/s in one run each against 89 in
     runs of 8 (`python -m bench.cpu_runs`, docs/engine.md).
     """
-    return min(batch_size, cpu_run_size) if device == "cpu" else max(batch_size, gpu_batch_size)
-
-
-def embedder_on_gpu(embedder: object) -> bool:
-    """Whether the embedder's model runs on a GPU now: its `on_gpu`, False for an embedder without one
-    (the tests' fakes) or whose model is not loaded yet (the batcher asks again before each batch)."""
-    return bool(getattr(embedder, "on_gpu", False))
+    return min(batch_size, cpu_run_size) if device == "cpu" else batch_size
 
 
 def choose_torch_threads(configured: int | None, cpu_count: int | None) -> int:

@@ -105,7 +105,6 @@ class SentenceTransformerEmbedder:
         self._requested_device = config.embedding_device
         self._batch_size = config.embedding_batch_size
         self._cpu_run_size = config.embedding_cpu_run_size
-        self._gpu_batch_size = config.embedding_gpu_batch_size
         self._torch_threads = config.torch_threads
         self._runtime = config.embedding_runtime
         self._speed_only = config.embedding_speed_only
@@ -138,12 +137,6 @@ class SentenceTransformerEmbedder:
     def query_runtime(self) -> str:
         """ "onnx" or "torch": what encodes queries, once the first use has decided it."""
         return "onnx" if self._torch_free is not None or self._query_encoder is not None else "torch"
-
-    @property
-    def on_gpu(self) -> bool:
-        """Whether the model is loaded, on a GPU (never loads it: the batcher asks before each batch)."""
-        model = self._model
-        return model is not None and str(model.device).startswith("cuda")
 
     @property
     def torch_free(self) -> bool:
@@ -183,9 +176,7 @@ class SentenceTransformerEmbedder:
         torch_free = self._ready()
         if torch_free is not None:
             vectors, truncated = torch_free.encode(
-                texts,
-                is_query=is_query,
-                batch_size=run_size("cpu", self._batch_size, self._cpu_run_size, self._gpu_batch_size),
+                texts, is_query=is_query, batch_size=run_size("cpu", self._batch_size, self._cpu_run_size)
             )
             if truncated:
                 self._log_truncated(truncated, len(texts), torch_free.manifest.max_seq_length)
@@ -207,9 +198,7 @@ class SentenceTransformerEmbedder:
                 vectors = model.encode(
                     texts,
                     prompt_name="query" if prompt else None,
-                    batch_size=run_size(
-                        str(model.device), self._batch_size, self._cpu_run_size, self._gpu_batch_size
-                    ),
+                    batch_size=run_size(str(model.device), self._batch_size, self._cpu_run_size),
                     show_progress_bar=False,
                     convert_to_numpy=True,
                 )

@@ -23,7 +23,6 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_device",
         "embedding_batch_size",
         "embedding_cpu_run_size",
-        "embedding_gpu_batch_size",
         "embedding_cache_size",
         "embedding_runtime",
         "embedding_speed_only",

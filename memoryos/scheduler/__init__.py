@@ -111,7 +111,6 @@ class Scheduler:
                     nice=self._config.background_nice,
                     yield_s=self._config.embedding_yield_ms / 1000.0,
                     yield_max_s=self._config.embedding_yield_max_s,
-                    gpu_batch_size=self._config.embedding_gpu_batch_size,
                 )
                 found = self._batchers[id(embedder)] = (embedder, batcher)
             return found[1]

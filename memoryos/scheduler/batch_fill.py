@@ -118,7 +118,6 @@ class BatchFilling:
     _max_size: int
     _max_tokens: int
     _apply_failures: int
-    _in_flight: dict[int, set[int]]
 
     def _fill(self, batch: Batch) -> None:
         """Take texts into `batch`: a fair share for each entry not yet in it (or notified again since),
@@ -186,18 +185,17 @@ class BatchFilling:
             return self._closing
 
     def _take_source(self, batch: Batch, entry: QueuedSource, want: int) -> None:
-        """Ask the source for up to `want` texts besides those the batch, or the batch before it still on
-        its way, holds of it already (outside the lock: the source reads its store). A source found drained leaves the queue after the batch, so it is
+        """Ask the source for up to `want` texts besides those the batch holds of it already (outside the
+        lock: the source reads its store). A source found drained leaves the queue after the batch, so it is
         asked once, not once more to learn that it has nothing."""
         key = id(entry.source)
         with self._cond:
             stamp = entry.stamp  # read before asking: a notify meanwhile means it may have more
-            flying = set(self._in_flight.get(key, ()))  # in the batch being encoded or stored
         part = batch.sources.get(key)
         if part is None:
             part = batch.sources[key] = SourcePart(entry, stamp)
         part.stamp = stamp
-        held = set(part.page_ids) | flying
+        held = set(part.page_ids)
         asked = want + len(held) + 1  # one more than wanted says whether anything is left behind
         try:
             rows = entry.source.pending_texts(asked)
@@ -209,8 +207,7 @@ class BatchFilling:
             with self._cond:
                 self._apply_failures += 1
             return
-        unheld = [(page_id, text) for page_id, text in rows if page_id not in held]
-        fresh = unheld[:want]
+        fresh = [(page_id, text) for page_id, text in rows if page_id not in held][:want]
         taken = 0
         for page_id, text in fresh:
             tokens = estimate_tokens(text)
@@ -222,9 +219,7 @@ class BatchFilling:
             taken += 1
             if batch.full:
                 break
-        # Against every row not held, not only those wanted: pages of the batch on its way may have been
-        # stored since `flying` was read, so fewer rows than asked need not mean nothing is left behind.
-        part.drained = len(rows) < asked and taken == len(unheld)
+        part.drained = len(rows) < asked and taken == len(fresh)
 
     def _take_request(self, batch: Batch, request: TextRequest, want: int) -> None:
         with self._cond:

@@ -5,17 +5,6 @@ make one encode call per space: 200 spaces adding one turn each were 200 calls. 
 model pools the pending pages of every space (`PageSource`) and the texts consolidation needs
 (`encode_texts`) into shared batches; there is no other batcher in MemoryOS.
 
-**One batch on its way while the next is built.** A second daemon thread (`<name>-store`) hands each
-encoded batch's vectors out (`apply_vectors`: a SQLite transaction per space) while the first builds and
-encodes the next, as text-embeddings-inference keeps a batch on the device while it prepares the next: on
-the H200 the batcher thread of a worker spent a third of its time storing vectors with the GPU idle
-(docs/service.md). At most one encoded batch waits for the store thread. Pages of a batch not yet stored
-are never taken again, and a source whose every pending page went into a batch leaves the queue when the
-batch is built (a notify brings it back; a failure puts it back, after its backoff).
-
-**On a GPU** (`gpu_batch_size`, once the embedder says `on_gpu`): batches of up to that many texts, the
-token budget grown in proportion. The one GPU branch of the batcher, selected by the loaded model.
-
 **Building a batch.** The thread sleeps until work arrives. It then takes texts in hand as they come, and
 encodes as soon as it holds `max_batch_size` texts or `max_batch_tokens` estimated tokens, or once
 `max_wait_ms` have passed since the oldest waiting item became ready — whichever is first. Work is taken
@@ -54,19 +43,17 @@ text that breaks the model fails its own space, not everyone it was batched with
 a backoff short. A source that has nothing pending (`pending_texts` returns []) leaves the queue: a
 closed space should answer [] and is forgotten.
 
-**Closing.** `close` stops taking work, lets the batch inside `encode` (and the one before it, on the
-store thread) finish and be applied, and joins both threads. Work still queued is left to the store:
-pages stay pending (durable; the next open embeds them) and queued `encode_texts` futures fail with
-`BatcherClosedError`. The threads are daemons: an abandoned batcher never keeps a process alive (the
-scheduler closes it at exit).
+**Closing.** `close` stops taking work, lets the batch inside `encode` finish and be applied, and joins
+the thread. Work still queued is left to the store: pages stay pending (durable; the next open embeds
+them) and queued `encode_texts` futures fail with `BatcherClosedError`. The thread is a daemon: an
+abandoned batcher never keeps a process alive (the scheduler closes it at exit).
 
 Logging gives counts and exception class names only, never a text (an exception's message may quote one).
-Future callbacks run on the store thread: keep them short.
+Future callbacks run on the batcher thread: keep them short.
 """
 
 import concurrent.futures
 import logging
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -78,7 +65,6 @@ import numpy as np
 
 from memoryos import backoff
 from memoryos.embedding.base import Embedder
-from memoryos.embedding.device import embedder_on_gpu
 from memoryos.errors import MemoryOSError
 from memoryos.scheduler.batch_fill import (
     Batch,
@@ -157,16 +143,13 @@ class EmbeddingBatcher(BatchFilling):
         nice: int = 0,
         yield_s: float = 0.0,
         yield_max_s: float = 0.0,
-        gpu_batch_size: int | None = None,
     ) -> None:
         """`nice`: how much lower than its creator the batcher's thread runs (`priority.py`). `yield_s`,
-        `yield_max_s`: how page batches give way to acknowledged writes (module docstring).
-        `gpu_batch_size`: the batch's size once the embedder runs on a GPU (`on_gpu`), with the token
-        budget grown in proportion."""
-        if max_batch_size < 1 or max_batch_tokens < 1 or max_wait_ms < 0 or (gpu_batch_size or 1) < 1:
+        `yield_max_s`: how page batches give way to acknowledged writes (module docstring)."""
+        if max_batch_size < 1 or max_batch_tokens < 1 or max_wait_ms < 0:
             raise ValueError(
-                "EmbeddingBatcher: max_batch_size, max_batch_tokens and gpu_batch_size must be >= 1 and "
-                f"max_wait_ms >= 0, got {max_batch_size}, {max_batch_tokens}, {gpu_batch_size}, {max_wait_ms}"
+                "EmbeddingBatcher: max_batch_size and max_batch_tokens must be >= 1 and max_wait_ms >= 0, "
+                f"got {max_batch_size}, {max_batch_tokens}, {max_wait_ms}"
             )
         if yield_s < 0 or yield_max_s < 0:
             raise ValueError(
@@ -176,17 +159,7 @@ class EmbeddingBatcher(BatchFilling):
         self._max_size = max_batch_size
         self._max_tokens = max_batch_tokens
         self._max_wait_s = max_wait_ms / 1000.0
-        self._gpu_limits = (
-            None
-            if gpu_batch_size is None
-            else (gpu_batch_size, max(max_batch_tokens, max_batch_tokens * gpu_batch_size // max_batch_size))
-        )
         self._cond = threading.Condition()
-        self._in_flight: dict[int, set[int]] = {}
-        """Page ids per source (id) taken into a batch whose vectors are not stored yet: never taken again."""
-        self._encoded: queue.Queue[tuple[Batch, np.ndarray | None, BaseException | None] | None] = (
-            queue.Queue(maxsize=1)
-        )
         # FIFO of waiting work, keyed by id(source) or id(request); served work moves to the back.
         self._queue: OrderedDict[int, QueuedWork] = OrderedDict()
         self._arrivals = 0  # bumped by every notify and encode_texts
@@ -200,9 +173,7 @@ class EmbeddingBatcher(BatchFilling):
         self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
         self._largest = self._tokens = 0
         self._nice = nice
-        self._store_thread = threading.Thread(target=self._store_run, name=f"{name}-store", daemon=True)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._store_thread.start()
         self._thread.start()
 
     # --- callers ----------------------------------------------------------------------------------------
@@ -301,7 +272,7 @@ class EmbeddingBatcher(BatchFilling):
             self._closing = True
             self._cond.notify_all()
         self._fail_queued_requests()  # the thread takes nothing more: callers need not wait for the join
-        if threading.current_thread() not in (self._thread, self._store_thread):
+        if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("embedding batcher: the batch in flight did not finish within %s s", timeout_s)
@@ -314,55 +285,12 @@ class EmbeddingBatcher(BatchFilling):
                 batch = self._collect()
                 if batch is None:
                     return
-                self._mark_in_flight(batch)
-                vectors: np.ndarray | None = None
-                error: BaseException | None = None
-                if batch.texts:
-                    with self._cond:
-                        self._cond.wait_for(lambda: self._queries_waiting == 0)
-                    vectors, error = self._encode(batch)
-                self._encoded.put((batch, vectors, error))  # waits while the store thread is one behind
+                self._process(batch)
         except Exception as error:  # a bug here must not leave futures unresolved forever
             log.error("embedding batcher stopped by an internal error (%s)", type(error).__name__)
             with self._cond:
                 self._closing = True
             self._fail_queued_requests()
-        finally:
-            self._encoded.put(None)
-            self._store_thread.join()
-
-    def _store_run(self) -> None:
-        """The store thread: hands each encoded batch's vectors out while the next batch encodes."""
-        lower_this_thread(self._nice)
-        while (encoded := self._encoded.get()) is not None:
-            try:
-                self._process(*encoded)
-            except Exception as error:  # as in `_run`: fail what waits rather than hang it
-                log.error("embedding batcher: storing a batch failed internally (%s)", type(error).__name__)
-                with self._cond:
-                    self._closing = True
-                    self._cond.notify_all()
-                self._fail_queued_requests()
-
-    def _use_gpu_limits(self) -> None:
-        """Once the embedder runs on a GPU, batches of `gpu_batch_size` (the one GPU branch here): a GPU
-        encodes a batch of 256 about twice as fast per text as four of 64 (docs/service.md)."""
-        if self._gpu_limits is not None and embedder_on_gpu(self._embedder):
-            self._max_size, self._max_tokens = self._gpu_limits
-            self._gpu_limits = None
-
-    def _mark_in_flight(self, batch: Batch) -> None:
-        """Before the batch is encoded: its pages are not taken again while their vectors are on the way,
-        and a source whose every pending page is in it leaves the queue now (a notify brings it back), so
-        the next batch is not built around sources with nothing left to give."""
-        with self._cond:
-            for key, part in batch.sources.items():
-                if part.page_ids:
-                    self._in_flight.setdefault(key, set()).update(part.page_ids)
-                entry = part.entry
-                drained = part.drained and part.error is None and part.stamp == entry.stamp
-                if drained and self._queue.get(key) is entry:
-                    del self._queue[key]
 
     def _collect(self) -> Batch | None:
         """Wait for work, then take texts until the batch is full or `max_wait_ms` have passed since the
@@ -384,7 +312,6 @@ class EmbeddingBatcher(BatchFilling):
                     continue
                 retries = [entry.ready_at for entry in self._queue.values()]
                 self._cond.wait(min(retries) - now if retries else None)
-        self._use_gpu_limits()  # the first batch may have just loaded the model
         while True:
             with self._cond:
                 seen = self._arrivals
@@ -423,9 +350,15 @@ class EmbeddingBatcher(BatchFilling):
         """With the lock held: wait until something arrives after `seen`, close, or the timeout."""
         self._cond.wait_for(lambda: self._closing or self._arrivals != seen, timeout_s)
 
-    def _process(self, batch: Batch, vectors: np.ndarray | None, error: BaseException | None) -> None:
-        """On the store thread: hand the encoded batch's vectors out, then requeue or drop each entry:
-        drained sources leave, served ones go to the back, failed ones back off."""
+    def _process(self, batch: Batch) -> None:
+        """Encode the batch (after any waiting query), hand the vectors out, then requeue or drop each
+        entry: drained sources leave, served ones go to the back, failed ones back off."""
+        vectors: np.ndarray | None = None
+        error: BaseException | None = None
+        if batch.texts:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queries_waiting == 0)
+            vectors, error = self._encode(batch)
         outcomes: list[tuple[TextRequest, np.ndarray | None, BaseException | None]] = []
         for part in batch.sources.values():
             if part.error is not None or not part.page_ids:
@@ -517,21 +450,13 @@ class EmbeddingBatcher(BatchFilling):
         with self._cond:
             now = time.monotonic()
             for key, part in batch.sources.items():
-                flying = self._in_flight.get(key)
-                if flying is not None:
-                    flying.difference_update(part.page_ids)
-                    if not flying:
-                        del self._in_flight[key]
                 entry = part.entry
-                if part.error is not None:  # back in the queue (it left if drained), after a backoff
-                    current = self._queue.setdefault(key, entry)
-                    assert isinstance(current, QueuedSource)  # keyed by id(source): never a request
-                    current.failures = entry.failures + 1
-                    current.ready_at = now + retry_delay_s(current.failures)
-                    self._queue.move_to_end(key)
-                    self._cond.notify_all()  # the collecting thread may wait with no deadline
-                    continue
                 if self._queue.get(key) is not entry:
+                    continue
+                if part.error is not None:
+                    entry.failures += 1
+                    entry.ready_at = now + retry_delay_s(entry.failures)
+                    self._queue.move_to_end(key)
                     continue
                 if part.page_ids:
                     entry.failures = 0

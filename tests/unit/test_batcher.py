@@ -135,7 +135,6 @@ def make_batcher() -> Iterator[MakeBatcher]:
         name: str | None = None,
         yield_s: float = 0.0,
         yield_max_s: float = 0.0,
-        gpu_size: int | None = None,
     ) -> EmbeddingBatcher:
         batcher = EmbeddingBatcher(
             embedder,
@@ -145,7 +144,6 @@ def make_batcher() -> Iterator[MakeBatcher]:
             name=name or f"test-embed-{uuid.uuid4().hex[:8]}",
             yield_s=yield_s,
             yield_max_s=yield_max_s,
-            gpu_batch_size=gpu_size,
         )
         made.append((embedder, batcher))
         return batcher
@@ -494,92 +492,3 @@ def test_limits_are_checked() -> None:
         EmbeddingBatcher(HashEmbedder(), max_batch_size=0, max_batch_tokens=10, max_wait_ms=0)
     with pytest.raises(ValueError, match="yield_s"):
         EmbeddingBatcher(HashEmbedder(), max_batch_size=1, max_batch_tokens=10, max_wait_ms=0, yield_s=-1)
-
-
-class GatedSource(FakeSource):
-    """A FakeSource whose `apply_vectors` waits for `stored` (a slow store): the batch stays on its way."""
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        super().__init__(texts)
-        self.storing = threading.Event()
-        self.stored = threading.Event()
-        self.applied_once = threading.Event()
-
-    def apply_vectors(self, page_ids: list[int], vectors: np.ndarray) -> None:
-        self.storing.set()
-        assert self.stored.wait(HANG_GUARD_S)
-        super().apply_vectors(page_ids, vectors)
-        self.applied_once.set()
-
-
-class StoredWhileAskedSource(GatedSource):
-    """The first batch is stored between the batcher noting its pages and asking for the next ones (the
-    second ask): that ask returns fewer rows than the batcher counted on."""
-
-    def pending_texts(self, limit: int) -> list[tuple[int, str]]:
-        if self.asked == 1:
-            wait(self.storing)
-            self.stored.set()
-            wait(self.applied_once)
-        return super().pending_texts(limit)
-
-
-def test_pages_stored_meanwhile_do_not_make_a_source_look_drained(make_batcher: MakeBatcher) -> None:
-    embedder = RecordingEmbedder()
-    batcher = make_batcher(embedder, size=2)
-    source = StoredWhileAskedSource([f"page {i}" for i in range(5)])
-    batcher.notify(source)  # two pages per batch: the fifth is left behind by the second batch
-    wait(source.done)
-    source.assert_vectors_right()
-
-
-def test_the_next_batch_is_encoded_while_the_last_one_is_stored(make_batcher: MakeBatcher) -> None:
-    embedder = RecordingEmbedder()
-    batcher = make_batcher(embedder, size=2)
-    slow = GatedSource(["first page", "second page", "third page"])
-    batcher.notify(slow)
-    wait(slow.storing)  # its first batch (two pages) is being stored, and stays so
-    embedder.page_batch_entered.clear()
-    other = FakeSource(["another space's page"])
-    batcher.notify(other)
-    wait(embedder.page_batch_entered)  # the next batch (its page and slow's third) is in the model
-    assert not slow.done.is_set() and not other.done.is_set()
-    slow.stored.set()
-    wait(slow.done)
-    wait(other.done)
-
-    slow.assert_vectors_right()
-    other.assert_vectors_right()
-    encoded = [text for call in embedder.page_calls() for text in call.texts]
-    assert sorted(encoded) == sorted([*slow.texts.values(), *other.texts.values()])  # none twice
-
-
-class GpuEmbedder(RecordingEmbedder):
-    """Says its model runs on a GPU once `loaded` (as SentenceTransformerEmbedder.on_gpu)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.loaded = False
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.loaded
-
-
-def test_batches_grow_to_the_gpu_size_once_the_model_is_on_a_gpu(make_batcher: MakeBatcher) -> None:
-    embedder = GpuEmbedder()
-    batcher = make_batcher(embedder, size=4, tokens=40, gpu_size=16, wait_ms=60_000)
-    texts = [f"page {i:02d} words" for i in range(16)]  # 6 estimated tokens each
-    before = FakeSource(texts)
-    batcher.notify(before)
-    wait(before.done)
-    assert max(len(call.texts) for call in embedder.page_calls()) == 4  # the CPU limits
-
-    embedder.loaded = True
-    after = FakeSource([f"later {text}" for text in texts])
-    batcher.notify(after)
-    wait(after.done)
-    sizes = [len(call.texts) for call in embedder.page_calls()]
-    assert 16 in sizes[4:]  # one batch, the token budget grown with the size (40 * 16 / 4)
-    before.assert_vectors_right()
-    after.assert_vectors_right()

@@ -90,9 +90,8 @@ def test_onnx_requested_where_it_cannot_run_names_the_setting(device, importable
 
 @pytest.mark.parametrize(
     ("device", "expected"),
-    [("cpu", 8), ("cuda", 256), ("cuda:1", 256), ("mps", 256)],
+    [("cpu", 8), ("cuda", 64), ("cuda:1", 64), ("mps", 64)],
 )
 def test_only_the_cpu_cuts_a_batch_into_short_runs(device, expected):
-    assert run_size(device, batch_size=64, cpu_run_size=8, gpu_batch_size=256) == expected
-    assert run_size("cpu", batch_size=4, cpu_run_size=8, gpu_batch_size=256) == 4  # never more than the batch
-    assert run_size("cuda", batch_size=512, cpu_run_size=8, gpu_batch_size=256) == 512  # the larger wins
+    assert run_size(device, batch_size=64, cpu_run_size=8) == expected
+    assert run_size("cpu", batch_size=4, cpu_run_size=8) == 4  # never more than the batch
