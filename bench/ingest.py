@@ -49,6 +49,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.corpus import dev_conversations, exchanges, page_texts
+from bench.gpu_embedding import count_tokens
+from bench.gpu_models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos.eval.locomo import LocomoConversation
 from memoryos.ops import op_to_json
@@ -372,10 +374,65 @@ def run_ingest(
     }
 
 
+def run_from_args(
+    args: argparse.Namespace, settings: QueueSettings, env: dict[str, str], log: Path
+) -> dict[str, Any]:
+    """`run_ingest` with a bench command's --users, --turns, --processes, --seconds, --instant-embedder and,
+    where the command has it, --profile."""
+    return run_ingest(
+        settings,
+        env,
+        args.users,
+        args.turns,
+        args.processes,
+        args.seconds,
+        args.instant_embedder,
+        log,
+        getattr(args, "profile", None),
+    )
+
+
+def raw_model_rows(location: str, device: str, texts: list[str], engine_batch: int) -> list[dict[str, Any]]:
+    """The bare sentence-transformers model on the same texts: batch 1 (the first 256), one call per
+    `engine_batch` texts in arrival order (padded to each chunk's longest, as the batcher's batches are),
+    and all texts in one call at several batch sizes (sorted by length: the best case)."""
+    import torch
+
+    model = load_named_model(location, device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def row(label: str, batch: int, subset: list[str], per_call: int) -> dict[str, Any]:
+        tokens = count_tokens(model, subset)
+        with torch.inference_mode():  # the shape's first call picks its kernels: not timed
+            model.encode(subset[: min(batch, per_call)], batch_size=batch, show_progress_bar=False)
+        sync()
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for start in range(0, len(subset), per_call):
+                model.encode(subset[start : start + per_call], batch_size=batch, show_progress_bar=False)
+        sync()
+        seconds = time.perf_counter() - started
+        return {
+            "call": label,
+            "batch_size": batch,
+            "texts": len(subset),
+            "texts_per_s": round(len(subset) / seconds, 1),
+            "tokens_per_s": round(tokens / seconds),
+        }
+
+    model.encode(texts[:engine_batch], batch_size=engine_batch, show_progress_bar=False)  # warm-up
+    rows = [
+        row("batch 1", 1, texts[:256], 1),
+        row(f"per {engine_batch} texts", engine_batch, texts, engine_batch),
+    ]
+    for batch in sorted({64, 256, 1024} - {engine_batch}):
+        rows.append(row("all texts in one call", batch, texts, len(texts)))
+    best = max(rows, key=lambda r: r["tokens_per_s"])
+    return [{**r, "best": r is best} for r in rows]
+
+
 def raw_shares(report: dict[str, Any], model: str, device: str, texts: list[str], batch: int) -> None:
     """Add the raw model's rates on the ingest's texts, and the ingest's share of them, to `report`."""
-    from bench.service import raw_model_rows
-
     rows = raw_model_rows(model, device, texts, batch)
     per_batch = next(row for row in rows if row["call"].startswith("per "))
     best = next(row for row in rows if row["best"])
@@ -423,24 +480,12 @@ def main() -> None:
         )
         log = Path(workdir) / "worker.log"
         try:
-            report = run_ingest(
-                settings,
-                env,
-                args.users,
-                args.turns,
-                args.processes,
-                args.seconds,
-                args.instant_embedder,
-                log,
-                args.profile,
-            )
+            report = run_from_args(args, settings, env, log)
         finally:
             if log.exists():  # the workers' last words, for a run that failed
                 sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))
         if not args.instant_embedder and args.raw_texts:
             device = args.device if args.device != "auto" else _auto_device()
-            from bench.gpu_models import parse_model_spec
-
             location = parse_model_spec(args.model)[1]
             texts = page_texts(exchanges(args.raw_texts, dev_conversations()))
             raw_shares(report, location, device, texts, 64)

@@ -16,13 +16,14 @@ import argparse
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench.output import emit
-from bench.service import worker_in_thread
 from memoryos import MemoryConfig
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
@@ -33,7 +34,7 @@ from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
 from tests.support.fakes import HashEmbedder
-from tests.support.queue_worker import wait_for
+from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import running_redis
 
 MODEL_A, MODEL_B = "hash-model-a", "hash-model-b"
@@ -65,6 +66,17 @@ class Writer:
                 continue
             self.write()
             sent += 1
+
+
+@contextmanager
+def worker_in_thread(settings: QueueSettings, config: MemoryConfig, embedder: HashEmbedder) -> Iterator[None]:
+    """A worker on a thread serving `embedder`'s model (the tests' `Running`), drained at the end: in a
+    thread, so that each phase can serve another model."""
+    running = Running(settings, config, "bench", embedder=embedder, llm=None)
+    try:
+        yield
+    finally:
+        running.stop()
 
 
 def held_writes(client: redis.Redis, keys: Keys, spaces: list[SpaceKey]) -> int:
