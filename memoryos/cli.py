@@ -24,6 +24,8 @@ from memoryos.cli_output import (
 )
 from memoryos.cli_session import EXIT_INTERRUPTED, InterruptHandling, config_of, exit_now, opened
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a Unix tool whose reader closed the pipe."""
 EXIT_CODES = {
     0: "done",
     1: "the environment failed: a data directory that cannot be created or written, an unreadable store, "
@@ -33,6 +35,7 @@ EXIT_CODES = {
     "fact with that id",
     4: "the memory space is busy: another process holds it (the message names the pids)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); what was stored is kept",
+    EXIT_BROKEN_PIPE: "the output's reader went away (`| head`): SIGPIPE's status, as Unix tools",
 }
 NO_SPACE_HINT = "check --user, --assistant and --data-dir (or MEMORYOS_DATA_DIR), or add a memory first"
 
@@ -235,16 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Long-term memory for LLM agents.",
         epilog="exit status: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
     )
-    parser.add_argument(
-        "--data-dir", type=Path, default=None, help="root of the memory store (env MEMORYOS_DATA_DIR)"
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="log what the engine does (INFO: the LLM backend, the embedding runtime and why) and show the "
-        "model-loading progress bar",
-    )
+    _global_flags(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Any, help_text: str, needs_user: bool = True) -> argparse.ArgumentParser:
@@ -349,7 +343,37 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryos.cli_bundle import register as register_bundle
 
     register_bundle(commands)
+    _after_every_command(commands)
     return parser
+
+
+def _global_flags(parser: argparse.ArgumentParser, default: Any) -> None:
+    """`--data-dir` and `--verbose`. `default` SUPPRESS on a command's own parser: given after the command
+    they count, and not given they leave what came before the command alone."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=default,
+        help="root of the memory store (env MEMORYOS_DATA_DIR)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if default is None else default,
+        help="log what the engine does (INFO: the LLM backend, the embedding runtime and why) and show the "
+        "model-loading progress bar",
+    )
+
+
+def _after_every_command(commands: Any) -> None:
+    """Accept the global flags after the command too (`memoryos serve --data-dir D`), as users type them,
+    in every command and subcommand."""
+    for sub in commands.choices.values():
+        _global_flags(sub, default=argparse.SUPPRESS)
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _after_every_command(action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -386,7 +410,11 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         args.handler(args)
+        sys.stdout.flush()  # a reader that went away is found here, not at interpreter exit
         return 0
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except SpaceNotFoundError as error:
         return _fail(f"{error} — {NO_SPACE_HINT}", 3)
     except ItemNotFoundError as error:
@@ -404,6 +432,16 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(f"{where}{(error.strerror or str(error)).lower()}", 1)
     except sqlite3.Error as error:
         return _fail(f"memory store: {error}", 1)
+
+
+def _stdout_to_devnull() -> None:
+    """The reader closed the pipe: what is left in stdout's buffer goes nowhere, so that the interpreter's
+    last flush does not print "Exception ignored ... BrokenPipeError" (Python's documented remedy)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _fail(message: str, code: int) -> int:

@@ -232,3 +232,28 @@ def test_reindex_moves_a_space_to_another_model_name(
         assert "re-embedding pages" in err  # the progress bar
         code, out, _ = run(capsys, *base, "retrieve", "--user", "kim", "What is my job?", "--json")
         assert code == 0 and "pilot" in out
+
+
+def test_global_flags_count_after_the_command_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    after, before = tmp_path / "after", tmp_path / "before"
+    assert run(capsys, "add", "--user", "ana", "--user-input", "I grow tomatoes", "--agent-response",
+               "Nice!", "--data-dir", str(after))[0] == 0  # fmt: skip
+    assert (after / "default" / "ana").is_dir()
+    code, out, _ = run(capsys, "--data-dir", str(after), "stats", "--user", "ana", "--json", "-v")
+    assert code == 0 and json.loads(out)["space_exists"] is True
+    code, out, _ = run(capsys, "--data-dir", str(after), "stats", "--user", "ana", "--json", "--data-dir",
+                       str(before))  # fmt: skip
+    assert code == 0 and json.loads(out)["space_exists"] is False  # the later one wins, as in Unix tools
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "--data-dir", str(tmp_path), "add", "--user", "ana", "--user-input", "I grow tomatoes",
+               "--agent-response", "Nice!")[0] == 0  # fmt: skip
+    command = [sys.executable, "-m", "memoryos.cli", "--data-dir", str(tmp_path), "stats", "--user", "ana"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # `| head` gone before the command writes
+    error = process.stderr.read()
+    assert process.wait(timeout=60) == 141 and error == b""  # SIGPIPE's status, no message
