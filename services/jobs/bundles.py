@@ -23,10 +23,9 @@ from rq.job import Job
 
 from memoryos.errors import MemoryOSError
 from memoryos.space_pool import SpaceKey
-from services.jobs.tasks import ask_owner, check_ids, enqueue_space_job, will_retry
+from services.jobs.tasks import ask_owner, check_ids, enqueue_space_job, job_client, will_retry
 from services.queue.bundle_transfer import discard, held_bytes, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE
-from services.queue.connection import connect
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
 
@@ -77,7 +76,7 @@ def import_space_job(space: str, transfer_id: str) -> dict[str, Any]:
 
 
 def _discard(settings: QueueSettings, transfer_id: str) -> None:
-    client = connect(settings)
+    client = job_client(settings)
     try:
         discard(client, Keys(settings.redis_namespace), transfer_id)
     finally:

@@ -1,5 +1,6 @@
-"""The maintenance jobs. Each reads its Redis and queue settings from the environment (`MEMORYOS_*`), as
-any rq job runs in its own worker process."""
+"""The maintenance jobs. Each reads its queue settings from the environment (`MEMORYOS_*`), as any rq job
+runs in its own worker process, and talks to the Redis its rq worker was given (`rq worker --url`): the
+one it took the job from, where the owners it asks listen (`job_client`)."""
 
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from memoryos.ops import ExpireDue
 from memoryos.space_pool import SpaceKey
 from memoryos.validation import validate_id
 from services.queue.calls import REINDEX, OwnerCall
-from services.queue.connection import connect
+from services.queue.connection import connect, connect_like
 from services.queue.keys import Keys, space_key, space_name
 from services.queue.producer import WriteQueue
 from services.queue.reads import REMOTE_ERRORS, ReadClient, ReadUnavailableError, RemoteReadError
@@ -29,9 +30,18 @@ RETRY_INTERVALS_S = [10, 60, 300]
 """Waits before a space job's retries (the last one repeats): a worker starting, or restarting."""
 
 
+def job_client(settings: QueueSettings) -> redis.Redis:
+    """A client of the Redis the running job came from (its rq worker's `--url`); outside a job (a test
+    calling the function), of `settings.redis_url`. Before, a job followed `MEMORYOS_REDIS_URL` alone,
+    and under `rq worker --url` naming another Redis it asked owners that were not there and failed with
+    "no worker owns shard N yet"."""
+    job = get_current_job()
+    return connect(settings) if job is None else connect_like(job.connection, settings)
+
+
 def _queue() -> WriteQueue:
     settings = QueueSettings()
-    return WriteQueue(connect(settings), settings)
+    return WriteQueue(job_client(settings), settings)
 
 
 def sweep_space(space: str) -> str:
@@ -60,7 +70,7 @@ def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: f
     retries dropped. Either way the job's meta records the error as the API would have answered it
     (`services/jobs/status.py`), in words that name no path of the owner's."""
     settings = QueueSettings()
-    client = connect(settings)
+    client = job_client(settings)
     try:
         return ReadClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
     except RemoteReadError as error:

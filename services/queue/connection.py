@@ -28,3 +28,22 @@ def connect(settings: QueueSettings) -> redis.Redis:
         socket_connect_timeout=settings.redis_socket_timeout_s,
     )
     return redis.Redis(connection_pool=pool)
+
+
+def connect_like(client: redis.Redis, settings: QueueSettings) -> redis.Redis:
+    """A client of the Redis that `client` talks to — its address, database, credentials and TLS — with
+    the service's timeouts and pool: for an rq job, whose Redis is the one its `rq worker --url` was
+    given, not `MEMORYOS_REDIS_URL`."""
+    pool = client.connection_pool
+    kwargs = {
+        **pool.connection_kwargs,
+        "socket_timeout": settings.redis_socket_timeout_s,
+        "socket_connect_timeout": settings.redis_socket_timeout_s,
+    }
+    blocking = redis.BlockingConnectionPool(
+        connection_class=pool.connection_class,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_socket_timeout_s,
+        **kwargs,
+    )
+    return redis.Redis(connection_pool=blocking)

@@ -11,19 +11,20 @@ import pytest
 import redis
 from rq import Queue, SimpleWorker
 from rq.cron import CronScheduler
+from rq.job import JobStatus
 
 import services.jobs as jobs_module
 from memoryos import MemoryConfig
 from memoryos.llm.offline import OfflineLLM
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
-from services.jobs.tasks import QUEUE_NAME, sweep_every_space
+from services.jobs.tasks import QUEUE_NAME, reindex_space_job, sweep_every_space, sweep_space
 from services.queue.calls import LIST_PAGES
 from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
-from tests.support.fakes import FakeClock, HashEmbedder
+from tests.support.fakes import FAKE_MODEL_NAME, FakeClock, HashEmbedder
 from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
@@ -83,6 +84,37 @@ def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
         while stored() != ["kept"]:
             assert time.monotonic() < deadline, stored()
             time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_jobs_use_the_redis_of_their_rq_worker_not_the_environments(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rq worker memoryos-maintenance --url URL`: the jobs it runs ask the owners behind URL, even where
+    MEMORYOS_REDIS_URL names another Redis (here, a port where nothing listens)."""
+    monkeypatch.setenv("MEMORYOS_REDIS_URL", "redis://127.0.0.1:9/0")
+    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "jobs")
+    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
+    settings = QueueSettings(redis_url=redis_server.url, lease_ttl_s=1.0)
+    client = redis.Redis.from_url(redis_server.url)
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    worker = Worker(settings, config, "w-url", embedder=HashEmbedder(), llm=OfflineLLM())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        maya = "default/maya/helper"
+        op = plan_write([{"user_input": "kept", "agent_response": "ok"}], max_text_chars=99, at=time.time())
+        WriteQueue(client, settings).enqueue(SpaceKey("default", "maya", "helper"), op)
+        jobs = Queue(QUEUE_NAME, connection=client)  # what `rq worker --url` connects to
+        swept = jobs.enqueue(sweep_space, maya)  # writes to the queue
+        reindexed = jobs.enqueue(reindex_space_job, maya, FAKE_MODEL_NAME)  # asks the owner
+        SimpleWorker([jobs], connection=client).work(burst=True)
+        assert swept.get_status() == JobStatus.FINISHED, swept.latest_result()
+        assert reindexed.get_status() == JobStatus.FINISHED, reindexed.latest_result()
+        assert reindexed.return_value()["pages"] == 1
     finally:
         stop.set()
         thread.join(timeout=30)
