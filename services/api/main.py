@@ -3,6 +3,7 @@
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 import memoryos
 from memoryos import MemoryConfig
@@ -56,7 +57,10 @@ def create_app(
         limiter=RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
         metrics=ApiMetrics(spaces),
     )
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc with Swagger UI's and ReDoc's assets served from the installed
+    # package (/static-offline-docs), as FastAPI documents self-hosting them: behind a firewall with no
+    # way to a CDN, FastAPI's own pages render blank.
+    app = FastAPIOffline(
         title="MemoryOS",
         version=memoryos.__version__,
         summary="Long-term memory for LLM agents: write exchanges, retrieve context, act on what is remembered.",

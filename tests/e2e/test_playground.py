@@ -25,16 +25,6 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 KEY = "mk_test_playground_0123456789"
 INJECTED = '<img src=x onerror="window.__pwned=1"><b id="injected">bold</b>'
 
@@ -59,16 +49,6 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
     config = offline_config(tmp_path_factory.mktemp("playground-data"), short_term_capacity=4)
     with running_api(settings, config, embedder=HashEmbedder()) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator["sync_api.Browser"]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def assert_bars_show_stats(api: RunningApi, bars: "sync_api.Locator") -> None:
