@@ -116,27 +116,36 @@ class SpacePool(Generic[S]):
             self._release(key, entry)
 
     @contextmanager
-    def closed_for(self, key: SpaceKey) -> Iterator[None]:
+    def closed_for(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         """The space for `key` closed (its snapshot written), and not opened again until the block exits.
 
         Waits for the callers inside `use(key)` to leave; callers arriving after this one wait until the
         block exits, then reopen the space. One `closed_for` per key at a time; never call it from inside
-        `use(key)` (it would wait for itself)."""
-        with self._changed:
-            while key in self._held_closed:
-                self._changed.wait()
-            if self._closed:
-                raise RuntimeError("space pool is closed")
-            self._held_closed.add(key)  # from here no new user of `key` gets in
+        `use(key)` (it would wait for itself). `on_wait` as `use`'s: run outside the lock while waiting."""
+        while True:
+            with self._changed:
+                if self._closed:
+                    raise RuntimeError("space pool is closed")
+                if key not in self._held_closed:
+                    self._held_closed.add(key)  # from here no new user of `key` gets in
+                    break
+                self._changed.wait(None if on_wait is None else WAIT_SLICE_S)
+            if on_wait is not None:
+                on_wait()
         try:
             victim: _Entry[S] | None = None
-            with self._changed:
-                while (entry := self._entries.get(key)) is not None:
+            while True:
+                with self._changed:
+                    entry = self._entries.get(key)
+                    if entry is None:
+                        break
                     if entry.state == "open" and entry.refs == 0:
                         self._retire(entry)
                         victim = entry
                         break
-                    self._changed.wait()  # in use, being opened, or being closed by an eviction
+                    self._changed.wait(None if on_wait is None else WAIT_SLICE_S)  # in use, or opening
+                if on_wait is not None:
+                    on_wait()
             if victim is not None:
                 self._close_all([(key, victim)])
             yield

@@ -33,6 +33,7 @@ from memoryos import MemoryConfig, Memoryos
 from memoryos.bundle import ImportReport, export_space, import_space
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
+from memoryos.memoryos import forget_space
 from memoryos.ops import AddTurns
 from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
@@ -121,14 +122,26 @@ class EmbeddedSpaces:
         return op, self._call(key, lambda memory: memory.apply_write(op), True)
 
     async def forget(self, key: SpaceKey) -> None:
-        await self.run(key, lambda memory: memory.forget_user())
+        await self._on_thread(self._threads, self._forget, key)
+
+    def _forget(self, key: SpaceKey) -> None:
+        """Erase the space once no call is inside it, none let in until it is gone (`closed_for`): a read
+        that came first answers from the space, one that comes after finds no space (404). Erasing through
+        an instance other calls were using closed their SQLite connection under them (500s, then a crash
+        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied, as
+        `Memoryos.forget_user` does, so no text of the user stays in memory."""
+        with self._pool.closed_for(key):
+            forget_space(key.user_id, self.tenant_config(key.tenant), key.assistant_id)
+        (self.parts.get("embedder") or shared_embedder(self.config)).forget_texts(None)
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []
 
     async def export_bundle(self, key: SpaceKey, out: Path) -> None:
+        """Exported while the pool holds the space in use, so a forget waits for the export instead of
+        finding the space's files busy (a 503) or erasing them under it."""
         config = self.tenant_config(key.tenant)
-        await to_thread.run_sync(export_space, config, key.user_id, key.assistant_id, out)
+        await self.run(key, lambda _: export_space(config, key.user_id, key.assistant_id, out))
 
     async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
         config, embedder = self.tenant_config(key.tenant), self.parts.get("embedder")

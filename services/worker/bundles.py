@@ -33,7 +33,8 @@ def run_bundle_call(
     with tempfile.TemporaryDirectory(prefix="memoryos-bundle-") as staging:
         path = Path(staging) / "space.bundle"
         if call is EXPORT_BUNDLE:
-            export_space(config, key.user_id, key.assistant_id, path)
+            with spaces.reading(key):  # in use while it is read: a forget waits instead of erasing under it
+                export_space(config, key.user_id, key.assistant_id, path)
             ttl_s = int(args.get("ttl_s", TRANSFER_TTL_S))
             transfer_id = upload(client, keys, key, path, int(args["max_bytes"]), ttl_s)
             if not spaces.exists(key):  # forgotten since it was read: its purge may have run already

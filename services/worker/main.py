@@ -18,7 +18,6 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.errors import EmbeddingModelMismatchError
 from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.allocator import PeriodicTrim
@@ -73,7 +72,7 @@ class Worker:
 
     def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         if len(ops) == 1 and isinstance(ops[0], ForgetSpace):
-            return self._forget(key, ops[0])
+            return self._forget(key)
         # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
         # renewed while this write waits for it, or they would lapse and let a second worker in.
         with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
@@ -82,15 +81,10 @@ class Worker:
                 return memory.apply_writes(writes)  # one commit for the run
             return [memory.apply_queued(op) for op in ops]
 
-    def _forget(self, key: SpaceKey, op: ForgetSpace) -> object:
-        """Erase the space (what Redis holds of it is the consumer's to drop). One still on another
-        embedding model (its writes held until a reindex) is erased without being opened, since this worker
-        cannot open it; otherwise the engine's own forget also empties the embedding cache of its texts."""
-        try:
-            with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
-                return memory.apply_queued(op)
-        except EmbeddingModelMismatchError:
-            return self.spaces.erase(key)
+    def _forget(self, key: SpaceKey) -> object:
+        """Erase the space once the calls on it have returned (`WorkerSpaces.forget`); what Redis holds of
+        it is the consumer's to drop. The leases are renewed while it waits (a reindex may hold the space)."""
+        return {"forgotten": self.spaces.forget(key, on_wait=self._renew_if_due) is not None}
 
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once.

@@ -2,6 +2,7 @@
 assistant), least recently used closed first within the memory budget. Writes open (and create) a
 space; reads only open an existing one, so a read for an unknown user creates nothing."""
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +24,7 @@ class WorkerSpaces:
         """`parts` (embedder, llm, clock, scheduler) go to every `Memoryos` opened: tests inject them."""
         self.config = config
         self._parts = parts
+        self._opening = threading.local()
         self.pool: SpacePool[Memoryos] = SpacePool(
             self._open,
             memory_budget_bytes=settings.worker_memory_budget_mb * 1024 * 1024,
@@ -39,7 +41,12 @@ class WorkerSpaces:
         return injected if injected is not None else shared_embedder(self.config)
 
     def _open(self, key: SpaceKey) -> Memoryos:
-        return Memoryos.from_config(key.user_id, self.config_of(key), key.assistant_id, **self._parts)
+        """The pool's factory, on the thread of the call that needs the space: a write's open creates the
+        space, a read's does not (`reading`)."""
+        create = getattr(self._opening, "create", True)
+        return Memoryos.from_config(
+            key.user_id, self.config_of(key), key.assistant_id, create=create, **self._parts
+        )
 
     @contextmanager
     def writing(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[Memoryos]:
@@ -55,11 +62,20 @@ class WorkerSpaces:
         with self.pool.closed_for(key):
             yield
 
-    def erase(self, key: SpaceKey) -> dict[str, int] | None:
-        """Forget the space without opening it (`memoryos.forget_space`): for a space this worker cannot
-        open, one still on another embedding model; a forget must not wait for a reindex."""
-        with self.pool.closed_for(key):
-            return forget_space(key.user_id, self.config_of(key), key.assistant_id)
+    def forget(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> dict[str, int] | None:
+        """Erase the space once no call is inside it, none let in until it is gone (`closed_for`), without
+        opening it (`memoryos.forget_space`: no model load, and a space still on another embedding model
+        goes too); then the shared embedding cache is emptied, as `Memoryos.forget_user` does. A read that
+        came first answers from the space, one that comes after finds none. Erasing through the pool's
+        instance closed its SQLite connection under the reads using it (500s). None when there was no
+        space (a forget delivered again after it applied). `on_wait`: as `writing`'s."""
+        with self.pool.closed_for(key, on_wait):
+            try:
+                contents = forget_space(key.user_id, self.config_of(key), key.assistant_id)
+            except SpaceNotFoundError:
+                contents = None
+        self.embedder().forget_texts(None)
+        return contents
 
     def exists(self, key: SpaceKey) -> bool:
         """Whether the space has a store (was written to, and not forgotten since)."""
@@ -70,8 +86,12 @@ class WorkerSpaces:
         """An existing space only: `SpaceNotFoundError` (nothing created) for one that has no store."""
         if not self.exists(key):
             raise SpaceNotFoundError(self.config_of(key).space_dir(key.user_id, key.assistant_id))
-        with self.pool.use(key) as memory:
-            yield memory
+        self._opening.create = False  # a read that waited out a forget must not make the space again
+        try:
+            with self.pool.use(key) as memory:
+                yield memory
+        finally:
+            self._opening.create = True
 
     def warm_up(self) -> None:
         """Load the embedding model (and its runtime) now: a worker that took shards before loading it

@@ -289,6 +289,31 @@ def test_closed_for_waits_for_users_then_keeps_the_space_closed_until_it_exits()
     assert opener.opens == {"ann": 2}
 
 
+def test_closed_for_does_its_callers_upkeep_while_it_waits_for_users() -> None:
+    """A worker's forget waiting for a long read (or a reindex) keeps renewing its leases meanwhile."""
+    pool = pool_of(Opener())
+    in_use, leave = threading.Event(), threading.Event()
+
+    def user_inside() -> None:
+        with pool.use(key("ann")):
+            in_use.set()
+            leave.wait(5)
+
+    inside = threading.Thread(target=user_inside)
+    inside.start()
+    assert in_use.wait(5)
+    waits: list[int] = []
+
+    def upkeep() -> None:
+        waits.append(1)
+        if len(waits) == 3:
+            leave.set()  # the user leaves once the waiter has done its upkeep a few times
+
+    with pool.closed_for(key("ann"), on_wait=upkeep):
+        assert len(waits) >= 3
+    inside.join(5)
+
+
 def test_closed_for_a_space_not_open_holds_the_key_and_leaves_others_alone() -> None:
     opener = Opener()
     pool = pool_of(opener)
