@@ -13,6 +13,10 @@ import redis
 
 from services.queue.settings import QueueSettings
 
+REDIS_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError)
+"""What a call raises while Redis is away, restarting, or replaying its AOF (`BusyLoadingError` is a
+`ConnectionError`): a worker waits it out, the API answers 503 with `Retry-After`."""
+
 BLOCK_SLICE_S = 1.0
 """Longest single blocking command (BLPOP, XREADGROUP BLOCK): far below `redis_socket_timeout_s`, so a
 long wait is many short commands and a socket timeout means Redis stopped answering."""

@@ -2,7 +2,10 @@
 
 The main loop heartbeats, renews its leases (dropping shards it lost), takes free shards up to its fair
 share and gives back those beyond it, and applies the owned shards' writes; a second thread answers
-reads. SIGTERM (every Kubernetes rollout sends it) sets `stop`: the write batch in flight finishes and
+reads. While Redis is away (restarting, replaying its AOF, unreachable) both wait and try again, with a
+growing pause (`outage.py`); the leases are trusted only as long as their last renewal vouches for them,
+so a lease that expired meanwhile is re-won by the usual rules, never assumed, and the entries left
+pending are taken up again. SIGTERM (every Kubernetes rollout sends it) sets `stop`: the write batch in flight finishes and
 is acknowledged, the leases are released at once so other workers take the shards without waiting for
 the TTL, and the spaces are closed (their index snapshots written).
 """
@@ -21,10 +24,11 @@ from memoryos import MemoryConfig
 from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space_pool import SpaceKey
 from services.allocator import PeriodicTrim
-from services.queue.connection import connect
+from services.queue.connection import REDIS_UNAVAILABLE, connect
 from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.leases import ShardLeases
+from services.worker.outage import RedisOutage
 from services.worker.reads import ReadServer
 from services.worker.spaces import WorkerSpaces
 
@@ -144,13 +148,22 @@ class Worker:
         reads = threading.Thread(target=self._reads.serve, args=(stop,), name="memoryos-reads", daemon=True)
         reads.start()
         log.info("worker started", extra={"worker": self.worker_id})
+        outage = RedisOutage("worker")
         try:
             while not stop.is_set():
-                self.step()
+                try:
+                    self.step()
+                except REDIS_UNAVAILABLE as error:
+                    stop.wait(outage.failed(error))
+                    continue
+                outage.over()
                 self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
-            self.leases.release_all()
             self._owned_snapshot = []
+            try:
+                self.leases.release_all()
+            except REDIS_UNAVAILABLE:  # they expire after their TTL instead
+                log.warning("worker stopping while Redis is away: its leases are left to expire")
             reads.join(timeout=5)
             self.spaces.close()
             log.info("worker stopped; shards released", extra={"worker": self.worker_id})

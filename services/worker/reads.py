@@ -17,9 +17,11 @@ from memoryos.errors import MemoryOSError
 from memoryos.space_pool import SpaceKey
 from services.queue import streams
 from services.queue.calls import REINDEX, owner_call, run_call
+from services.queue.connection import REDIS_UNAVAILABLE
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
 from services.worker.bundles import run_bundle_call
+from services.worker.outage import RedisOutage
 from services.worker.reindex import run_reindex_call
 from services.worker.spaces import WorkerSpaces
 
@@ -60,15 +62,21 @@ class ReadServer:
         or an import runs for minutes, and the shard's next owner would open the space under it)."""
 
     def serve(self, stop: threading.Event) -> None:
+        outage = RedisOutage("read server")
         while not stop.is_set():
             shards = self.owned()
             if not shards:
                 stop.wait(0.1)
                 continue
-            popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
-            if popped is not None:
-                queue, request = cast(tuple[bytes, bytes], popped)
-                self._answer(queue.decode(), json.loads(request))
+            try:
+                popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
+                if popped is not None:
+                    queue, request = cast(tuple[bytes, bytes], popped)
+                    self._answer(queue.decode(), json.loads(request))
+            except REDIS_UNAVAILABLE as error:  # a call caught midway: its caller times out (503), retries
+                stop.wait(outage.failed(error))
+                continue
+            outage.over()
 
     def _answer(self, queue: str, request: dict[str, Any]) -> None:
         shard = int(queue.rsplit(":", 1)[1])

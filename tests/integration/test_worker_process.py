@@ -71,3 +71,35 @@ def test_killed_workers_and_a_redis_restart_lose_no_acknowledged_write(
     assert report.acknowledged > 100 and report.redis_restarts == 1
     assert report.applied_before_last_worker > 0  # the kills landed on workers at work
     assert report.lost == 0 and report.applied_twice == 0
+
+
+def test_a_worker_rides_through_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:
+    """Redis stops for longer than the lease TTL and comes back from its AOF: the worker process keeps
+    running, re-wins its leases (they expired meanwhile) and applies what was written before and after."""
+    client = redis.Redis.from_url(redis_server.url)
+    queue = WriteQueue(client, settings_for(redis_server))
+    worker = start_worker(redis_server, tmp_path / "data", "w-ride")
+
+    def write(first: int) -> None:
+        for i in range(first, first + 20):
+            op = plan_write(
+                [{"user_input": f"t{i}", "agent_response": "ok"}], max_text_chars=100, at=time.time()
+            )
+            queue.enqueue(SPACES[i % 4], op)
+
+    try:
+        wait_for(lambda: owned_shards(client, "w-ride") == 4)
+        write(0)
+        wait_for(lambda: queue.depth() == 0)
+        redis_server.stop()
+        time.sleep(2.5)  # past the 1 s lease TTL: the leases expire while Redis is away
+        redis_server.start()
+        write(20)
+        wait_for(lambda: queue.depth() == 0 and owned_shards(client, "w-ride") == 4)
+        assert worker.poll() is None, "the worker exited when Redis went away"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    finally:
+        worker.kill()
+    applied = stored_texts(tmp_path / "data")
+    assert sorted(applied) == sorted(f"t{i}" for i in range(40)) and set(applied.values()) == {1}

@@ -1,0 +1,40 @@
+"""Waiting out Redis: how long a worker's loops pause while Redis is away, and what they log.
+
+A Redis restart (a rollout, a crash, its AOF replayed on start: `BusyLoadingError`) used to end the
+worker with `ConnectionError` and exit 1, and without a supervisor writes piled up unapplied while every
+read answered 503. Now each loop of the worker (applying writes, answering reads) catches
+`REDIS_UNAVAILABLE`, pauses 0.1 s doubling to 5 s, and tries again; one WARNING when an outage begins
+and one INFO when Redis answers again, not a line per try.
+"""
+
+import logging
+
+from memoryos import backoff
+
+log = logging.getLogger(__name__)
+
+FIRST_S = 0.1
+"""The first pause after Redis failed to answer: a restart on the same host is back within a second."""
+MAX_S = 5.0
+"""The longest pause: a worker notices Redis back within this."""
+
+
+class RedisOutage:
+    """One loop's view of a Redis outage: the pause before its next try."""
+
+    def __init__(self, loop: str) -> None:
+        self._loop = loop
+        self._failures = 0
+
+    def failed(self, error: Exception) -> float:
+        """Redis failed this loop's call: seconds to pause before the next try."""
+        if self._failures == 0:
+            log.warning("%s: Redis unavailable (%s); retrying", self._loop, type(error).__name__)
+        self._failures += 1
+        return backoff.delay_s(self._failures, FIRST_S, MAX_S)
+
+    def over(self) -> None:
+        """A call succeeded: the outage, if any, is over."""
+        if self._failures:
+            log.info("%s: Redis answers again after %d failed tries", self._loop, self._failures)
+            self._failures = 0
