@@ -35,12 +35,15 @@ from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError, NotInThisModeError
 from services.jobs.bundles import BundleRoomError
 from services.jobs.status import JobNotFoundError, JobNotReadyError
+from services.queue.connection import REDIS_UNAVAILABLE
 from services.queue.reads import REMOTE_ERRORS, ReadUnavailableError, RemoteReadError
 
 log = logging.getLogger(__name__)
 
 BUSY_RETRY_AFTER_S = 1
 """Retry-After of a space busy in another process (a forget or reindex takes seconds)."""
+REDIS_RETRY_AFTER_S = 2
+"""Retry-After while the queue's Redis is not answering: a restart on the same host takes about that."""
 
 _STATUS_CODES = {
     400: "bad_request",
@@ -159,6 +162,17 @@ async def _retry_later(request: Request, exc: Exception) -> ErrorResponse:
     return error_response(503, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after_s)))})
 
 
+async def _redis_unavailable(request: Request, exc: Exception) -> ErrorResponse:
+    """Redis mode, Redis restarting, replaying its AOF or unreachable: nothing was queued; retry."""
+    log.warning("Redis unavailable (%s) on %s", type(exc).__name__, request.url.path)
+    return error_response(
+        503,
+        "the queue's Redis is not answering (restarting or unreachable); nothing was done, retry shortly",
+        code="unavailable",
+        headers={"Retry-After": str(REDIS_RETRY_AFTER_S)},
+    )
+
+
 async def _job_not_found(request: Request, exc: Exception) -> ErrorResponse:
     return error_response(404, str(exc), code="job_not_found")
 
@@ -215,6 +229,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotInThisModeError, _not_in_this_mode)
     app.add_exception_handler(RemoteReadError, _remote_error)
     app.add_exception_handler(HTTPException, _http_error)
+    for unavailable in REDIS_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _redis_unavailable)
 
 
 class CatchAllMiddleware:

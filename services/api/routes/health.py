@@ -14,9 +14,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="The model is loaded and calls will be served", responses={503: {}})
 async def readyz(state: StateDep, response: Response) -> dict[str, str]:
+    """503 while starting, and in Redis mode while Redis does not answer (asked on every probe)."""
     if not state.ready:
         response.status_code = 503
         return {"status": "starting"}
+    if not await state.spaces.ready():
+        response.status_code = 503
+        return {"status": "redis unavailable"}
     return {"status": "ready"}
 
 
