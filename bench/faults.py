@@ -65,6 +65,9 @@ class FaultReport:
     unacknowledged_applied: int
     """Writes whose acknowledgement the client never got (Redis restarted mid-call) but that applied:
     allowed, once."""
+    workers_alive_after_redis_restarts: int = 0
+    """Of the Redis restarts (each under a running worker and writer), how many the worker outlived: it
+    was still running when its round's SIGKILL came."""
 
 
 def worker_env(
@@ -190,20 +193,24 @@ def run_fault_loop(
     writes_per_round: int = 0,
 ) -> FaultReport:
     """SIGKILL one worker per round (`writes_per_round` 0: after 0.2-1.5 s, else after a random number
-    of that round's acknowledged writes), restarting Redis `redis_restarts` times along the way."""
+    of that round's acknowledged writes), restarting Redis `redis_restarts` times along the way, each
+    time under the round's running worker and the writing client (before its SIGKILL)."""
     settings = QueueSettings(redis_url=server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
     client = queue_client(settings)
     client.thread.start()
     rng = random.Random(seed)
     restart_at = {int(rounds * (k + 1) / (redis_restarts + 1)) for k in range(redis_restarts)}
+    outlived = 0
     try:
         for round_ in range(rounds):
             worker = start_worker(server, data_dir, f"w-{round_}")
+            if round_ in restart_at:
+                fault_after(client, rng, writes_per_round)
+                server.restart()  # the worker and the client ride it out
             fault_after(client, rng, writes_per_round)
+            outlived += round_ in restart_at and worker.poll() is None
             worker.kill()  # SIGKILL: mid-batch, mid-apply, mid-commit
             worker.wait()
-            if round_ in restart_at:
-                server.restart()
             if writes_per_round:
                 client.wait_for((round_ + 1) * writes_per_round)
     finally:
@@ -211,7 +218,9 @@ def run_fault_loop(
         client.thread.join(timeout=10)
     before_last = sum(stored_texts(data_dir).values())
     drain_with_last_worker(server, data_dir, settings)
-    return count(client, data_dir, rounds, len(restart_at), before_last)
+    report = count(client, data_dir, rounds, len(restart_at), before_last)
+    report.workers_alive_after_redis_restarts = outlived
+    return report
 
 
 def fault_after(client: Client, rng: random.Random, writes_per_round: int) -> None:

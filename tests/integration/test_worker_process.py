@@ -1,6 +1,6 @@
 """The real `memoryos worker` process against a real `redis-server`: SIGTERM drains and gives the shards
-back at once; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway, lose no
-acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.faults`."""
+back at once; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway under
+the running worker, lose no acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.faults`."""
 
 import signal
 import time
@@ -69,6 +69,7 @@ def test_killed_workers_and_a_redis_restart_lose_no_acknowledged_write(
 ) -> None:
     report = run_fault_loop(redis_server, tmp_path / "data", rounds=KILL_ROUNDS, redis_restarts=1)
     assert report.acknowledged > 100 and report.redis_restarts == 1
+    assert report.workers_alive_after_redis_restarts == 1  # Redis restarted under it; it went on
     assert report.applied_before_last_worker > 0  # the kills landed on workers at work
     assert report.lost == 0 and report.applied_twice == 0
 
