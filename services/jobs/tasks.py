@@ -60,6 +60,31 @@ def sweep_every_space() -> int:
     return len(spaces)
 
 
+def rewrite_aof_after_forgets() -> bool:
+    """Scheduled with the sweep: when forgets have applied since the last run, have Redis rewrite its AOF,
+    so a forgotten user's text (their queued writes, an export that crossed Redis) leaves Redis's files
+    too; the rewrite writes what Redis holds now, where the forget purged it. Without it the AOF kept the
+    text until Redis chose to rewrite on its own growth rule, which a quiet deployment never reaches. The
+    bound: `MEMORYOS_SWEEP_INTERVAL_S` (300 s) plus the rewrite's time. A rewrite already running may
+    have started before the forget: the count is kept and the next run asks again. Returns whether a
+    rewrite was asked for."""
+    settings = QueueSettings()
+    client = job_client(settings)
+    counter = Keys(settings.redis_namespace).forgotten_since_rewrite()
+    try:
+        forgets = int(cast(bytes | None, client.getdel(counter)) or 0)
+        if not forgets or not int(cast(dict[str, Any], client.info("persistence")).get("aof_enabled", 0)):
+            return False  # nothing forgotten, or no AOF: nothing of it on disk
+        try:
+            client.bgrewriteaof()
+        except redis.ResponseError:  # one in progress, begun maybe before the forget: ask next time
+            client.incrby(counter, forgets)
+            return False
+        return True
+    finally:
+        client.close()
+
+
 def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: float) -> T:
     """Ask the owner of `tenant/user/assistant` to run `call` and wait (up to `timeout_s`) for its answer:
     how every space job acts on a space it never opens.

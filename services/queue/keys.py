@@ -83,3 +83,7 @@ class Keys:
     def spaces(self) -> str:
         """The set of spaces written to through the queue: what maintenance jobs walk."""
         return f"{self.namespace}:spaces"
+
+    def forgotten_since_rewrite(self) -> str:
+        """How many forgets applied since the last AOF rewrite (a count: no id, no text)."""
+        return f"{self.namespace}:forgotten-since-rewrite"

@@ -73,13 +73,17 @@ Outcome = Literal["applied", "retry", "held"] | str
 its space wait), held (its space is on another model: `held.py`), or else the reason to dead-letter it."""
 
 
-CLEAR_LAST_WRITE = """
+FORGOTTEN = """
+redis.call('INCR', KEYS[3])
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('SREM', KEYS[2], ARGV[1])
   return redis.call('HDEL', KEYS[1], ARGV[1])
 end
 return 0
 """
-"""Drop the space's note of its newest write (KEYS[1], field ARGV[1]) if it still names entry ARGV[2]."""
+"""A forget applied: count it for the AOF rewrite (KEYS[3]), and if the space's note of its newest write
+(KEYS[1], field ARGV[1]) still names the forget's entry ARGV[2] (no write accepted since), drop the note
+and the space from the set of known spaces (KEYS[2]) — the forget's own enqueue added it back."""
 
 
 class ShardConsumer:
@@ -102,7 +106,7 @@ class ShardConsumer:
         self._still_owned = still_owned
         self._failures: dict[bytes, int] = {}
         self._fenced_read = client.register_script(streams.FENCED_READ)
-        self._clear_last_write = client.register_script(CLEAR_LAST_WRITE)
+        self._forgotten_script = client.register_script(FORGOTTEN)
         self.dead_letters = 0
         """Entries this consumer dead-lettered (a metric)."""
 
@@ -206,12 +210,15 @@ class ShardConsumer:
 
     def _forgotten(self, shard: int, entry: Delivered) -> None:
         """After a forget applied, what Redis still holds of the space goes, owner side: its held writes,
-        its bundles (an export may have finished after the API purged them), and its note of a newest
-        write (the forget's own), so the user's id does not stay — unless a newer write took its place."""
+        its bundles (an export may have finished after the API purged them), its note of a newest write
+        (the forget's own) and its place among the known spaces, so the user's id does not stay — unless
+        a newer write took their place. The forget is counted for the AOF rewrite that takes the user's
+        text out of Redis's files (`services/jobs/tasks.py`, `rewrite_aof_after_forgets`)."""
         self.held.forget(shard, entry.space)
         purge_bundles(self.client, self.keys, entry.space)
-        self._clear_last_write(
-            keys=[self.keys.last_writes(shard)], args=[space_name(entry.space), entry.entry_id]
+        self._forgotten_script(
+            keys=[self.keys.last_writes(shard), self.keys.spaces(), self.keys.forgotten_since_rewrite()],
+            args=[space_name(entry.space), entry.entry_id],
         )
 
     def _holds(self, shard: int, entry: Delivered) -> bool:

@@ -16,9 +16,16 @@ from rq.job import JobStatus
 import services.jobs as jobs_module
 from memoryos import MemoryConfig
 from memoryos.llm.offline import OfflineLLM
+from memoryos.ops import ForgetSpace
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
-from services.jobs.tasks import QUEUE_NAME, reindex_space_job, sweep_every_space, sweep_space
+from services.jobs.tasks import (
+    QUEUE_NAME,
+    reindex_space_job,
+    rewrite_aof_after_forgets,
+    sweep_every_space,
+    sweep_space,
+)
 from services.queue.calls import LIST_PAGES
 from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient
@@ -126,5 +133,55 @@ def test_the_cron_file_schedules_the_sweep(
     monkeypatch.setenv("MEMORYOS_SWEEP_INTERVAL_S", "120")
     scheduler = CronScheduler(connection=redis.Redis.from_url(redis_server.url))
     scheduler.load_config_from_file(str(Path(jobs_module.__file__).with_name("cron.py")))
-    (job,) = scheduler.get_jobs()
-    assert job.func is sweep_every_space and job.queue_name == QUEUE_NAME and job.interval == 120
+    jobs = {job.func: job for job in scheduler.get_jobs()}
+    assert set(jobs) == {sweep_every_space, rewrite_aof_after_forgets}
+    assert all(job.queue_name == QUEUE_NAME and job.interval == 120 for job in jobs.values())
+
+
+def aof_holds(server: RedisServer, text: bytes) -> bool:
+    return any(text in path.read_bytes() for path in server.directory.rglob("*.aof*"))
+
+
+def test_a_forgotten_users_text_leaves_the_aof_at_the_next_rewrite_job(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYOS_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "aof")
+    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
+    settings = QueueSettings(lease_ttl_s=1.0)
+    client = redis.Redis.from_url(redis_server.url)
+    queue = WriteQueue(client, settings)
+    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+    worker = Worker(settings, config, "w-aof", embedder=HashEmbedder(), llm=OfflineLLM())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    secret = "Zanzibar-quokka-7731"
+    omar = SpaceKey("default", "omar", "helper")
+    jobs = Queue(QUEUE_NAME, connection=client)
+    try:
+        turn = {"user_input": f"My locker code is {secret}", "agent_response": "Noted."}
+        queue.enqueue(omar, plan_write([turn], max_text_chars=99, at=time.time()))
+        deadline = time.monotonic() + 30
+        while queue.depth():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert aof_holds(redis_server, secret.encode())
+        job = jobs.enqueue(rewrite_aof_after_forgets)
+        SimpleWorker([jobs], connection=client).work(burst=True)
+        assert job.return_value() is False  # nothing forgotten yet: no rewrite
+        queue.purge(omar)  # what the API's DELETE does, then the forget behind anything in flight
+        queue.enqueue(omar, ForgetSpace())
+        while queue.known_spaces() or queue.depth():
+            assert time.monotonic() < deadline, "the forget did not apply"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    job = jobs.enqueue(rewrite_aof_after_forgets)
+    SimpleWorker([jobs], connection=client).work(burst=True)
+    assert job.return_value() is True
+    while client.info("persistence")["aof_rewrite_in_progress"]:
+        time.sleep(0.05)
+    assert not aof_holds(redis_server, secret.encode())
+    assert not aof_holds(redis_server, b"omar")

@@ -346,9 +346,9 @@ def test_a_read_waits_for_its_spaces_writes_behind_a_deep_backlog(
 def test_a_forget_leaves_no_note_of_the_space_but_a_newer_writes(
     settings: QueueSettings, config: MemoryConfig
 ) -> None:
-    """After a forget applies, the space's note of its newest write (the forget's) leaves Redis: the
-    user's id does not stay there. A write accepted after the forget keeps its note, or a read could go
-    ahead of it."""
+    """After a forget applies, the space's note of its newest write (the forget's) and its place in the
+    set of known spaces leave Redis: the user's id does not stay there. A write accepted after the
+    forget keeps both, or a read could go ahead of it and the sweep would miss the space."""
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
     omar = SpaceKey("acme", "omar", "helper")
@@ -364,6 +364,7 @@ def test_a_forget_leaves_no_note_of_the_space_but_a_newer_writes(
         assert [p.user_input for p in reads.ask(MAYA, LIST_PAGES, {}).pages] == ["Back again."]
         wait_for(lambda: queue.last_write_id(omar) == "0-0")
         assert queue.last_write_id(MAYA) == again
+        assert queue.known_spaces() == [MAYA]  # the forget's enqueue re-added omar; its apply took him out
     finally:
         worker.stop()
 
