@@ -4,9 +4,11 @@ Each check raises `InvalidInputError` (a `ValueError`) naming the field, before 
 """
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from memoryos.errors import InvalidInputError
 from memoryos.types import Turn
@@ -70,6 +72,38 @@ def validate_text(field: str, value: object, max_chars: int) -> str:
     return text
 
 
+MAX_JSON_DEPTH = 32
+"""How deeply `meta_data` may nest: deep enough for any real metadata, and a bound on the work (and the
+error messages) a hostile body of a thousand nested lists would cost."""
+
+
+def validate_json_value(field: str, value: Any) -> Any:
+    """`value` if it is plain JSON that every store and client reads back as written: no NaN or
+    Infinity (1e400 parses as Infinity; JSON has neither, and they came back as null), no NUL character in
+    a key or a string, at most `MAX_JSON_DEPTH` levels. `InvalidInputError` naming `field` otherwise."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInputError(field, f"nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInputError(field, "must not hold NaN or Infinity (JSON numbers are finite)")
+        if isinstance(item, str) and "\x00" in item:
+            raise InvalidInputError(field, "must not contain NUL characters")
+        if isinstance(item, Mapping):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidInputError(field, "must not contain NUL characters (in a key)")
+                pending.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, depth + 1) for child in item)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
+        raise InvalidInputError(field, f"must be JSON-serializable: {error}") from None
+    return value
+
+
 TURN_KEYS = ("user_input", "agent_response", "timestamp", "meta_data")
 """The keys of one turn (`add_memories`); any other key is refused, naming it."""
 
@@ -87,11 +121,7 @@ def validate_turn(raw: object, prefix: str, max_chars: int, now: datetime) -> Tu
     raw_meta = raw.get("meta_data")
     if raw_meta is not None and not isinstance(raw_meta, Mapping):
         raise InvalidInputError(f"{prefix}meta_data", "must be a JSON object")
-    meta_data = dict(raw_meta or {})
-    try:
-        json.dumps(meta_data)
-    except (TypeError, ValueError) as error:  # checked here, not mid-transaction with a TypeError
-        raise InvalidInputError(f"{prefix}meta_data", f"must be JSON-serializable: {error}") from None
+    meta_data = validate_json_value(f"{prefix}meta_data", dict(raw_meta or {}))
     moment = parse_timestamp(f"{prefix}timestamp", raw.get("timestamp"), now)
     return Turn(
         user_input=validate_text(f"{prefix}user_input", raw.get("user_input"), max_chars),

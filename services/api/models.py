@@ -13,9 +13,10 @@ This module imports pydantic and the engine's types only, never FastAPI: the cli
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
-from memoryos.validation import validate_key
+from memoryos.errors import InvalidInputError
+from memoryos.validation import validate_json_value, validate_key
 
 
 def _first_lone_surrogate(text: str) -> int | None:
@@ -56,7 +57,16 @@ def _write_id(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(utf8_text)]
-JsonObject = Annotated[dict[str, JsonValue], AfterValidator(utf8_json)]
+def plain_json(value: Any) -> Any:
+    """Before pydantic walks it: finite numbers, no NUL, nesting bounded (`validate_json_value`), so a
+    body nested a thousand deep is one short error, not a field path of thousands of characters."""
+    try:
+        return validate_json_value("value", value)
+    except InvalidInputError as error:
+        raise ValueError(str(error).removeprefix("value: ")) from None
+
+
+JsonObject = Annotated[dict[str, JsonValue], BeforeValidator(plain_json), AfterValidator(utf8_json)]
 WriteId = Annotated[
     str, AfterValidator(_write_id), Field(description="1-64 characters of A-Z, a-z, 0-9, '_' or '-'.")
 ]

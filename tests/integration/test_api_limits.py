@@ -103,12 +103,22 @@ def test_a_lone_surrogate_is_422_naming_the_field(api: RunningApi, route: str, b
         ('{"user_input": "a", "agent_response": "b", "timestamp": "yesterday"}', "timestamp"),
         ('{"user_input": "   ", "agent_response": "b"}', "user_input"),
         ('{"user_input": "a\\u0000", "agent_response": "b"}', "user_input"),
+        ('{"user_input": "a", "agent_response": "b", "meta_data": {"x": NaN}}', "meta_data"),
+        ('{"user_input": "a", "agent_response": "b", "meta_data": {"x": [Infinity]}}', "meta_data"),
+        ('{"user_input": "a", "agent_response": "b", "meta_data": {"x": 1e400}}', "meta_data"),
+        ('{"user_input": "a", "agent_response": "b", "meta_data": {"k\\u0000": 1}}', "meta_data"),
+        ('{"user_input": "a", "agent_response": "b", "meta_data": {"k": "v\\u0000"}}', "meta_data"),
+        (
+            '{"user_input": "a", "agent_response": "b", "meta_data": ' + '{"a": ' * 500 + "1" + "}" * 501,
+            "meta_data",
+        ),
     ],
 )
 def test_malformed_writes_are_422_naming_the_field(api: RunningApi, body: str, field: str) -> None:
     answer = post_raw(f"{api.space_url('malformed')}/memories", body)
     assert answer.status_code == 422, answer.text
     assert answer.json()["field"] == field and answer.json()["message"]
+    assert len(answer.json()["message"]) < 200  # a short message, not a path through 500 levels
 
 
 @pytest.mark.parametrize(
