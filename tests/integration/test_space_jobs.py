@@ -190,6 +190,12 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         worker.stop()
 
 
+def test_an_import_job_with_no_bundle_is_422_and_queues_nothing(api: RunningApi, rq_queue: Queue) -> None:
+    empty = httpx.post(f"{api.url}/v1/users/zed/assistants/{ASSISTANT}/import-jobs", headers=ACME)
+    assert empty.status_code == 422 and empty.json()["field"] == "body", empty.text
+    assert rq_queue.count == 0
+
+
 def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
     api: RunningApi, queue: QueueSettings, config: MemoryConfig, rq_queue: Queue
 ) -> None:

@@ -16,6 +16,7 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from memoryos.bundle import ImportReport
+from memoryos.errors import InvalidInputError
 from services.api.deps import SpaceDep, StateDep
 from services.api.routes import SPACE_PREFIX
 
@@ -71,10 +72,13 @@ async def import_bundle(request: Request, key: SpaceDep, state: StateDep) -> Imp
 
 @asynccontextmanager
 async def received_bundle(request: Request) -> AsyncIterator[Path]:
-    """The request's body in a temporary file, deleted when the block exits."""
+    """The request's body in a temporary file, deleted when the block exits; an empty body is refused
+    here (422), before a job is queued that could only fail."""
     with tempfile.TemporaryDirectory(prefix="memoryos-import-") as staging:
         path = Path(staging) / "upload.bundle"
         with path.open("wb") as file:
             async for chunk in request.stream():
                 file.write(chunk)
+        if not path.stat().st_size:
+            raise InvalidInputError("body", "must be a bundle file (what an export gives); it is empty")
         yield path
