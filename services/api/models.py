@@ -57,6 +57,8 @@ def _write_id(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(utf8_text)]
+
+
 def plain_json(value: Any) -> Any:
     """Before pydantic walks it: finite numbers, no NUL, nesting bounded (`validate_json_value`), so a
     body nested a thousand deep is one short error, not a field path of thousands of characters."""
