@@ -2,7 +2,6 @@
 `Retry-After` (not 500), `/readyz` says 503 while Redis is away and 200 once it answers, and both the API
 and the worker (a thread here, riding the outage) carry on by themselves afterwards."""
 
-import threading
 import time
 from pathlib import Path
 
@@ -10,12 +9,10 @@ import httpx
 import pytest
 
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
 from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
-from services.worker.main import Worker
 from tests.support.api_server import running_api
-from tests.support.fakes import HashEmbedder
+from tests.support.queue_worker import Running
 from tests.support.redis_server import running_redis
 
 pytestmark = pytest.mark.integration
@@ -34,11 +31,7 @@ def wait_until(condition: object, timeout_s: float = 60.0) -> None:
 def test_the_api_says_503_while_redis_is_away_and_recovers_by_itself(tmp_path: Path) -> None:
     with running_redis(tmp_path / "redis") as server:
         queue = QueueSettings(redis_url=server.url, shard_count=4, lease_ttl_s=1.0, read_timeout_s=5.0)
-        config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
-        worker = Worker(queue, config, "w-outage", embedder=HashEmbedder(), llm=OfflineLLM())
-        stop = threading.Event()
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
+        worker = Running(queue, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-outage")
         settings = ApiSettings(port=0, keys={KEY: "acme"})
         try:
             with (
@@ -62,7 +55,6 @@ def test_the_api_says_503_while_redis_is_away_and_recovers_by_itself(tmp_path: P
                 assert written.status_code == 201, written.text
                 wait_until(lambda: http.get(f"{space}/stats").status_code == 200)  # the owner is back
                 wait_until(lambda: http.get(f"{space}/writes/after").json().get("searchable") is True)
-                assert thread.is_alive(), "the worker gave up when Redis went away"
+                assert worker.thread.is_alive(), "the worker gave up when Redis went away"
         finally:
-            stop.set()
-            thread.join(timeout=30)
+            worker.stop()

@@ -13,12 +13,11 @@ import httpx
 import pytest
 
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
 from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
-from services.worker.main import Worker
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder
+from tests.support.queue_worker import Running
 from tests.support.redis_server import running_redis
 
 pytestmark = pytest.mark.integration
@@ -77,18 +76,13 @@ def test_embedded_forget_racing_reads(tmp_path: Path) -> None:
 def queued_api(tmp_path: Path) -> Iterator[RunningApi]:
     with running_redis(tmp_path / "redis") as server:
         queue = QueueSettings(redis_url=server.url, shard_count=4, lease_ttl_s=2.0, read_timeout_s=10.0)
-        config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
-        worker = Worker(queue, config, "w-races", embedder=HashEmbedder(), llm=OfflineLLM())
-        stop = threading.Event()
-        thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-        thread.start()
+        worker = Running(queue, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-races")
         try:
             settings = ApiSettings(port=0, keys={KEY: "acme"})
             with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as api:
                 yield api
         finally:
-            stop.set()
-            thread.join(timeout=30)
+            worker.stop()
 
 
 def test_queued_forget_racing_reads(queued_api: RunningApi) -> None:

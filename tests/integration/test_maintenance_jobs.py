@@ -32,6 +32,7 @@ from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
 from tests.support.fakes import FAKE_MODEL_NAME, FakeClock, HashEmbedder
+from tests.support.queue_worker import Running
 from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
@@ -43,13 +44,19 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
+def job_environment(monkeypatch: pytest.MonkeyPatch, redis_url: str, namespace: str) -> QueueSettings:
+    """The `MEMORYOS_*` environment the jobs read (a namespace per test, 4 shards), and the settings of
+    the test's own queue and worker under it."""
+    monkeypatch.setenv("MEMORYOS_REDIS_URL", redis_url)
+    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", namespace)
+    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
+    return QueueSettings(lease_ttl_s=1.0)
+
+
 def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEMORYOS_REDIS_URL", redis_server.url)
-    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "jobs")
-    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
-    settings = QueueSettings(lease_ttl_s=1.0)  # the job reads the same environment
+    settings = job_environment(monkeypatch, redis_server.url, "jobs")  # the job reads the same
     client = redis.Redis.from_url(redis_server.url)
     queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
@@ -101,16 +108,10 @@ def test_jobs_use_the_redis_of_their_rq_worker_not_the_environments(
 ) -> None:
     """`rq worker memoryos-maintenance --url URL`: the jobs it runs ask the owners behind URL, even where
     MEMORYOS_REDIS_URL names another Redis (here, a port where nothing listens)."""
-    monkeypatch.setenv("MEMORYOS_REDIS_URL", "redis://127.0.0.1:9/0")
-    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "jobs")
-    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
-    settings = QueueSettings(redis_url=redis_server.url, lease_ttl_s=1.0)
+    nowhere = job_environment(monkeypatch, "redis://127.0.0.1:9/0", "jobs")
+    settings = nowhere.model_copy(update={"redis_url": redis_server.url})
     client = redis.Redis.from_url(redis_server.url)
-    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
-    worker = Worker(settings, config, "w-url", embedder=HashEmbedder(), llm=OfflineLLM())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    thread.start()
+    worker = Running(settings, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-url")
     try:
         maya = "default/maya/helper"
         op = plan_write([{"user_input": "kept", "agent_response": "ok"}], max_text_chars=99, at=time.time())
@@ -123,8 +124,7 @@ def test_jobs_use_the_redis_of_their_rq_worker_not_the_environments(
         assert reindexed.get_status() == JobStatus.FINISHED, reindexed.latest_result()
         assert reindexed.return_value()["pages"] == 1
     finally:
-        stop.set()
-        thread.join(timeout=30)
+        worker.stop()
 
 
 def test_the_cron_file_schedules_the_sweep(
@@ -145,17 +145,10 @@ def aof_holds(server: RedisServer, text: bytes) -> bool:
 def test_a_forgotten_users_text_leaves_the_aof_at_the_next_rewrite_job(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEMORYOS_REDIS_URL", redis_server.url)
-    monkeypatch.setenv("MEMORYOS_REDIS_NAMESPACE", "aof")
-    monkeypatch.setenv("MEMORYOS_SHARD_COUNT", "4")
-    settings = QueueSettings(lease_ttl_s=1.0)
+    settings = job_environment(monkeypatch, redis_server.url, "aof")
     client = redis.Redis.from_url(redis_server.url)
     queue = WriteQueue(client, settings)
-    config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
-    worker = Worker(settings, config, "w-aof", embedder=HashEmbedder(), llm=OfflineLLM())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    thread.start()
+    worker = Running(settings, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-aof")
     secret = "Zanzibar-quokka-7731"
     omar = SpaceKey("default", "omar", "helper")
     jobs = Queue(QUEUE_NAME, connection=client)
@@ -176,8 +169,7 @@ def test_a_forgotten_users_text_leaves_the_aof_at_the_next_rewrite_job(
             assert time.monotonic() < deadline, "the forget did not apply"
             time.sleep(0.05)
     finally:
-        stop.set()
-        thread.join(timeout=30)
+        worker.stop()
     job = jobs.enqueue(rewrite_aof_after_forgets)
     SimpleWorker([jobs], connection=client).work(burst=True)
     assert job.return_value() is True
