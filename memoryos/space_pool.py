@@ -77,14 +77,15 @@ class SpacePool(Generic[S]):
 
     def __init__(
         self,
-        open_space: Callable[[SpaceKey], S],
+        open_space: Callable[[SpaceKey, bool], S],
         *,
         memory_budget_bytes: int,
         max_open: int = 10000,
         resident_bytes: Callable[[S], int] | None = None,
     ) -> None:
-        """`open_space(key)` builds a space (e.g. a `Memoryos`); `resident_bytes(space)` estimates what it
-        holds in memory (default: `estimate_resident_bytes`), re-read each time the space is released."""
+        """`open_space(key, create)` builds a space (e.g. a `Memoryos`), creating it only when `create`
+        (the `use` that opens it says); `resident_bytes(space)` estimates what it holds in memory (default:
+        `estimate_resident_bytes`), re-read each time the space is released."""
         if memory_budget_bytes <= 0:
             raise ValueError(f"memory_budget_bytes: expected a positive size, got {memory_budget_bytes}")
         if max_open <= 0:
@@ -101,14 +102,18 @@ class SpacePool(Generic[S]):
         self._held_closed: set[SpaceKey] = set()
 
     @contextmanager
-    def use(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[S]:
+    def use(
+        self, key: SpaceKey, on_wait: Callable[[], None] | None = None, create: bool = True
+    ) -> Iterator[S]:
         """The open space for `key`, opened on first use; it stays open until the block exits.
 
         `on_wait` runs, outside the pool's lock, while this caller waits for the key (being opened or
-        closed by another caller, or held by `closed_for`), at least every `WAIT_SLICE_S`."""
+        closed by another caller, or held by `closed_for`), at least every `WAIT_SLICE_S`. `create` False
+        (a read): if this use opens the space, it must exist — one erased while this caller waited (a
+        forget's `closed_for`) is not made again."""
         entry, must_open = self._acquire(key, on_wait)
         if must_open:
-            self._finish_opening(key, entry)
+            self._finish_opening(key, entry, create)
         assert entry.space is not None
         try:
             yield entry.space
@@ -203,10 +208,10 @@ class SpacePool(Generic[S]):
             if on_wait is not None:
                 on_wait()
 
-    def _finish_opening(self, key: SpaceKey, entry: _Entry[S]) -> None:
+    def _finish_opening(self, key: SpaceKey, entry: _Entry[S], create: bool) -> None:
         space: S | None = None
         try:
-            space = self._open_space(key)
+            space = self._open_space(key, create)
             size = self._resident_bytes(space)
         except BaseException:
             if space is not None:

@@ -8,7 +8,7 @@ returns (durable in SQLite), embedded after by the scheduler's batcher.
 
 Reads never create a space: a read of a space that does not exist is `SpaceNotFoundError` (404) and
 leaves nothing on disk. The pool opens a space on first use; whether that open may create it is decided
-per call (`create`), carried to the pool's factory on the calling thread.
+per call (`create`), which the pool hands to its factory.
 
 Backlog and lag are measured here, for backpressure and `/metrics`, by a sampler every
 `sampler_interval_s`: pages not yet embedded over every open space, and the age of the oldest
@@ -81,7 +81,6 @@ class EmbeddedSpaces:
         self._settings = settings
         self.parts = parts
         self._tenant_configs: dict[str, MemoryConfig] = {}
-        self._opening = threading.local()
         self._lock = threading.Lock()
         self._open: dict[SpaceKey, Memoryos] = {}
         self._acks: dict[SpaceKey, collections.deque[tuple[int, float]]] = {}
@@ -203,21 +202,16 @@ class EmbeddedSpaces:
             directory = self.tenant_config(key.tenant).space_dir(key.user_id, key.assistant_id)
             if not (directory / STORE_FILE).is_file():
                 raise SpaceNotFoundError(directory)  # without touching the pool
-        self._opening.create = create
-        try:
-            with self._pool.use(key) as memory:
-                return work(memory)
-        finally:
-            self._opening.create = False
+        with self._pool.use(key, create=create) as memory:
+            return work(memory)
 
     def _is_open(self, key: SpaceKey) -> bool:
         with self._lock:
             memory = self._open.get(key)
         return memory is not None and not memory.space.closed
 
-    def _open_space(self, key: SpaceKey) -> Memoryos:
-        """The pool's factory; runs on the thread of the call that needs the space."""
-        create = bool(getattr(self._opening, "create", False))
+    def _open_space(self, key: SpaceKey, create: bool) -> Memoryos:
+        """The pool's factory: `create` as the `use` that opens the space says."""
         memory = Memoryos.from_config(
             key.user_id, self.tenant_config(key.tenant), key.assistant_id, create=create, **self.parts
         )

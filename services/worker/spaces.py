@@ -2,7 +2,6 @@
 assistant), least recently used closed first within the memory budget. Writes open (and create) a
 space; reads only open an existing one, so a read for an unknown user creates nothing."""
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +23,6 @@ class WorkerSpaces:
         """`parts` (embedder, llm, clock, scheduler) go to every `Memoryos` opened: tests inject them."""
         self.config = config
         self._parts = parts
-        self._opening = threading.local()
         self.pool: SpacePool[Memoryos] = SpacePool(
             self._open,
             memory_budget_bytes=settings.worker_memory_budget_mb * 1024 * 1024,
@@ -40,10 +38,8 @@ class WorkerSpaces:
         injected: Embedder | None = self._parts.get("embedder")
         return injected if injected is not None else shared_embedder(self.config)
 
-    def _open(self, key: SpaceKey) -> Memoryos:
-        """The pool's factory, on the thread of the call that needs the space: a write's open creates the
-        space, a read's does not (`reading`)."""
-        create = getattr(self._opening, "create", True)
+    def _open(self, key: SpaceKey, create: bool) -> Memoryos:
+        """The pool's factory: a write's open creates the space, a read's does not (`reading`)."""
         return Memoryos.from_config(
             key.user_id, self.config_of(key), key.assistant_id, create=create, **self._parts
         )
@@ -86,12 +82,8 @@ class WorkerSpaces:
         """An existing space only: `SpaceNotFoundError` (nothing created) for one that has no store."""
         if not self.exists(key):
             raise SpaceNotFoundError(self.config_of(key).space_dir(key.user_id, key.assistant_id))
-        self._opening.create = False  # a read that waited out a forget must not make the space again
-        try:
-            with self.pool.use(key) as memory:
-                yield memory
-        finally:
-            self._opening.create = True
+        with self.pool.use(key, create=False) as memory:  # one that waited out a forget makes nothing
+            yield memory
 
     def warm_up(self) -> None:
         """Load the embedding model (and its runtime) now: a worker that took shards before loading it

@@ -50,7 +50,7 @@ class Opener:
         self.gate: threading.Event | None = None
         self._lock = threading.Lock()
 
-    def __call__(self, space_key: SpaceKey) -> FakeSpace:
+    def __call__(self, space_key: SpaceKey, create: bool = True) -> FakeSpace:
         if self.gate is not None:
             self.gate.wait(5)
         with self._lock:
@@ -204,7 +204,7 @@ def test_real_spaces_are_costed_by_their_index_and_reopen_intact_after_eviction(
     embedder = HashEmbedder()
     config = MemoryConfig(data_dir=tmp_path, faiss_use_gpu="never")
 
-    def open_memory(space_key: SpaceKey) -> Memoryos:
+    def open_memory(space_key: SpaceKey, create: bool) -> Memoryos:
         return Memoryos(
             space_key.user_id,
             None,
@@ -351,3 +351,21 @@ def test_the_pools_counts_stay_those_of_its_open_spaces_through_every_kind_of_ch
                     space.close()  # erased under its user (a forget): dropped on release
         assert len(pool) == len(opener.live) <= 12, step
         assert pool.resident_bytes() == sum(space.size for space in opener.live.values()) <= 200, step
+
+
+def test_the_use_that_opens_a_space_tells_the_factory_whether_it_may_create_it() -> None:
+    """A read's use (`create=False`) that opens the space, after a forget erased it meanwhile, must not make
+    it again: the factory hears it from the use that opens, and only from that one."""
+    asked: list[bool] = []
+    live: dict[SpaceKey, FakeSpace] = {}
+
+    def open_space(space_key: SpaceKey, create: bool) -> FakeSpace:
+        asked.append(create)
+        return FakeSpace(space_key, 1, live)
+
+    pool: SpacePool[FakeSpace] = SpacePool(open_space, memory_budget_bytes=10**9)
+    with pool.use(key("ann"), create=False), pool.use(key("ann")):
+        pass  # the second use finds it open: no second open
+    with pool.use(key("bob")):
+        pass
+    assert asked == [False, True]
