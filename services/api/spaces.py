@@ -127,11 +127,10 @@ class EmbeddedSpaces:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`): a read
         that came first answers from the space, one that comes after finds no space (404). Erasing through
         an instance other calls were using closed their SQLite connection under them (500s, then a crash
-        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied, as
-        `Memoryos.forget_user` does, so no text of the user stays in memory."""
+        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied too."""
+        embedder = self.parts.get("embedder") or shared_embedder(self.config)
         with self._pool.closed_for(key):
-            forget_space(key.user_id, self.tenant_config(key.tenant), key.assistant_id)
-        (self.parts.get("embedder") or shared_embedder(self.config)).forget_texts(None)
+            forget_space(key.user_id, self.tenant_config(key.tenant), key.assistant_id, embedder)
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []

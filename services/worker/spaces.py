@@ -61,17 +61,15 @@ class WorkerSpaces:
     def forget(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> dict[str, int] | None:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`), without
         opening it (`memoryos.forget_space`: no model load, and a space still on another embedding model
-        goes too); then the shared embedding cache is emptied, as `Memoryos.forget_user` does. A read that
-        came first answers from the space, one that comes after finds none. Erasing through the pool's
-        instance closed its SQLite connection under the reads using it (500s). None when there was no
-        space (a forget delivered again after it applied). `on_wait`: as `writing`'s."""
+        goes too), emptying the shared embedding cache. A read that came first answers from the space, one
+        that comes after finds none. Erasing through the pool's instance closed its SQLite connection under
+        the reads using it (500s). None when there was no space (a forget delivered again after it
+        applied). `on_wait`: as `writing`'s."""
         with self.pool.closed_for(key, on_wait):
             try:
-                contents = forget_space(key.user_id, self.config_of(key), key.assistant_id)
+                return forget_space(key.user_id, self.config_of(key), key.assistant_id, self.embedder())
             except SpaceNotFoundError:
-                contents = None
-        self.embedder().forget_texts(None)
-        return contents
+                return None
 
     def exists(self, key: SpaceKey) -> bool:
         """Whether the space has a store (was written to, and not forgotten since)."""
