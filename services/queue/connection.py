@@ -24,14 +24,7 @@ long wait is many short commands and a socket timeout means Redis stopped answer
 
 def connect(settings: QueueSettings) -> redis.Redis:
     """A client of `settings.redis_url` with the service's timeouts and pool."""
-    pool = redis.BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_max_connections,
-        timeout=settings.redis_socket_timeout_s,  # waiting for a free connection
-        socket_timeout=settings.redis_socket_timeout_s,
-        socket_connect_timeout=settings.redis_socket_timeout_s,
-    )
-    return redis.Redis(connection_pool=pool)
+    return connect_like(redis.Redis.from_url(settings.redis_url), settings)  # from_url only parses
 
 
 def connect_like(client: redis.Redis, settings: QueueSettings) -> redis.Redis:

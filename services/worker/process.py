@@ -26,7 +26,7 @@ embedder. A module-level callable, so that a spawned child can import it."""
 
 def _settings(args: argparse.Namespace) -> QueueSettings:
     overrides: dict[str, Any] = {"redis_url": args.redis_url} if args.redis_url else {}
-    if getattr(args, "processes", None) is not None:
+    if args.processes is not None:
         overrides["worker_processes"] = args.processes
     return QueueSettings(**overrides)
 
@@ -59,13 +59,12 @@ def _child(args: argparse.Namespace, index: int, parts: PartsFactory | None) -> 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     settings = _settings(args)
     torch_threads = max(1, (os.cpu_count() or 1) // settings.worker_processes)
-    updates: dict[str, Any] = {"worker_processes": 1}
-    if settings.worker_metrics_port:
-        updates["worker_metrics_port"] = settings.worker_metrics_port + index
+    port = settings.worker_metrics_port and settings.worker_metrics_port + index  # 0 stays off
     child_args = argparse.Namespace(**vars(args))
     if args.worker_id:
         child_args.worker_id = f"{args.worker_id}-{index}"
-    _serve(child_args, settings.model_copy(update=updates), parts() if parts else {}, torch_threads)
+    child = settings.model_copy(update={"worker_metrics_port": port})
+    _serve(child_args, child, parts() if parts else {}, torch_threads)
 
 
 def _serve(

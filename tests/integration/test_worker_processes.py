@@ -2,6 +2,7 @@
 space's writes apply once and in order whichever child owns it, a child killed with SIGKILL is started
 again and loses nothing, and SIGTERM to the parent drains every child and gives the shards back."""
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -15,6 +16,7 @@ import pytest
 import redis
 
 from bench.faults import worker_env
+from bench.ingest import descendants
 from memoryos.space_pool import SpaceKey
 from memoryos.writes import plan_write
 from services.queue.keys import Keys
@@ -50,15 +52,10 @@ def owners(client: redis.Redis) -> list[bytes | None]:
 def children(parent: int) -> list[int]:
     """The supervisor's worker children (not multiprocessing's resource tracker)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in command:
-                found.append(int(entry.name))
+    for pid in descendants(parent):
+        with contextlib.suppress(OSError):  # exited meanwhile
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
     return found
 
 
