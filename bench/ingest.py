@@ -59,7 +59,7 @@ from memoryos.writes import plan_write
 from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of, space_name
-from services.queue.producer import ENQUEUE
+from services.queue.producer import ENQUEUE, WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
@@ -275,13 +275,6 @@ class Feeder:
         pipe.execute()
         self.slices += 1
 
-    def unapplied(self) -> int:
-        """Writes queued and not yet applied (an applied entry is deleted from its stream)."""
-        pipe = self.client.pipeline(transaction=False)
-        for shard in range(self.settings.shard_count):
-            pipe.xlen(self.keys.writes(shard))
-        return sum(int(n) for n in pipe.execute())
-
     def to_wait_for(self) -> list[tuple[SpaceKey, str]]:
         """(space, write id) whose searchability ends the run: the last write of every user of the last
         round, and of the last user of every earlier round."""
@@ -342,7 +335,7 @@ def run_ingest(
             else:
                 time.sleep(FEED_CHECK_S / 4)
         fed_s = time.perf_counter() - started
-        while feeder.unapplied():
+        while WriteQueue(feeder.client, settings).depth():  # every write applied (entries leave once settled)
             time.sleep(FEED_CHECK_S)
         reads = ReadClient(connect(settings), settings)
         for space, write_id in feeder.to_wait_for():

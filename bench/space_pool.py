@@ -26,7 +26,10 @@ class StandIn:
 
 def per_use_us(open_count: int, uses: int) -> float:
     pool: SpacePool[StandIn] = SpacePool(
-        lambda key, create: StandIn(), memory_budget_bytes=2**62, max_open=open_count, resident_bytes=lambda s: 1
+        lambda key, create: StandIn(),
+        memory_budget_bytes=2**62,
+        max_open=open_count,
+        resident_bytes=lambda s: 1,
     )
     keys = [SpaceKey("bench", f"user{i}", "helper") for i in range(open_count)]
     for key in keys:
