@@ -1,1 +1,1 @@
-"""The benchmark suite: `python -m bench` reproduces every figure in the README."""
+"""The benchmark suite: `python -m bench` reproduces every figure in docs/benchmarks.md."""

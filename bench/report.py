@@ -1,4 +1,4 @@
-"""Markdown tables from the benchmark JSON, for docs/benchmarks/ and the README."""
+"""Markdown tables from the benchmark JSON, for docs/benchmarks/ and docs/benchmarks.md."""
 
 from typing import Any
 

