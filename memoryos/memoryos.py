@@ -388,8 +388,8 @@ class Memoryos(MemoryLifecycle):
         """Let a running consolidation pass finish, apply buffered visits, snapshot the index and close the
         store; a second call does nothing. Pages not yet embedded stay durable: the next open embeds them.
 
-        Once the scheduler is closed (the process is exiting: it closes at interpreter exit, before atexit
-        hooks registered earlier than the first open; or `memoryos` stopped it on Ctrl-C), only the space is
+        Once the scheduler is closed (the process is exiting: it closes at interpreter exit, before any
+        atexit hook, cancelling the passes in flight; or `memoryos` stopped it on Ctrl-C), only the space is
         closed: waiting for work that no thread will do would never end."""
         self._close_work()
         self.space.close()

@@ -16,11 +16,20 @@ All of them run `background_nice` lower than the caller's threads (`priority.py`
 feeds it from Redis. `shared_scheduler()` is the process's instance, created on first use with that
 caller's settings and closed at interpreter exit, so no scheduler thread is inside PyTorch while the
 interpreter tears down.
+
+A script that ends without closing its `Memoryos` must end quietly and lose nothing. Interpreter exit
+first shuts every thread pool down (concurrent.futures registers that with `threading._register_atexit`),
+and only then runs `atexit` hooks: a consolidation pass still running at that point had its LLM call fail
+("cannot schedule new futures after interpreter shutdown"), logged a traceback, and left a pending task
+behind ("Task was destroyed but it is pending!"). So the shared scheduler closes in the same hook list,
+registered after the pools' and therefore run before them, and closing cancels the passes in flight: what
+they had not applied is planned again at the next open, and every page is already stored.
 """
 
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -179,9 +188,38 @@ class Scheduler:
             batchers = [batcher for _, batcher in self._batchers.values()]
         for batcher in batchers:
             batcher.close()
+        # Passes still running (a process exiting with spaces open) are cancelled, not left pending: a
+        # cancelled pass is a crash between two commits, which the next open replans.
+        cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            cancelled.result(timeout=CLOSE_CANCEL_TIMEOUT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._store_pool.shutdown(wait=True)
+
+
+CLOSE_CANCEL_TIMEOUT_S = 10.0
+"""How long closing waits for cancelled passes to unwind (an LLM call returns at once on cancel; a store
+commit in flight is waited for by the pool's shutdown anyway)."""
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task on the running loop but this one, and wait until they have ended."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _at_interpreter_exit(function: Callable[[], None]) -> None:
+    """Run `function` at exit while thread pools still take work: in threading's exit hooks, which run
+    in reverse order of registration, so after the pools' own (registered when concurrent.futures was
+    imported) have not yet shut them. Plain `atexit` where that private hook list does not exist."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        atexit.register(function)
+    else:
+        register(function)
 
 
 _shared: Scheduler | None = None
@@ -194,5 +232,5 @@ def shared_scheduler(config: MemoryConfig) -> Scheduler:
     with _shared_lock:
         if _shared is None:
             _shared = Scheduler(config)
-            atexit.register(_shared.close)
+            _at_interpreter_exit(_shared.close)
         return _shared
