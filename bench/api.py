@@ -100,7 +100,7 @@ def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subproces
     command = [
         sys.executable,
         "-m",
-        "memoryos.cli",
+        "memoryos.cli.main",
         "--data-dir",
         str(data_dir),
         "serve",

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memoryos.llm.offline_replies import NOT_IN_MEMORY
-from memoryos.memoryos import Memoryos
+from memoryos.facade.memoryos import Memoryos
+from memoryos.llm.offline.replies import NOT_IN_MEMORY
 
 CASES = Path(__file__).parent / "data" / "chat_pairs.json"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "chat.json"

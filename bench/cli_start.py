@@ -12,7 +12,7 @@ runs once untimed first), `--runs` times (5), median and max:
 
 The untimed run of each command runs under `python -X importtime`, which tells whether it imported torch.
 The command is the `memoryos` console script beside this interpreter (not a pyenv or venv shim, whose own
-start is not MemoryOS's), else `python -m memoryos.cli`. Every `MEMORYOS_*` variable is cleared.
+start is not MemoryOS's), else `python -m memoryos.cli.main`. Every `MEMORYOS_*` variable is cleared.
 
 Then, in this process, the torch-free encoder against PyTorch on the same texts: `--pages` (256) LoCoMo
 exchanges (our own conversation's when LoCoMo is absent) encoded as the engine does (batches of
@@ -51,7 +51,7 @@ table's "before" column."""
 
 def command_prefix() -> list[str]:
     script = Path(sys.executable).parent / "memoryos"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "memoryos.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "memoryos.cli.main"]
 
 
 def clean_env(model_cache: Path) -> dict[str, str]:
@@ -82,7 +82,7 @@ def imported_heavy(argv: list[str], env: dict[str, str]) -> list[str]:
     """Which of `HEAVY_MODULES` the command imports (one run under -X importtime)."""
     prefix = command_prefix()
     rest = argv[len(prefix) :]
-    probe = [sys.executable, "-X", "importtime", "-m", "memoryos.cli", *rest]
+    probe = [sys.executable, "-X", "importtime", "-m", "memoryos.cli.main", *rest]
     result = subprocess.run(probe, env=env, capture_output=True, text=True, check=True)
     names = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     return [name for name in HEAVY_MODULES if name in names]

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from bench.corpus import ReusingEmbedder, dev_conversations, exchanges
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
-from memoryos.memoryos import Memoryos
+from memoryos.facade.memoryos import Memoryos
 
 FILL_BATCH = 500
 TIMED_CALLS = 200

@@ -39,8 +39,8 @@ import httpx
 import redis
 
 from bench.api import free_port, start_server
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.connection import connect
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
@@ -97,7 +97,7 @@ def start_worker(server: RedisServer, data_dir: Path, name: str) -> subprocess.P
 def start_worker_process(env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
     """A `memoryos worker` process with `env`, returned once it says it serves (its model loaded)."""
     worker = subprocess.Popen(
-        [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", name],
+        [sys.executable, "-m", "memoryos.cli.main", "worker", "--worker-id", name],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

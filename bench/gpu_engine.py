@@ -309,7 +309,7 @@ def spaces_rows(
     from memoryos import Memoryos
     from memoryos.config import MemoryConfig
     from memoryos.embedding import create_embedder
-    from memoryos.llm.offline import OfflineLLM
+    from memoryos.llm.offline.backend import OfflineLLM
     from memoryos.scheduler import Scheduler
 
     label, location = parse_model_spec(spec)

@@ -53,9 +53,9 @@ from bench.gpu_embedding import count_tokens
 from bench.gpu_models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos.eval.locomo import LocomoConversation
-from memoryos.ops import op_to_json
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.ops import op_to_json
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of, space_name
@@ -197,7 +197,7 @@ def worker_processes(
 ) -> Iterator[WorkerTree]:
     """`memoryos worker --processes N` (or `bench.instant_worker`), yielded once every child serves and
     the children own every shard between them; SIGTERM (drain) at the end."""
-    module = ["bench.instant_worker"] if instant else ["memoryos.cli", "worker"]
+    module = ["bench.instant_worker"] if instant else ["memoryos.cli.main", "worker"]
     command = [sys.executable, "-m", *module, "--worker-id", "bench", "--processes", str(processes)]
     first_port = int(env["MEMORYOS_WORKER_METRICS_PORT"])
     with log.open("wb") as log_file:

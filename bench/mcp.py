@@ -1,7 +1,7 @@
 """MCP server figures (issue 15): `python -m bench.mcp [--starts 5] [--calls 50]`.
 
 - stdio, start to `initialize`: wall time from spawning `memoryos mcp` (the console script beside this
-  interpreter, else `python -m memoryos.cli`) to the handshake's answer, as Claude Desktop sees it;
+  interpreter, else `python -m memoryos.cli.main`) to the handshake's answer, as Claude Desktop sees it;
   `--starts` new processes, median and max. The model is not loaded by then.
 - stdio, first tool call: the first `add_memory` of a new process, which loads the embedding model.
 - stdio and streamable HTTP, round trip of `add_memory` and `retrieve_memory`: `--calls` calls each on
@@ -46,7 +46,7 @@ class ToolCaller(Protocol):
 
 def command() -> list[str]:
     script = Path(sys.executable).parent / "memoryos"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "memoryos.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "memoryos.cli.main"]
 
 
 def clean_env() -> dict[str, str]:

@@ -25,8 +25,8 @@ import redis
 
 from bench.output import emit
 from memoryos import MemoryConfig
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.calls import LIST_PAGES, REINDEX
 from services.queue.connection import connect
 from services.queue.keys import Keys, space_name

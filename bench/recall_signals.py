@@ -6,7 +6,7 @@ fused score. Each added signal is z-scored against the whole space like the engi
 `w`; w is chosen leave-one-conversation-out (on two conversations, measured on the third), as for every
 setting in docs/retrieval.md. Also printed: the engine's own three weights re-chosen leave-one-out
 together, which shows how far three conversations can carry a tuned weight, and an upper bound of the
-optional LLM rewrite (`retrieval_rewrite`): the search words it would add taken from the gold answer.
+optional LLM rewrite (`memoryos/planning/query_rewrite.py`): the search words it would add taken from the gold answer.
 
     python -m bench.recall_signals
 """
@@ -28,9 +28,9 @@ from memoryos.config import MemoryConfig
 from memoryos.eval.harness import ingest_conversation
 from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
 from memoryos.eval.metrics import PageKey, RecallReport, page_dia_ids, ranked_dia_ids
-from memoryos.lexical import query_terms, quoted
-from memoryos.memoryos import Memoryos
-from memoryos.retrieval import (
+from memoryos.facade.memoryos import Memoryos
+from memoryos.planning.lexical import query_terms, quoted
+from memoryos.planning.retrieval import (
     PageSignals,
     _lexical_terms,
     dense_query_text,
@@ -38,7 +38,7 @@ from memoryos.retrieval import (
     page_signals,
     ranked_by,
 )
-from memoryos.retrieval_speaker import Side, named_side
+from memoryos.planning.speaker import Side, named_side
 from memoryos.types import Page
 
 SIGNAL_WEIGHTS: tuple[float, ...] = (0.0, 0.15, 0.3, 0.5)

@@ -31,9 +31,9 @@ from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
 from memoryos.eval.locomo import LocomoConversation, LocomoPair
 from memoryos.eval.stub_llm_server import MEMORY_TASK_RULES, StubLLMServer
+from memoryos.facade.memoryos import Memoryos
 from memoryos.llm import LimitedLLM, MemoryLLM
-from memoryos.llm.offline import OfflineLLM
-from memoryos.memoryos import Memoryos
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.scheduler import Scheduler
 
 SPACES = 200

@@ -28,8 +28,8 @@ from bench.ingest import free_ports, raw_model_rows, run_from_args, worker_envir
 from bench.output import emit
 from memoryos import MemoryConfig
 from memoryos.embedding.shared import shared_embedder
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.connection import connect
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue

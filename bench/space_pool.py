@@ -1,4 +1,4 @@
-"""The space pool's own cost per use, with many spaces open (`memoryos/space_pool.py`).
+"""The space pool's own cost per use, with many spaces open (`memoryos/space/pool.py`).
 
 A worker holds thousands of spaces open (4,434 of 100 pages in 4 GiB: docs/service.md), and every write
 and read goes through `SpacePool.use`. Spaces here are stand-ins that cost nothing to open or measure, so
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench.output import emit
-from memoryos.space_pool import SpaceKey, SpacePool
+from memoryos.space.pool import SpaceKey, SpacePool
 
 
 class StandIn:

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.output import emit
 from memoryos.config import MemoryConfig
-from memoryos.space import MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.storage.sqlite_store import SqliteStore
 
 

@@ -34,7 +34,7 @@ from bench.corpus import ReusingEmbedder, dev_conversations, exchanges
 from bench.output import emit
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.shared import shared_embedder
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.queue.calls import RETRIEVE
 from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
@@ -74,7 +74,7 @@ def start_worker(
         "MEMORYOS_WORKER_METRICS_PORT": str(metrics_port),
         "MEMORYOS_SHARD_COUNT": "16",
     }
-    command = [sys.executable, "-m", "memoryos.cli", "worker", "--redis-url", redis_url]
+    command = [sys.executable, "-m", "memoryos.cli.main", "worker", "--redis-url", redis_url]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
 
 

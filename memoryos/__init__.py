@@ -12,7 +12,7 @@ from memoryos.errors import (
     SpaceNotFoundError,
     StorageError,
 )
-from memoryos.memoryos import Memoryos
+from memoryos.facade.memoryos import Memoryos
 from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import RetrievedContext
 

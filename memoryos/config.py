@@ -78,7 +78,7 @@ class MemoryConfig(BaseSettings):
         1.5,
         ge=0,
         description="Added to the fused score (z units) of a page stored on a day or in a month the query "
-        "names, less a few days around it (memoryos/temporal.py). Recall@7 gains stop growing above 1.5.",
+        "names, less a few days around it (memoryos/planning/temporal.py). Recall@7 gains stop growing above 1.5.",
     )
     dense_name_max_df_fraction: float = Field(
         0.2,
@@ -100,7 +100,7 @@ class MemoryConfig(BaseSettings):
         description="BM25 weight of the side of a page that the speaker a query names did not say (the "
         "speaker's side counts 1; 1 here weighs both alike). A name one side says in more than "
         "dense_name_max_df_fraction of the pages, and the other side less, is the other side's name "
-        "(memoryos/retrieval_speaker.py). 0.25 was chosen leave-one-conversation-out on LoCoMo dev; 0 loses "
+        "(memoryos/planning/speaker.py). 0.25 was chosen leave-one-conversation-out on LoCoMo dev; 0 loses "
         "adversarial questions, which name the wrong speaker on purpose.",
     )
 
@@ -227,7 +227,7 @@ class MemoryConfig(BaseSettings):
         description="With an LLM endpoint configured, each distinct query is first sent to llm_model, which "
         "lists words an answer would mention; retrieval searches the question followed by them. One call "
         "per distinct query (cached), off by default: not measured on LoCoMo offline "
-        "(memoryos/retrieval_rewrite.py).",
+        "(memoryos/planning/query_rewrite.py).",
     )
     query_rewrite_timeout_s: float = Field(
         2.0,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from memoryos.cli_input import TurnsFile, check_add_flags, turn_of_flags
-from memoryos.cli_output import empty_context, empty_stats, print_context, print_json, print_stats
+from memoryos.cli.input import TurnsFile, check_add_flags, turn_of_flags
+from memoryos.cli.output import empty_context, empty_stats, print_context, print_json, print_stats
 from memoryos.errors import InvalidInputError, MemoryOSError, SpaceNotFoundError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.client import ApiError, MemoryClient

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from memoryos import prompts
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
 from memoryos.errors import LLMError
@@ -41,10 +40,11 @@ from memoryos.eval.results import (
     QuestionRecord,
     UsageTotals,
 )
-from memoryos.generation import answer_request
+from memoryos.facade.memoryos import Memoryos
+from memoryos.llm import prompts
 from memoryos.llm.base import AnswerRequest, MemoryLLM, OperationUsage
 from memoryos.llm.usage import estimate_tokens
-from memoryos.memoryos import Memoryos
+from memoryos.planning.generation import answer_request
 from memoryos.types import RetrievedContext
 
 ANSWER_STYLE_HINT = (

@@ -68,7 +68,7 @@ def main(job_path, result_path):
     # Imported by name: in this interpreter `memoryos` is the reference, which type checkers of our
     # repository would otherwise take for ours.
     utils = import_module("memoryos.utils")
-    Memoryos = import_module("memoryos.memoryos").Memoryos
+    Memoryos = import_module("memoryos.facade.memoryos").Memoryos
 
     # The reference loads `SentenceTransformer("all-MiniLM-L6-v2")` from the Hub on first use; the cache
     # entry makes it use the local weights instead.

@@ -38,7 +38,7 @@ MEMORY_TASK_RULES: tuple[tuple[str, str], ...] = (
         '"assistant_facts": ["The assistant listened to the user."]}',
     ),
 )
-"""(marker, reply) per consolidation task of MemoryOS's prompts (`memoryos/prompts.py`): continuity
+"""(marker, reply) per consolidation task of MemoryOS's prompts (`memoryos/llm/prompts.py`): continuity
 (yes), chain summary (text), topic (JSON summary and keywords), profile (text), knowledge (JSON facts).
 Each marker is a phrase of its task's instruction only; any other request (an answer) gets the fixed
 reply. `tests/unit/test_bench_scheduler.py` checks both against the prompts and parsers."""

@@ -9,7 +9,7 @@ from pydantic import SecretStr
 from memoryos.config import MemoryConfig
 from memoryos.llm.async_adapters import CallSlots, InlineAsyncLLM, LimitedLLM, as_async, call_deadline_s
 from memoryos.llm.base import AsyncMemoryLLM, MemoryLLM
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 
 log = logging.getLogger(__name__)
 

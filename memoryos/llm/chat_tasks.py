@@ -11,8 +11,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from memoryos import prompts
 from memoryos.errors import LLMError
+from memoryos.llm import prompts
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, TopicSummary
 from memoryos.llm.parsing import coerce_facts, coerce_keywords, parse_json_object, parse_yes_no
 from memoryos.llm.usage import Operation

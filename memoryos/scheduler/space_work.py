@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memoryos.consolidation import Consolidator
 from memoryos.embedding.base import Embedder
 from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError
 from memoryos.llm.base import MemoryLLM
-from memoryos.ops import AnyOp, EmbedPages, RecordVisits
-from memoryos.rebuild import next_expiry
-from memoryos.space import MemorySpace
+from memoryos.planning.consolidation import Consolidator
+from memoryos.planning.rebuild import next_expiry
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AnyOp, EmbedPages, RecordVisits
 
 if TYPE_CHECKING:
     from memoryos.scheduler import Scheduler

@@ -24,7 +24,7 @@ What a caller may rely on, and why it is built this way:
 - Searches are approximate (HNSW, Chroma's defaults: M=16, ef_search=100) at every size.
 
 Each open index holds one Chroma `System` (a SQLite connection and about six threads); `close()`
-releases it, so a worker holding many spaces must close idle ones (see `memoryos.space_pool`).
+releases it, so a worker holding many spaces must close idle ones (see `memoryos.space.pool`).
 """
 
 import contextlib

@@ -2,7 +2,7 @@
 
 Many local processes may have one space open at once (two `memoryos mcp` servers, a `memoryos retrieve`
 beside a running writer): SQLite serializes their writes (`BEGIN IMMEDIATE`), and each process catches its
-in-memory index up from the store before it searches, writes or snapshots (`space_index.py`). What cannot
+in-memory index up from the store before it searches, writes or snapshots (`memoryos/space/page_index.py`). What cannot
 be shared is a change under every other process's feet: erasing the directory (`forget_user`) or replacing
 every vector with another model's (`memoryos reindex`). Those need the space to themselves.
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memoryos import MemoryConfig
-from memoryos.bundle import ImportReport
-from memoryos.ops import AddTurns
+from memoryos.portability.bundle import ImportReport
 from memoryos.scheduler.batcher import BatcherStats
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AddTurns
+from memoryos.space.pool import SpaceKey
 from services.queue.calls import OwnerCall
 from services.queue.dead_letters import DeadLetter
 

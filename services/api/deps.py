@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security.utils import get_authorization_scheme_param
 
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from memoryos.validation import validate_id
 from services.api.access import NotInThisModeError, Spaces
 from services.api.auth import Caller, KeyStore

@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from memoryos.bundle import SpaceNotEmptyError
 from memoryos.errors import (
     EmbeddingModelMismatchError,
     InvalidInputError,
@@ -30,6 +29,7 @@ from memoryos.errors import (
     SpaceNotFoundError,
     StorageError,
 )
+from memoryos.portability.bundle import SpaceNotEmptyError
 from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.api.access import BackpressureError, NotInThisModeError

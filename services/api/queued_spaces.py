@@ -16,10 +16,10 @@ import redis
 from anyio import to_thread
 
 from memoryos import MemoryConfig
-from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
-from memoryos.ops import AddTurns, ForgetSpace
-from memoryos.space_pool import SpaceKey
+from memoryos.portability.bundle import ImportReport
+from memoryos.space.ops import AddTurns, ForgetSpace
+from memoryos.space.pool import SpaceKey
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
 from services.jobs.tasks import purge_space_jobs

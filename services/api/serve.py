@@ -7,7 +7,7 @@ import argparse
 
 import uvicorn
 
-from memoryos.cli_session import config_of
+from memoryos.cli.session import config_of
 from services.allocator import fix_mmap_threshold
 from services.api.main import create_app
 from services.api.settings import ApiSettings, check_bind

@@ -30,15 +30,15 @@ import anyio
 from anyio import to_thread
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.bundle import ImportReport, export_space, import_space
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
-from memoryos.memoryos import forget_space
-from memoryos.ops import AddTurns
+from memoryos.facade.memoryos import forget_space
+from memoryos.portability.bundle import ImportReport, export_space, import_space
 from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
-from memoryos.space_layout import STORE_FILE
-from memoryos.space_pool import SpaceKey, SpacePool
+from memoryos.space.layout import STORE_FILE
+from memoryos.space.ops import AddTurns
+from memoryos.space.pool import SpaceKey, SpacePool
 from services.allocator import PeriodicTrim
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings

@@ -22,7 +22,7 @@ import redis
 from rq.job import Job
 
 from memoryos.errors import MemoryOSError
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.jobs.tasks import ask_owner, check_ids, enqueue_space_job, job_client, will_retry
 from services.queue.bundle_transfer import discard, held_bytes, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE

@@ -23,12 +23,12 @@ import redis
 from rq import Queue, Worker
 from rq.job import Job, JobStatus
 
-from memoryos.bundle_read import BundleReader
-from memoryos.cli_bundle import exported
-from memoryos.cli_output import print_json
-from memoryos.cli_session import config_of
+from memoryos.cli.bundle import exported
+from memoryos.cli.output import print_json
+from memoryos.cli.session import config_of
 from memoryos.errors import InvalidInputError, MemoryOSError
-from memoryos.space_pool import SpaceKey
+from memoryos.portability.bundle_read import BundleReader
+from memoryos.space.pool import SpaceKey
 from memoryos.storage.space_lock import SpaceBusyError
 from services.cli_remote import RemoteSpaceNotFoundError
 from services.jobs.bundles import enqueue_export, enqueue_import

@@ -11,8 +11,8 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus, get_current_job
 
 from memoryos.errors import InvalidInputError
-from memoryos.ops import ExpireDue
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import ExpireDue
+from memoryos.space.pool import SpaceKey
 from memoryos.validation import validate_id
 from services.queue.calls import REINDEX, OwnerCall
 from services.queue.connection import connect, connect_like

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import Context
 
 from memoryos.errors import SpaceNotFoundError
-from memoryos.ops import AddTurns
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AddTurns
+from memoryos.space.pool import SpaceKey
 from services.api.access import Spaces, WritePlan
 from services.mcp.scope import Caller, Defaults, space_key
 from services.queue.calls import OwnerCall

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from memoryos import MemoryConfig
-from memoryos.bundle import ImportReport
 from memoryos.errors import SpaceNotFoundError
-from memoryos.ops import AddTurns
-from memoryos.space_pool import SpaceKey
+from memoryos.portability.bundle import ImportReport
+from memoryos.space.ops import AddTurns
+from memoryos.space.pool import SpaceKey
 from services.api.access import BackpressureError, NotInThisModeError, SpaceFigures, WritePlan
 from services.client import ApiError, AsyncMemoryClient
 from services.mcp.errors import RemoteRefusal

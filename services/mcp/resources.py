@@ -12,7 +12,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.mcp.access import MemoryAccess
 from services.mcp.errors import reported_as
 from services.mcp.models import KNOWLEDGE_FIELDS, NO_PROFILE

@@ -9,7 +9,7 @@ refused, whatever an agent was told to try — else the call's `user_id`, else t
 from dataclasses import dataclass
 
 from memoryos.errors import InvalidInputError
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from memoryos.validation import validate_id
 
 DEFAULT_ASSISTANT_ID = "default_assistant_profile"

@@ -17,7 +17,7 @@ import logging
 import sys
 
 from memoryos import MemoryConfig
-from memoryos.cli_session import config_of
+from memoryos.cli.session import config_of
 from memoryos.validation import validate_id
 from services.api.access import Spaces
 from services.api.settings import ApiSettings

@@ -15,9 +15,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from memoryos.space.writes import plan_write
 from memoryos.types import KnowledgeEntry, RetrievedContext
 from memoryos.validation import format_unix_timestamp
-from memoryos.writes import plan_write
 from services.mcp.access import MemoryAccess
 from services.mcp.errors import reported_as
 from services.mcp.models import (

@@ -18,7 +18,7 @@ import redis
 
 from memoryos.errors import InvalidInputError
 from memoryos.ids import new_id
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.queue.keys import Keys, space_name
 
 TRANSFER_ID = re.compile(r"[0-9a-f]{32}")

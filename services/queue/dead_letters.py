@@ -9,7 +9,7 @@ from typing import Any, cast
 import redis
 from pydantic import BaseModel, Field
 
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.queue.keys import Keys, space_key, space_name
 
 SCAN = 1000

@@ -7,7 +7,7 @@ accepted.
 
 import hashlib
 
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 
 CONSUMER_GROUP = "workers"
 """The one consumer group of every shard stream: a shard's entries go to its lease owner."""

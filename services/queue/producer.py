@@ -9,8 +9,8 @@ from typing import cast
 
 import redis
 
-from memoryos.ops import AnyOp, op_to_json
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AnyOp, op_to_json
+from memoryos.space.pool import SpaceKey
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.dead_letters import purge_dead_letters

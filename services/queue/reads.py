@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import redis
 
 from memoryos.ids import new_id
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.queue.calls import OwnerCall
 from services.queue.connection import BLOCK_SLICE_S
 from services.queue.keys import Keys, shard_of, space_name

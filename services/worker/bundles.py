@@ -11,9 +11,9 @@ from typing import Any
 
 import redis
 
-from memoryos.bundle import export_space, import_space
 from memoryos.errors import SpaceNotFoundError
-from memoryos.space_pool import SpaceKey
+from memoryos.portability.bundle import export_space, import_space
+from memoryos.space.pool import SpaceKey
 from services.queue.bundle_transfer import TRANSFER_TTL_S, discard, download, upload
 from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
 from services.queue.keys import Keys

@@ -36,8 +36,8 @@ import redis
 from pydantic import ValidationError
 
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
-from memoryos.ops import AnyOp, ForgetSpace, op_from_json
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AnyOp, ForgetSpace, op_from_json
+from memoryos.space.pool import SpaceKey
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name

@@ -26,8 +26,8 @@ from typing import cast
 import redis
 from redis.client import Pipeline
 
-from memoryos.ops import op_from_json
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import op_from_json
+from memoryos.space.pool import SpaceKey
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
 from services.worker.runs import Delivered
 

@@ -21,8 +21,8 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.ops import AddTurns, AnyOp, ForgetSpace
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
+from memoryos.space.pool import SpaceKey
 from services.allocator import PeriodicTrim
 from services.queue.connection import REDIS_UNAVAILABLE, connect
 from services.queue.settings import QueueSettings

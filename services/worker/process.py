@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from memoryos.cli_session import config_of
+from memoryos.cli.session import config_of
 from memoryos.scheduler import shared_scheduler
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url

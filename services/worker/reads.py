@@ -14,7 +14,7 @@ import redis
 
 from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.queue import streams
 from services.queue.calls import REINDEX, owner_call, run_call
 from services.queue.connection import REDIS_UNAVAILABLE

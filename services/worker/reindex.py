@@ -1,6 +1,6 @@
 """The reindex call, run by the worker that owns the space (an rq job asks for it: `services/jobs/tasks.py`).
 
-The engine's reindex (`memoryos.reindex.reindex_space`) needs the space to itself: it takes the space's
+The engine's reindex (`memoryos.portability.reindex.reindex_space`) needs the space to itself: it takes the space's
 files exclusively, and this worker's pool holds the space open (shared). So the worker closes the space in
 its pool and keeps it closed while the engine re-embeds (`WorkerSpaces.closed`): a write of the space that
 arrives meanwhile waits, then reopens the space on its new vectors. The engine re-embeds with the model
@@ -11,8 +11,8 @@ to any other could no longer be opened by it. A request naming another model is 
 from typing import Any
 
 from memoryos.errors import InvalidInputError
-from memoryos.reindex import reindex_space
-from memoryos.space_pool import SpaceKey
+from memoryos.portability.reindex import reindex_space
+from memoryos.space.pool import SpaceKey
 from services.queue.calls import ReindexReport
 from services.worker.spaces import WorkerSpaces
 

@@ -3,8 +3,8 @@ each space's entries in the order accepted, its consecutive writes together."""
 
 from dataclasses import dataclass
 
-from memoryos.ops import AddTurns, AnyOp
-from memoryos.space_pool import SpaceKey
+from memoryos.space.ops import AddTurns, AnyOp
+from memoryos.space.pool import SpaceKey
 
 
 @dataclass(frozen=True)

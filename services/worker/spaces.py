@@ -10,9 +10,9 @@ from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
-from memoryos.memoryos import forget_space
-from memoryos.space_layout import STORE_FILE
-from memoryos.space_pool import SpaceKey, SpacePool
+from memoryos.facade.memoryos import forget_space
+from memoryos.space.layout import STORE_FILE
+from memoryos.space.pool import SpaceKey, SpacePool
 from services.queue.settings import QueueSettings
 
 

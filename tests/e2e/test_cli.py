@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryos.cli import main
+from memoryos.cli.main import main
 from memoryos.embedding.device import gpu_may_be_present
 
 pytestmark = pytest.mark.e2e
@@ -22,11 +22,11 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def test_help_does_not_import_the_model_stack() -> None:
-    probe = "import sys; from memoryos.cli import build_parser; build_parser(); print('sentence_transformers' in sys.modules, 'torch' in sys.modules)"
+    probe = "import sys; from memoryos.cli.main import build_parser; build_parser(); print('sentence_transformers' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
     help_text = subprocess.run(
-        [sys.executable, "-m", "memoryos.cli", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "memoryos.cli.main", "--help"], capture_output=True, text=True, check=True
     )
     assert "reindex" in help_text.stdout and "chat" in help_text.stdout
 
@@ -100,13 +100,13 @@ def test_stats_and_profile_start_without_the_model_stack(tmp_path: Path) -> None
     verified (the `add` before made it, if no earlier test had), runs on ONNX Runtime without the first
     three."""
     subprocess.run(
-        [sys.executable, "-m", "memoryos.cli", "--data-dir", str(tmp_path), "add", "--user", "lee",
+        [sys.executable, "-m", "memoryos.cli.main", "--data-dir", str(tmp_path), "add", "--user", "lee",
          "--user-input", "I collect stamps.", "--agent-response", "Nice hobby."],
         check=True, capture_output=True,
     )  # fmt: skip
     heavy = "['torch', 'sentence_transformers', 'transformers', 'onnxruntime']"
     probe = (
-        "import sys; from memoryos.cli import main; "
+        "import sys; from memoryos.cli.main import main; "
         f"main(['--data-dir', {str(tmp_path)!r}, 'stats', '--user', 'lee']); "
         f"main(['--data-dir', {str(tmp_path)!r}, 'profile', '--user', 'lee']); "
         f"print('after reads:', [m for m in {heavy} if m in sys.modules]); "
@@ -140,7 +140,7 @@ def test_the_model_loading_bar_shows_only_with_verbose(
     outputs = {}
     for flags in ([], ["--verbose"]):
         result = subprocess.run(
-            [sys.executable, "-m", "memoryos.cli", *flags, *base, "retrieve", "--user", "kai", "Do I sail?"],
+            [sys.executable, "-m", "memoryos.cli.main", *flags, *base, "retrieve", "--user", "kai", "Do I sail?"],
             capture_output=True, text=True, env=env, check=True,
         )  # fmt: skip
         assert "I sail." in result.stdout
@@ -251,7 +251,16 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(
 ) -> None:
     assert run(capsys, "--data-dir", str(tmp_path), "add", "--user", "ana", "--user-input", "I grow tomatoes",
                "--agent-response", "Nice!")[0] == 0  # fmt: skip
-    command = [sys.executable, "-m", "memoryos.cli", "--data-dir", str(tmp_path), "stats", "--user", "ana"]
+    command = [
+        sys.executable,
+        "-m",
+        "memoryos.cli.main",
+        "--data-dir",
+        str(tmp_path),
+        "stats",
+        "--user",
+        "ana",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # `| head` gone before the command writes

@@ -1,4 +1,4 @@
-"""`memoryos export` and `memoryos import` (`memoryos/cli_bundle.py`): the real entry point once each way
+"""`memoryos export` and `memoryos import` (`memoryos/cli/bundle.py`): the real entry point once each way
 (a subprocess costs an interpreter start), the error paths through `main()` in process. Spaces use the
 hashed fake embedder, so no model loads: the import keeps the bundle's vectors when the configured model
 name is the bundle's."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.cli import main
-from memoryos.llm.offline import OfflineLLM
+from memoryos.cli.main import main
+from memoryos.llm.offline.backend import OfflineLLM
 from tests.support.fakes import FAKE_MODEL_NAME, FakeClock, HashEmbedder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         if not k.startswith("MEMORYOS_") or k == "MEMORYOS_MODEL_CACHE_DIR"
     }
     return subprocess.run(
-        [sys.executable, "-m", "memoryos.cli", *args],
+        [sys.executable, "-m", "memoryos.cli.main", *args],
         cwd=REPO,
         env={**env, "MEMORYOS_EMBEDDING_MODEL_NAME": FAKE_MODEL_NAME, "MEMORYOS_FAISS_USE_GPU": "never"},
         stdin=subprocess.DEVNULL,
@@ -121,7 +121,7 @@ def test_import_and_export_mistakes_are_one_line_each(
 def test_import_from_the_reference_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memoryos.reference_import as reference_import
+    import memoryos.portability.reference_import as reference_import
 
     monkeypatch.setattr(reference_import, "create_embedder", lambda config: HashEmbedder())
     data = tmp_path / "data"

@@ -1,6 +1,6 @@
 """What a new user runs into on the command line (issue 11): reads that create nothing, one line per mistake
 instead of a traceback, Ctrl-C, resumed work announced, the LLM backend chosen from a base URL alone, and
-`forget`. Each behaviour goes through the real entry point (`python -m memoryos.cli`) once; its variants
+`forget`. Each behaviour goes through the real entry point (`python -m memoryos.cli.main`) once; its variants
 run `main()` in process, since every interpreter start costs CI time."""
 
 import json
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from memoryos import Memoryos
-from memoryos.cli import main
+from memoryos.cli.main import main
 from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError, SpaceNotFoundError
-from memoryos.ops import AddTurns
-from memoryos.space import MemorySpace
-from memoryos.space_layout import ROOT_MARKER
+from memoryos.space.layout import ROOT_MARKER
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AddTurns
 from memoryos.storage.space_lock import SpaceHold
 from memoryos.types import Turn
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -47,7 +47,7 @@ def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "memoryos.cli", *args],
+        [sys.executable, "-m", "memoryos.cli.main", *args],
         cwd=REPO,
         env=env or cli_env(),
         stdin=subprocess.DEVNULL,
@@ -231,7 +231,7 @@ def test_a_new_user_on_a_read_only_data_dir_is_one_line(tmp_path: Path) -> None:
         "--agent-response",
         "Hello",
     ]
-    command = [sys.executable, "-m", "memoryos.cli", *args]
+    command = [sys.executable, "-m", "memoryos.cli.main", *args]
     if os.geteuid() != 0:
         data.chmod(0o555)
         reason = "permission denied"
@@ -277,7 +277,7 @@ def test_ctrl_c_during_add_file_exits_130_keeps_what_was_acknowledged_and_is_res
         [
             sys.executable,
             "-m",
-            "memoryos.cli",
+            "memoryos.cli.main",
             "--data-dir",
             str(data),
             "add",
@@ -331,7 +331,7 @@ def test_chat_with_only_a_base_url_uses_that_server_and_ends_cleanly_on_ctrl_c(
         [
             sys.executable,
             "-m",
-            "memoryos.cli",
+            "memoryos.cli.main",
             "--verbose",
             "--data-dir",
             str(tmp_path),

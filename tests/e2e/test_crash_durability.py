@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
@@ -51,7 +51,7 @@ def timestamp(i: int) -> str:
 CHILD = r"""
 import os, sys
 from memoryos import Memoryos, MemoryConfig
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from tests.e2e.test_crash_durability import MID_TERM_CAPACITY, SHORT_TERM_CAPACITY, pair, timestamp
 from tests.support.fakes import HashEmbedder
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memoryos.cli import main as cli_main
+from memoryos.cli.main import main as cli_main
 from memoryos.types import PageList, RetrievedContext
 from services.api.settings import ApiSettings
 from services.client import ApiError, AsyncMemoryClient, MemoryClient

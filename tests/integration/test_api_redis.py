@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from services.api.settings import ApiSettings
 from services.client import ApiError, MemoryClient
 from services.queue.keys import Keys, shard_of

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memoryos.cli import main
+from memoryos.cli.main import main
 from memoryos.config import MemoryConfig
 from memoryos.eval.baselines import REFERENCE, run_reference
 from memoryos.eval.harness import evaluate_conversation

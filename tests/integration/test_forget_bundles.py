@@ -15,9 +15,9 @@ from rq import Queue
 from rq.job import Job, JobStatus
 
 from memoryos import MemoryConfig
-from memoryos.ops import ForgetSpace
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.ops import ForgetSpace
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.api.queued_spaces import QueuedSpaces
 from services.api.settings import ApiSettings
 from services.jobs.bundles import enqueue_export, enqueue_import

@@ -14,11 +14,11 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig
-from memoryos.ops import ForgetSpace, op_to_json
-from memoryos.reindex import reindex_space
+from memoryos.portability.reindex import reindex_space
 from memoryos.scheduler import shared_scheduler
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.ops import ForgetSpace, op_to_json
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.calls import LIST_PAGES, REINDEX, STATS
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.storage.index_factory import CHROMA_DIRECTORY, close_page_index, load_page_index
 from memoryos.types import exchange_text
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
@@ -62,8 +62,8 @@ def config_for(root: Path, backend: str) -> MemoryConfig:
 CHILD = r"""
 import sys
 from pathlib import Path
-from memoryos.ops import AddTurns
-from memoryos.space import MemorySpace
+from memoryos.space.ops import AddTurns
+from memoryos.space.memory_space import MemorySpace
 from memoryos.storage.index_factory import finish_page_index_rebuild
 from memoryos.types import Turn
 from tests.integration.test_index_crash import (

@@ -25,10 +25,10 @@ import pytest
 import redis
 
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
-from memoryos.ops import AnyOp
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space.ops import AnyOp
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.keys import CONSUMER_GROUP, Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings

@@ -15,10 +15,10 @@ from rq.job import JobStatus
 
 import services.jobs as jobs_module
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
-from memoryos.ops import ForgetSpace
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space.ops import ForgetSpace
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.jobs.tasks import (
     QUEUE_NAME,
     reindex_space_job,

@@ -32,7 +32,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
 @pytest.fixture(scope="module")
 def mcp(api: RunningApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpSession]:
     local_dir = tmp_path_factory.mktemp("mcp-local") / "never-created"
-    args = ["-m", "memoryos.cli", "--data-dir", str(local_dir), "mcp", "--user", "maya"]
+    args = ["-m", "memoryos.cli.main", "--data-dir", str(local_dir), "mcp", "--user", "maya"]
     params = StdioServerParameters(
         command=sys.executable,
         args=[*args, "--api-url", api.url, "--api-key", KEY],

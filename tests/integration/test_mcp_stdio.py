@@ -42,7 +42,7 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpSession]:
     data_dir = tmp_path_factory.mktemp("mcp-stdio")
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memoryos.cli", "--data-dir", str(data_dir), "mcp", "--user", "maya"],
+        args=["-m", "memoryos.cli.main", "--data-dir", str(data_dir), "mcp", "--user", "maya"],
         env=server_env(),
         cwd=str(REPO),
     )
@@ -71,7 +71,7 @@ def test_initialize_is_answered_before_the_model_loads(tmp_path: Path) -> None:
     env = {**server_env(), "MEMORYOS_EMBEDDING_MODEL_NAME": str(tmp_path / "no-such-model")}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memoryos.cli", "--data-dir", str(tmp_path / "data"), "mcp", "--user", "maya"],
+        args=["-m", "memoryos.cli.main", "--data-dir", str(tmp_path / "data"), "mcp", "--user", "maya"],
         env=env,
         cwd=str(REPO),
     )
@@ -217,7 +217,7 @@ def test_a_second_server_on_the_same_data_directory_shares_the_memory(mcp: McpSe
     ok(mcp.tool("add_memory", user_input="My sister is called Ana.", agent_response="Nice.", user_id="tom"))
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memoryos.cli", "--data-dir", str(mcp.data_dir), "mcp", "--user", "tom"],
+        args=["-m", "memoryos.cli.main", "--data-dir", str(mcp.data_dir), "mcp", "--user", "tom"],
         env=server_env(),
         cwd=str(REPO),
     )
@@ -243,7 +243,7 @@ def test_stdout_carries_only_protocol_even_with_verbose_logging(tmp_path: Path) 
     command = [
         sys.executable,
         "-m",
-        "memoryos.cli",
+        "memoryos.cli.main",
         "--verbose",
         "--data-dir",
         str(tmp_path),

@@ -14,10 +14,10 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.scheduler import shared_scheduler
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of

@@ -17,7 +17,7 @@ import pytest
 from memoryos import Memoryos
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError
-from memoryos.reindex import reindex_space
+from memoryos.portability.reindex import reindex_space
 from memoryos.storage.space_lock import SpaceBusyError
 from tests.integration.test_shared_space import REPO, USER, Client
 from tests.support.fakes import HashEmbedder
@@ -29,7 +29,7 @@ PAGES = 300
 
 CHILD = """
 import os, sys
-import memoryos.reindex as reindex
+import memoryos.portability.reindex as reindex
 from memoryos.config import MemoryConfig
 from memoryos.storage.sqlite_store import SqliteStore
 from tests.support.fakes import HashEmbedder
@@ -130,7 +130,7 @@ def test_a_snapshot_of_another_vector_generation_is_rebuilt_not_trusted(
     db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vector_generation', '7')")
     db.commit()
     db.close()
-    with caplog.at_level(logging.WARNING, logger="memoryos.space_index"):
+    with caplog.at_level(logging.WARNING, logger="memoryos.space.page_index"):
         memory = Memoryos.from_config(USER, MemoryConfig(data_dir=tmp_path), embedder=HashEmbedder())
     try:
         assert "written before a reindex" in caplog.text

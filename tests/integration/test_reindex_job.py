@@ -20,9 +20,9 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 
 from memoryos import MemoryConfig
-from memoryos.cli import main
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.cli.main import main
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.jobs.tasks import QUEUE_NAME, RETRY_INTERVALS_S, enqueue_reindex
 from services.queue.calls import LIST_PAGES, REINDEX, RETRIEVE, STATS, ReindexReport
 from services.queue.keys import Keys, shard_of
@@ -154,7 +154,7 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
         assert MAYA in new.worker.spaces.pool.open_keys()
         jobs = Queue(QUEUE_NAME, connection=client)
         waiting = subprocess.Popen(
-            [sys.executable, "-m", "memoryos.cli", *cli_reindex(redis_server.url, NEW_MODEL), "--wait"],
+            [sys.executable, "-m", "memoryos.cli.main", *cli_reindex(redis_server.url, NEW_MODEL), "--wait"],
             env={**subprocess_env(tmp_path / "cli-has-no-data"), "MEMORYOS_REINDEX_RETRIES": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

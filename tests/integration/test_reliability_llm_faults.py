@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from memoryos import MemoryConfig
-from memoryos.consolidation import FIRST_BACKOFF_S
+from memoryos.planning.consolidation import FIRST_BACKOFF_S
 from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, running_api
@@ -177,7 +177,7 @@ def test_a_failing_llm_never_becomes_memory_and_consolidation_completes_once_it_
     faulty = FaultyModel()
     server.respond_with(faulty)
     postponed = PostponedPasses()
-    logging.getLogger("memoryos.consolidation").addHandler(postponed)
+    logging.getLogger("memoryos.planning.consolidation").addHandler(postponed)
     try:
         write_and_find(running, "maya", ["kettle", "bicycle", "lantern", "umbrella", "violin"])
         forced = httpx.post(f"{running.space_url('maya')}/consolidate", timeout=60)
@@ -190,7 +190,7 @@ def test_a_failing_llm_never_becomes_memory_and_consolidation_completes_once_it_
         )
         write_and_find(running, "maya", ["compass", "teapot"])  # still accepted, still searchable
     finally:
-        logging.getLogger("memoryos.consolidation").removeHandler(postponed)
+        logging.getLogger("memoryos.planning.consolidation").removeHandler(postponed)
     # Passes asked for before the forced one may fail in quick succession; after it, only the timer
     # retries, each at least the first backoff after the failure before it.
     gaps = [later - earlier for earlier, later in itertools.pairwise(postponed.at[forced_at - 1 :])]

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from memoryos import MemoryConfig
-from memoryos.space_layout import STORE_FILE
+from memoryos.space.layout import STORE_FILE
 from memoryos.storage.index_factory import page_snapshot_path
 from services.api.settings import ApiSettings
 from tests.support.api_server import RunningApi, offline_config, running_api

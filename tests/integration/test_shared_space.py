@@ -15,7 +15,7 @@ import pytest
 
 from memoryos import Memoryos
 from memoryos.config import MemoryConfig
-from memoryos.space import MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.space_lock import SpaceBusyError
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, HashEmbedder
@@ -147,7 +147,7 @@ def test_two_stdio_clients_and_a_cli_read_beside_a_writer(tmp_path: Path, client
             assert "I adopted a dog called Pico last spring." in dog
         cli = subprocess.run(
             [
-                *(sys.executable, "-m", "memoryos.cli", "--data-dir", str(tmp_path), "retrieve"),
+                *(sys.executable, "-m", "memoryos.cli.main", "--data-dir", str(tmp_path), "retrieve"),
                 *("--user", USER, "--json", "--top-k", "1", "Where did Lena move?"),
             ],
             cwd=REPO,

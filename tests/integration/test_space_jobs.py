@@ -16,8 +16,8 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 
 from memoryos import MemoryConfig
-from memoryos.bundle_read import BundleReader
-from memoryos.cli import main
+from memoryos.cli.main import main
+from memoryos.portability.bundle_read import BundleReader
 from services.api.settings import ApiSettings
 from services.client import MemoryClient
 from services.jobs.tasks import QUEUE_NAME, RETRY_INTERVALS_S

@@ -26,8 +26,8 @@ import pytest
 import redis
 
 from bench.faults import worker_env
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of
@@ -131,7 +131,7 @@ def start_worker(
     """A `memoryos worker` inside `host`, reaching Redis at the hub's address; stderr (its warnings) to
     `log`."""
     env = worker_env(f"redis://{netns.HUB_ADDRESS}:{REDIS_PORT}/0", data_dir, NAMESPACE, SHARDS)
-    argv = [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", name]
+    argv = [sys.executable, "-m", "memoryos.cli.main", "worker", "--worker-id", name]
     return procs.start(host.command(argv), env=env, stdout=subprocess.PIPE, stderr=log.open("wb"))
 
 

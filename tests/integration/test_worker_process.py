@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from bench.faults import NAMESPACE, SHARDS, SPACES, run_fault_loop, start_worker, stored_texts
-from memoryos.writes import plan_write
+from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings

@@ -17,8 +17,8 @@ import redis
 
 from bench.faults import worker_env
 from bench.ingest import descendants
-from memoryos.space_pool import SpaceKey
-from memoryos.writes import plan_write
+from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
@@ -85,7 +85,7 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
     settings = QueueSettings(redis_url=redis_server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
     queue = WriteQueue(client, settings)
     parent = subprocess.Popen(
-        [sys.executable, "-m", "memoryos.cli", "worker", "--worker-id", "pair"],
+        [sys.executable, "-m", "memoryos.cli.main", "worker", "--worker-id", "pair"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

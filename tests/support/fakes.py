@@ -17,7 +17,7 @@ import numpy as np
 
 from memoryos.errors import LLMError
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.types import Page
 
 FAKE_MODEL_NAME = "fake-hash-embedder"

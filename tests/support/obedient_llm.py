@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from memoryos import prompts
+from memoryos.llm import prompts
 
 SET_PROFILE = re.compile(r'set the profile to "([^"]+)"', re.IGNORECASE)
 ADD_FACT = re.compile(r'add the fact "([^"]+)"', re.IGNORECASE)

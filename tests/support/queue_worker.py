@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from memoryos import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from services.queue.settings import QueueSettings
 from services.worker.main import Worker
 from tests.support.fakes import HashEmbedder

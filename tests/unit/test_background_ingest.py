@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.llm.offline import OfflineLLM
-from memoryos.memoryos import Memoryos
-from memoryos.ops import AddTurns
-from memoryos.space import MemorySpace
+from memoryos.facade.memoryos import Memoryos
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AddTurns
 from memoryos.types import Turn
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, HashEmbedder
 

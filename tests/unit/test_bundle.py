@@ -1,4 +1,4 @@
-"""Export and import bundles (`memoryos/bundle.py`) with the hashed fake embedder and the offline LLM."""
+"""Export and import bundles (`memoryos/portability/bundle.py`) with the hashed fake embedder and the offline LLM."""
 
 import io
 import json
@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from memoryos import MemoryConfig, Memoryos, SpaceBusyError, SpaceNotFoundError
-from memoryos.bundle import (
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.portability.bundle import (
     FORMAT_VERSION,
     InvalidBundleError,
     SpaceNotEmptyError,
     export_space,
     import_space,
 )
-from memoryos.bundle_format import MEMBERS
-from memoryos.llm.offline import OfflineLLM
-from memoryos.space_layout import STORE_FILE
+from memoryos.portability.bundle_format import MEMBERS
+from memoryos.space.layout import STORE_FILE
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.storage.vector_blobs import at_stored_precision
 from tests.support.fakes import FakeClock, HashEmbedder
@@ -334,7 +334,7 @@ def test_export_is_a_snapshot_while_another_process_writes(
     tmp_path: Path, source: tuple[MemoryConfig, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write committed by another connection while the export reads is not half in the bundle."""
-    import memoryos.bundle_export as bundle_export
+    import memoryos.portability.bundle_export as bundle_export
 
     cfg, _ = source
     store_path = cfg.space_dir("alice", ASSISTANT) / STORE_FILE

@@ -1,4 +1,4 @@
-"""Import from the reference MemoryOS's JSON files (`memoryos/reference_import.py`), from the fixture
+"""Import from the reference MemoryOS's JSON files (`memoryos/portability/reference_import.py`), from the fixture
 `tests/data/reference_space/` written in its layout."""
 
 import json
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from memoryos import InvalidInputError, MemoryConfig, Memoryos
-from memoryos.bundle import SpaceNotEmptyError
-from memoryos.llm.offline import OfflineLLM
-from memoryos.reference_import import import_reference
-from memoryos.space_layout import STORE_FILE
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.portability.bundle import SpaceNotEmptyError
+from memoryos.portability.reference_import import import_reference
+from memoryos.space.layout import STORE_FILE
 from tests.support.fakes import FakeClock, HashEmbedder
 
 REFERENCE = Path(__file__).parent.parent / "data" / "reference_space"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.chat import HELP, NO_PROFILE, PROMPT, chat_loop
-from memoryos.llm.offline import NOT_IN_MEMORY, OfflineLLM
+from memoryos.cli.chat import HELP, NO_PROFILE, PROMPT, chat_loop
+from memoryos.llm.offline.backend import NOT_IN_MEMORY, OfflineLLM
 from tests.support.fakes import FakeClock, HashEmbedder
 
 QUOTED_EXCHANGE = re.compile(r"\b(?:User|Assistant):|\[\d{4}-\d{2}-\d{2}")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryos.cli import main
+from memoryos.cli.main import main
 from memoryos.config import MemoryConfig
 from memoryos.errors import SpaceNotFoundError
-from memoryos.reindex import reindex_space
+from memoryos.portability.reindex import reindex_space
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

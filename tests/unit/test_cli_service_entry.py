@@ -2,7 +2,7 @@
 
 import pytest
 
-from memoryos.cli import service_entry
+from memoryos.cli.service_entry import service_entry
 from memoryos.errors import MissingExtraError
 
 

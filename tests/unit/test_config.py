@@ -9,7 +9,7 @@ from pathlib import Path
 import memoryos.config
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding import create_embedder
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from tests.support.fakes import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memoryos import Memoryos
-from memoryos.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from memoryos.space.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
 from tests.unit.test_facade import make
 
 

@@ -9,7 +9,7 @@ import pytest
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding import create_embedder
 from memoryos.errors import MemoryOSError
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 
 pytestmark = pytest.mark.e2e  # the real model
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memoryos.cli import main
+from memoryos.cli.main import main
 from memoryos.config import MemoryConfig
 from memoryos.embedding.cache import EmbeddingCache
 from memoryos.eval.baselines import PLAIN_COSINE

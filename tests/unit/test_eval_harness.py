@@ -11,7 +11,7 @@ from memoryos.eval.harness import evaluate_conversation, pool_recall, slice_conv
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion, load_conversations
 from memoryos.eval.metrics import RECALL_KS, RecallReport, bleu1, token_f1
 from memoryos.eval.results import ConversationResult
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from tests.support.fakes import HashEmbedder
 from tests.support.locomo_data import SKIP_REASON, locomo_source
 

@@ -16,8 +16,8 @@ from memoryos import EmbeddingModelMismatchError, LLMError, MemoryConfig, Memory
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import StorageError
 from memoryos.llm.base import AnswerRequest, MemoryLLM
-from memoryos.llm.offline import OfflineLLM
-from memoryos.space import STORE_FILE
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space.memory_space import STORE_FILE
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, FakeClock, HashEmbedder, ScriptedLLM
 
 NURSE = ("I work as a nurse in Lyon.", "Nursing in Lyon must keep you busy.")
@@ -189,7 +189,7 @@ def test_an_answer_over_max_text_chars_is_returned_whole_and_stored_cut(
 
     memory = make(tmp_path, llm=Verbose(), short_term_capacity=3)
     add_all(memory, TOPICS[:2])
-    with caplog.at_level(logging.WARNING, logger="memoryos.memoryos"):
+    with caplog.at_level(logging.WARNING, logger="memoryos.facade.memoryos"):
         response = memory.get_response("Where does my sister Maria live?")
     assert response == "Porto. " * 60
     stored = memory.retrieve("Maria").short_term_memory[-1]
@@ -471,7 +471,7 @@ def test_another_embedding_model_is_refused_until_reindexed(
     with pytest.raises(EmbeddingModelMismatchError, match="memoryos reindex"):
         make(tmp_path, embedder=HashEmbedder(name="other-model", dim=128))
 
-    import memoryos.reindex as reindex
+    import memoryos.portability.reindex as reindex
 
     monkeypatch.setattr(reindex, "create_embedder", lambda config: HashEmbedder(name="other-model", dim=128))
     config = MemoryConfig(data_dir=tmp_path, embedding_model_name="other-model", faiss_use_gpu="never")

@@ -12,9 +12,9 @@ import sqlite3
 from pathlib import Path
 
 from memoryos import Memoryos
-from memoryos.consolidation import ANALYSIS_MAX_PAGES
-from memoryos.ops import AddKnowledge
-from memoryos.space_layout import STORE_FILE
+from memoryos.planning.consolidation import ANALYSIS_MAX_PAGES
+from memoryos.space.layout import STORE_FILE
+from memoryos.space.ops import AddKnowledge
 from tests.support.fakes import axis
 from tests.unit.test_facade import make
 

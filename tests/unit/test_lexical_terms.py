@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.lexical import fts_match_expression, query_terms
-from memoryos.ops import AddTurns
-from memoryos.retrieval import _lexical_terms
-from memoryos.space import MemorySpace
+from memoryos.planning.lexical import fts_match_expression, query_terms
+from memoryos.planning.retrieval import _lexical_terms
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AddTurns
 from memoryos.types import Turn
 from tests.support.fakes import FakeClock
 

@@ -12,7 +12,7 @@ import pytest
 from memoryos import Memoryos
 from memoryos.embedding.cache import EmbeddingCache
 from memoryos.errors import InvalidInputError, ItemNotFoundError
-from memoryos.ops import DeletePages, op_from_json, op_to_json
+from memoryos.space.ops import DeletePages, op_from_json, op_to_json
 from memoryos.types import exchange_text
 from tests.support.fakes import FakeClock, HashEmbedder
 from tests.unit.test_facade import CAT, GUITAR, HIKING, MUSEUM, NURSE, PORTO, add_all, make
@@ -213,7 +213,7 @@ def test_forget_is_an_op_that_empties_the_store_before_the_files_go(
     def crash(path: object, *args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt("the process dies while the files are removed")
 
-    monkeypatch.setattr("memoryos.space.shutil.rmtree", crash)
+    monkeypatch.setattr("memoryos.space.memory_space.shutil.rmtree", crash)
     with pytest.raises(KeyboardInterrupt):
         memory.forget_user()
     memory.space._hold.release()  # the process died: the kernel drops its lock

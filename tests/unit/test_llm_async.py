@@ -11,7 +11,7 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import LLMError
 from memoryos.llm import AsyncMemoryLLM, CallSlots, InlineAsyncLLM, LimitedLLM, as_async, call_deadline_s
 from memoryos.llm.base import AnswerRequest, TopicSummary
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.llm.openai_backend import OpenAILLM
 from memoryos.types import Page
 from tests.support.fakes import DelayedAsyncLLM, ScriptedLLM

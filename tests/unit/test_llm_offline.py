@@ -6,9 +6,9 @@ from pydantic import SecretStr
 from memoryos.config import MemoryConfig
 from memoryos.llm import create_llm
 from memoryos.llm.base import AnswerRequest
-from memoryos.llm.offline import MAX_PROFILE_LINES, OfflineLLM
-from memoryos.llm.offline_extracts import MAX_SUMMARY_CHARS
-from memoryos.llm.offline_replies import ACKNOWLEDGED, NOT_IN_MEMORY, TOLD_ME
+from memoryos.llm.offline.backend import MAX_PROFILE_LINES, OfflineLLM
+from memoryos.llm.offline.extracts import MAX_SUMMARY_CHARS
+from memoryos.llm.offline.replies import ACKNOWLEDGED, NOT_IN_MEMORY, TOLD_ME
 from memoryos.llm.openai_backend import OpenAILLM
 from memoryos.llm.usage import UsageCounter, estimate_tokens
 from memoryos.types import Page

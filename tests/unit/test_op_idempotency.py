@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memoryos.ops import (
+from memoryos.space.memory_space import STORE_FILE, MemorySpace
+from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
     AnyOp,
@@ -26,7 +27,6 @@ from memoryos.ops import (
     op_from_json,
     op_to_json,
 )
-from memoryos.space import STORE_FILE, MemorySpace
 from memoryos.types import Turn
 from tests.support.fakes import T0, FakeClock, axis
 from tests.unit.test_space import DIM, all_pages, open_space, turn

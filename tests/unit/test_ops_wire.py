@@ -8,7 +8,7 @@ import typing
 import numpy as np
 import pytest
 
-from memoryos.ops import (
+from memoryos.space.ops import (
     OP_FORMAT_VERSION,
     AddKnowledge,
     AddTurns,

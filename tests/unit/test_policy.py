@@ -1,12 +1,12 @@
-"""Every rule of `memoryos.policy`, with hand-made values and a fixed clock."""
+"""Every rule of `memoryos.space.policy`, with hand-made values and a fixed clock."""
 
 import math
 
 import numpy as np
 import pytest
 
-from memoryos import policy
-from memoryos.policy import HeatWeights, SegmentState
+from memoryos.space import policy
+from memoryos.space.policy import HeatWeights, SegmentState
 from tests.support.fakes import T0, axis, unit
 
 HOUR = 3600.0

@@ -7,9 +7,9 @@ from memoryos.config import MemoryConfig
 from memoryos.eval.harness import evaluate_conversation, shared_prefix_tokens
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion
 from memoryos.llm.base import AnswerRequest
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.llm.prompts import AnswerPrompt, answer_messages, answer_prompt
 from memoryos.llm.usage import estimate_tokens
-from memoryos.prompts import AnswerPrompt, answer_messages, answer_prompt
 from memoryos.types import Page
 from tests.support.fakes import HashEmbedder
 

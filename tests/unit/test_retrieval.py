@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.ops import AddKnowledge, AddTurns, FileTopic, RecordVisits
-from memoryos.retrieval import _lexical_terms, dense_query_text, rank_pages, retrieve_context
-from memoryos.space import MemorySpace
+from memoryos.planning.retrieval import _lexical_terms, dense_query_text, rank_pages, retrieve_context
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AddKnowledge, AddTurns, FileTopic, RecordVisits
 from memoryos.types import Turn
 from tests.support.fakes import T0, FakeClock, axis, unit
 

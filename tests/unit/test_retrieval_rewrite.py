@@ -1,4 +1,4 @@
-"""The optional LLM query rewrite (`memoryos/retrieval_rewrite.py`) against a local OpenAI-compatible server:
+"""The optional LLM query rewrite (`memoryos/planning/query_rewrite.py`) against a local OpenAI-compatible server:
 off by default, one call per distinct query, the question alone when the call fails or is too slow."""
 
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.llm.offline import OfflineLLM
-from memoryos.retrieval_rewrite import QueryRewriter, query_rewriter
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.planning.query_rewrite import QueryRewriter, query_rewriter
 from tests.support.fakes import FakeClock, HashEmbedder
 from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
 from tests.support.openai_server import openai_server as openai_server  # the fixture

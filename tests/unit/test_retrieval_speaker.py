@@ -1,9 +1,9 @@
 """A query naming one speaker weighs that speaker's side of each page most in BM25
-(`memoryos/retrieval_speaker.py`), on hand-made pages: the user is addressed as "Caroline" by the
+(`memoryos/planning/speaker.py`), on hand-made pages: the user is addressed as "Caroline" by the
 assistant, the assistant as "Melanie" by the user, in most pages."""
 
-from memoryos.retrieval_speaker import named_side
-from memoryos.space import MemorySpace
+from memoryos.planning.speaker import named_side
+from memoryos.space.memory_space import MemorySpace
 from tests.support.fakes import axis
 from tests.unit.test_retrieval import DIM, MakeSpace, add, make_space, ranked
 

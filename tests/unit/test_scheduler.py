@@ -20,7 +20,7 @@ import pytest
 from memoryos import Memoryos
 from memoryos.config import MemoryConfig
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
-from memoryos.llm.offline import OfflineLLM
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.scheduler import Scheduler
 from memoryos.types import Page
 from tests.support.fakes import HashEmbedder, ScriptedLLM

@@ -4,7 +4,7 @@ import tracemalloc
 
 import numpy as np
 
-from memoryos.score_sample import SCORE_SAMPLE_SIZE, ScoreSample
+from memoryos.space.score_sample import SCORE_SAMPLE_SIZE, ScoreSample
 
 DIM = 384
 

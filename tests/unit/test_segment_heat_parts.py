@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryos import MemoryConfig, Memoryos, policy
-from memoryos.llm.offline import OfflineLLM
-from memoryos.policy import HeatWeights, SegmentState
+from memoryos import MemoryConfig, Memoryos
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space import policy
+from memoryos.space.policy import HeatWeights, SegmentState
 from memoryos.types import MemoryStats, SegmentStats
 from tests.support.fakes import T0, FakeClock, HashEmbedder
 

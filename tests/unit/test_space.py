@@ -12,7 +12,8 @@ import pytest
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
-from memoryos.ops import (
+from memoryos.space.memory_space import STORE_FILE, MemorySpace
+from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
     EmbedPages,
@@ -22,7 +23,6 @@ from memoryos.ops import (
     RecordVisits,
     UpdateProfile,
 )
-from memoryos.space import STORE_FILE, MemorySpace
 from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from memoryos.types import KnowledgeKind, Page, Turn

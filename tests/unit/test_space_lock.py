@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.space import MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.storage.space_lock import LOCK_FILE, SpaceBusyError, SpaceHold
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
-from memoryos.llm.offline import OfflineLLM
-from memoryos.space_pool import (
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.space.pool import (
     INDEX_BYTES_PER_DIM,
     SPACE_OVERHEAD_BYTES,
     SpaceKey,

@@ -1,4 +1,4 @@
-"""Forget deletes a space's directory while another process may be opening it (`memoryos/space.py`,
+"""Forget deletes a space's directory while another process may be opening it (`memoryos/space/memory_space.py`,
 `_remove_space_directory`): the opener re-creates the lock file once the old one is gone, and the old
 space's files must all go without the forget failing on the newcomer's file."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryos.space import _remove_space_directory
+from memoryos.space.memory_space import _remove_space_directory
 
 
 def test_an_opener_racing_the_removal_keeps_its_new_lock_file_and_nothing_old_stays(

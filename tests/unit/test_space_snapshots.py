@@ -14,7 +14,7 @@ import faiss
 import numpy as np
 import pytest
 
-from memoryos.space import MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.storage import faiss_snapshot, vector_index
 from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.faiss_snapshot import SnapshotHeader, snapshot_bytes

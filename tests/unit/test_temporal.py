@@ -5,7 +5,7 @@ from datetime import date
 import numpy as np
 import pytest
 
-from memoryos.temporal import AFTER_DAYS, BEFORE_DAYS, DateWindow, date_proximity, query_date_windows
+from memoryos.planning.temporal import AFTER_DAYS, BEFORE_DAYS, DateWindow, date_proximity, query_date_windows
 
 
 def _day(year: int, month: int, day: int) -> float:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from memoryos.cli_session import config_of, pending_message
+from memoryos.cli.session import config_of, pending_message
 from memoryos.config import MemoryConfig
 from memoryos.embedding.device import cpu_without_torch, gpu_may_be_present
 from memoryos.embedding.onnx_encoder import pool

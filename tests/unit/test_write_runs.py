@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from memoryos.errors import InvalidInputError
-from memoryos.ops import AddTurns, AnyOp, ForgetSpace, SetSpaceTTL
-from memoryos.space import MemorySpace
-from memoryos.space_pool import SpaceKey
+from memoryos.space.memory_space import MemorySpace
+from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace, SetSpaceTTL
+from memoryos.space.pool import SpaceKey
 from services.queue.settings import QueueSettings
 from services.worker.runs import Delivered, space_runs
 from tests.support.fakes import FakeClock, axis

@@ -13,12 +13,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 
 from memoryos.errors import InvalidInputError
-from memoryos.facade_lifecycle import MAX_PAGE_LIST
+from memoryos.facade.lifecycle import MAX_PAGE_LIST
 from memoryos.ids import new_id
-from memoryos.ops import AddTurns
+from memoryos.space.ops import AddTurns
+from memoryos.space.writes import plan_write
 from memoryos.types import PageList, WriteStatus
 from memoryos.validation import validate_key
-from memoryos.writes import plan_write
 from services.api.deps import ApiState, SpaceDep, StateDep
 from services.api.models import AddBatchRequest, AddMemoryRequest, MemoryAdded, WriteAccepted
 from services.api.routes import SPACE_PREFIX

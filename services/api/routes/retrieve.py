@@ -13,7 +13,7 @@ import anyio
 from fastapi import APIRouter, HTTPException
 
 from memoryos.errors import InvalidInputError
-from memoryos.space_pool import SpaceKey
+from memoryos.space.pool import SpaceKey
 from memoryos.types import RetrievedContext
 from services.api.deps import ApiState, SpaceDep, StateDep
 from services.api.models import GeneratedResponse, ResponseRequest, RetrieveRequest

@@ -1,0 +1,80 @@
+"""Whose words a question asks about: the side of the conversation a name in the query belongs to.
+
+People are addressed by name by the one they talk to ("Wow, Caroline!"), rarely by themselves. So a name
+that one side of the conversation says in many pages, and the other side says less, is the other side's
+name: on the LoCoMo dev conversations each speaker's name is in 26-62% of the other's turns and in at most
+0.5% of their own. A question naming a person ("What activities does Melanie partake in?") asks about what
+that person said, so BM25 counts the words of that side of each page fully and the other side's at
+`MemoryConfig.lexical_other_side_weight`: recall@7 rose 1.2 points, multi-hop questions 3.3
+(docs/retrieval.md). Nothing is assumed about who the user is; the counts decide, per query.
+"""
+
+import re
+from typing import Literal
+
+from memoryos.planning.lexical import STOPWORDS, quoted
+from memoryos.space.memory_space import MemorySpace
+
+Side = Literal["user_input", "agent_response"]
+"""A page's side, named by its full-text column."""
+
+_SIDES: tuple[Side, Side] = ("user_input", "agent_response")
+
+_NAME = re.compile(r"(?<![.!?]\s)(?<=\s)([A-Z][^\W\d_]*)(?:['\u2019]s\b)?")
+"""A capitalized word that does not open a sentence, with its possessive: "Caroline's" in "What did
+Caroline's mom say?"."""
+
+
+def query_names(query: str) -> set[str]:
+    """The capitalized words of `query` that may be names: not opening a sentence, not stopwords."""
+    return {match[1] for match in _NAME.finditer(query) if match[1].lower() not in STOPWORDS}
+
+
+def without_names(query: str, names: set[str]) -> str:
+    """`query` with the given names (and their possessive) left out, spaces collapsed."""
+    return " ".join(_NAME.sub(lambda m: "" if m[1] in names else m[0], query).split())
+
+
+def common_name_limit(space: MemorySpace) -> int | None:
+    """Pages a name must be found in, beyond, to count as a speaker's name; None in a space too small to
+    tell (`MemoryConfig.dense_name_min_pages`)."""
+    config = space.config
+    total = space.page_index.count()
+    if total < config.dense_name_min_pages:
+        return None
+    return int(config.dense_name_max_df_fraction * total)
+
+
+def named_side(space: MemorySpace, query: str) -> Side | None:
+    """The side whose speaker the query names, or None: no speaker's name, or names of both sides.
+
+    A name belongs to a side when the other side says it in more than `dense_name_max_df_fraction` of the
+    pages and this side says it less. Counting stops past that share, so each count is bounded.
+    """
+    limit = common_name_limit(space)
+    if limit is None:
+        return None
+    named: set[Side] = set()
+    for name in query_names(query):
+        said = {
+            side: space.store.document_frequency(f"{side} : {quoted(name.lower())}", at_most=limit + 1)
+            for side in _SIDES
+        }
+        user_says, assistant_says = said["user_input"], said["agent_response"]
+        if assistant_says > limit and user_says < assistant_says:
+            named.add("user_input")
+        elif user_says > limit and assistant_says < user_says:
+            named.add("agent_response")
+    return named.pop() if len(named) == 1 else None
+
+
+def side_weights(space: MemorySpace, query: str) -> tuple[float, float] | None:
+    """BM25 column weights (user_input, agent_response) for the query: the named side's words count fully,
+    the other side's at `lexical_other_side_weight`; None when the query names no one side."""
+    other = space.config.lexical_other_side_weight
+    if other == 1.0:
+        return None
+    side = named_side(space, query)
+    if side is None:
+        return None
+    return (1.0, other) if side == "user_input" else (other, 1.0)

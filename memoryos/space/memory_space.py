@@ -1,0 +1,407 @@
+"""`MemorySpace`: one user's memory with one assistant. State changes only through `apply(op)`.
+
+`apply` is deterministic given the op (it reads the op's planned time, never a clock) and does no work
+beyond the store and the vector index: planners have already made every LLM call and embedding. Each op
+commits in one SQLite transaction, so it is applied whole or not at all, and it is idempotent: an op
+delivered twice (same op id), or a write delivered twice (same write id), is applied once, and a
+consolidation op whose pages moved since it was planned is recorded as a stale no-op.
+
+Several processes may have one space open (`storage/space_lock.py`): SQLite serializes their writes, and
+each catches its page index up with the others' vectors inside the write transaction and before reads
+(`memoryos/space/page_index.py`). In a process, one lock serializes a space; different spaces never share state.
+
+What each op does to the store is `memoryos/space/apply.py`; the directories around spaces, `memoryos/space/layout.py`.
+"""
+
+import errno
+import functools
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+import numpy as np
+
+from memoryos.config import MemoryConfig
+from memoryos.errors import EmbeddingModelMismatchError, StorageError
+from memoryos.space import policy
+from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
+from memoryos.space.layout import STORE_FILE
+from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
+from memoryos.space.page_index import SpacePageIndex
+from memoryos.space.score_sample import ScoreSample
+from memoryos.storage.space_lock import SpaceHold
+from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.vector_blobs import from_blobs
+from memoryos.storage.vector_index import VectorIndex
+from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Concatenate["MemorySpace", P], R]:
+    """Reads take the space's lock too: the scheduler's threads share the SQLite connection."""
+
+    @functools.wraps(method)
+    def locked(self: "MemorySpace", *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
+def _created_ids(detail: dict[str, object]) -> list[int]:
+    """The ids an op created, from its op-log detail (none for ops that create nothing)."""
+    created = detail.get("created", [])
+    return [int(i) for i in created] if isinstance(created, list) else []
+
+
+class MemorySpace:
+    """A memory space on disk: `<data_dir>/<tenant>/<user_id>/<assistant_id>/`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: MemoryConfig,
+        embedding_model: str,
+        model_dim: Callable[[], int],
+        clock: Callable[[], float] = time.time,
+        *,
+        create: bool = True,
+    ) -> None:
+        """Open the space, creating it unless `create` is False. `model_dim` is called only when the
+        dimension is not yet recorded or the recorded model differs, so reopening a space does not load the
+        embedding model.
+
+        `create=False` opens only an existing space (one whose store file is there): otherwise it raises
+        `SpaceNotFoundError` and creates nothing, also when a forget erased the space while this open
+        waited for it. Raises `SpaceBusyError` when another process has the space to itself (a forget or
+        reindex in progress, or a Chroma-backed space open elsewhere) for longer than
+        `space_lock_timeout_s`.
+        """
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        self._hold = SpaceHold(directory, config.space_lock_timeout_s, require=None if create else STORE_FILE)
+        try:
+            if config.vector_backend == "chroma":
+                # Chroma's persistent files are not safe to write from two processes at once.
+                self._hold.claim("keep a Chroma-backed space open", wait_s=config.space_lock_timeout_s)
+            self.store = SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s)
+        except BaseException:
+            self._hold.release()
+            raise
+        self.embedding_model = embedding_model
+        try:
+            self.dim = self._check_fingerprint(embedding_model, model_dim)
+            self._sample = ScoreSample(self.store, self.dim)
+            self._pages = SpacePageIndex(
+                self.store, config, directory, self.dim, clock, self.fingerprint(), self._sample.offer
+            )
+        except BaseException:
+            self.store.close()
+            self._hold.release()
+            raise
+        self._ops = OpApplier(self.store, config, self.dim)
+        self._seen_data_version = self.store.data_version()
+        self.closed = False
+
+    @property
+    def page_index(self) -> VectorIndex:
+        """The index of the space's embedded pages, for retrieval; mutated only through `apply`."""
+        return self._pages.index
+
+    # --- opening --------------------------------------------------------------------------------------
+    def _check_fingerprint(self, model: str, model_dim: Callable[[], int]) -> int:
+        """The space's vector dimension; records the model on first use, refuses a different model."""
+        stored_model, stored_dim = (
+            self.store.get_meta("embedding_model"),
+            self.store.get_meta("embedding_dim"),
+        )
+        if stored_model is None or stored_dim is None:
+            dim = model_dim()
+            with self.store.transaction():
+                self.store.set_meta("embedding_model", model)
+                self.store.set_meta("embedding_dim", str(dim))
+            return dim
+        if stored_model != model:
+            raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
+        return int(stored_dim)
+
+    def fingerprint(self) -> str:
+        """What the stored vectors are: model, dimension and vector generation (bumped by each reindex).
+        Index snapshots record it; one of another fingerprint is rebuilt, never trusted."""
+        generation = self.store.get_meta("vector_generation") or "0"
+        return f"{self.embedding_model}/{self.dim}/{generation}"
+
+    # --- writing --------------------------------------------------------------------------------------
+    def apply(self, op: AnyOp) -> list[int]:
+        """Apply one op atomically. Returns the ids it created (pages for AddTurns, facts for
+        AddKnowledge and UpdateFact), else an empty list; an op or write already applied returns what it
+        created then."""
+        return _created_ids(self.apply_for_detail(op))
+
+    def apply_for_detail(self, op: AnyOp) -> dict[str, object]:
+        """`apply`, returning the op log's detail: the ids the op touched, created ("created") or found
+        missing ("missing"), and its flags — the same detail again for a repeated delivery."""
+        return self._apply_together([op])[0]
+
+    def apply_ops(self, ops: Sequence[AnyOp]) -> list[list[int]]:
+        """Apply ops in order in one transaction; returns each one's created ids, as `apply`.
+
+        Why: a commit (an fsync) per op was most of the time of a service worker's writes and of
+        consolidation's steps; a run of a space's queued writes, or the links and filing of a run of
+        pages, costs one. All or none are stored (an error in any rolls them all back), and each op is
+        idempotent by its op id (and a write by its write id) as on its own, so a caller may apply them
+        again one by one to find the one that fails."""
+        return [_created_ids(detail) for detail in self._apply_together(ops)]
+
+    def _apply_together(self, ops: Sequence[AnyOp]) -> list[dict[str, object]]:
+        """Ops in order in one transaction, all or none; each one's op-log detail (an op applied before
+        gives its first detail and changes nothing)."""
+        with self.lock:
+            self._require_open()
+            details: list[dict[str, object]] = []
+            embedded: list[int] = []
+            vectors: list[np.ndarray] = []
+            removes_text = False
+            with self.store.transaction():
+                self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
+                for op in ops:
+                    logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
+                    if logged is None:
+                        logged, op_embedded, op_vectors = self._ops.apply(op)
+                        if op_embedded and op_vectors is not None:
+                            embedded += op_embedded
+                            vectors.append(op_vectors)
+                        removes_text |= isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
+                    details.append(logged)
+                # Read inside the transaction: after COMMIT another process may add later sequences.
+                through_seq = self.store.max_vector_seq() if embedded else 0
+                if removes_text:
+                    self._pages.drop_withdrawn()
+            if embedded:
+                self._add_vectors(embedded, np.concatenate(vectors), through_seq)
+            if removes_text:
+                self._scrub_files()
+            self._seen_data_version = self.store.data_version()
+            return details
+
+    def _add_vectors(self, page_ids: list[int], vectors: np.ndarray, through_seq: int) -> None:
+        """Committed vectors into the page index and the score sample."""
+        self._pages.add(np.array(page_ids, dtype=np.int64), vectors, through_seq)
+        self._sample.offer(vectors)
+
+    def _scrub_files(self) -> None:
+        """After text left the store: an index snapshot without the withdrawn vectors (written now by the
+        background writer: the caller does not wait for a disk write that grows with the space), and a
+        WAL without the overwritten pages, so no file of the space keeps what was deleted."""
+        self._pages.snapshot_soon()
+        self.store.checkpoint()
+
+    # --- snapshots and lifecycle ----------------------------------------------------------------------
+    def snapshot(self) -> None:
+        """Write the page index snapshot and return once it is on disk; later pages are replayed on open.
+
+        A background write still in flight finishes first, so an older snapshot never replaces this one.
+        """
+        with self.lock:
+            self._pages.snapshot()
+
+    def close(self) -> None:
+        """Snapshot the index if it changed and close the store; closing twice (or after erase) is a no-op.
+
+        Waits for a background index build (so the next open need not build again: minutes at 1M
+        vectors) and for a background snapshot write, then catches up with other processes' vectors
+        and writes the final snapshot itself.
+        """
+        with self.lock:
+            if self.closed:
+                return
+            try:
+                self._pages.catch_up()
+                self._pages.close()
+            finally:
+                self.store.close()
+                self._hold.release()
+                self.closed = True
+
+    def erase(self) -> None:
+        """Delete the whole space, files included. The space is unusable afterwards.
+
+        Needs the space to itself: raises `SpaceBusyError` naming the other processes that have it open
+        (nothing is deleted then). Holding it exclusively while deleting means no other process can open
+        the space halfway through, or write a snapshot into the directory afterwards.
+        """
+        with self.lock:
+            self._require_open()
+            with self._hold.exclusive("forget"):
+                self.apply(ForgetSpace(at=self.clock()))  # a crash while files go leaves an empty space
+                self._pages.discard()  # no write into the directory while it is deleted
+                self.store.close()
+                self.closed = True
+                _remove_space_directory(self.directory)
+            self._hold.release()
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise StorageError(f"memory space {self.directory} is closed")
+
+    def refresh(self) -> None:
+        """Catch the page index up with vectors other processes stored since this one last looked, so a
+        read sees their writes. `PRAGMA data_version` makes the no-news case one cheap query."""
+        with self.lock:
+            self._require_open()
+            version = self.store.data_version()
+            if version != self._seen_data_version:
+                self._pages.catch_up()
+                self._seen_data_version = version
+
+    # --- reading --------------------------------------------------------------------------------------
+    @_locked
+    def pending_page_ids(self, limit: int) -> list[int]:
+        """Pages stored but not yet embedded, oldest first."""
+        return self.store.pending_page_ids(limit)
+
+    @_locked
+    def pending_among(self, page_ids: list[int]) -> list[int]:
+        """Those of `page_ids` that exist and still wait for their vector."""
+        return self.store.pending_among(page_ids)
+
+    @_locked
+    def written_page_ids(self, write_id: str) -> list[int] | None:
+        """The page ids an `AddTurns` with this write id created, or None if no such write was applied."""
+        logged = self.store.logged_op("", write_id)
+        return None if logged is None else [int(pid) for pid in logged.get("created", [])]
+
+    @_locked
+    def pending_page_count(self) -> int:
+        return self.store.count_pending()
+
+    @_locked
+    def max_page_id(self) -> int:
+        """The id of the page stored last (0: none): what a read issued now must see."""
+        return self.store.max_page_id()
+
+    @_locked
+    def short_term_pages(self) -> list[Page]:
+        """Every page in the short-term tier, the overflow consolidation has not moved yet included."""
+        return self.store.pages_in_tier("stm")
+
+    @_locked
+    def short_term_overflow(self) -> list[Page]:
+        """Short-term pages beyond `short_term_capacity`, oldest first, up to the first still waiting for
+        its vector (a page without one holds back the younger ones: chains and topics compare vectors)."""
+        return self.store.short_term_overflow(self.config.short_term_capacity)
+
+    @_locked
+    def recent_short_term_pages(self, extra: int = 0) -> list[Page]:
+        """The newest `short_term_capacity` (+ `extra`) short-term pages: short-term memory as a reader
+        sees it. Beyond it is overflow waiting for consolidation (7,000 pages after a 10k-page batch
+        fill), still ranked with every tier but not returned whole with every read."""
+        return self.store.newest_in_tier("stm", self.config.short_term_capacity + extra)
+
+    @_locked
+    def pages(self, page_ids: list[int]) -> list[Page]:
+        return self.store.pages(page_ids)
+
+    @_locked
+    def score_sample(self) -> np.ndarray:
+        """Page vectors representative of the space, to estimate the mean and spread of query scores."""
+        return self._sample.vectors
+
+    @_locked
+    def page_vectors(self, page_ids: list[int]) -> np.ndarray:
+        return self.store.page_vectors(page_ids, self.dim)
+
+    @_locked
+    def embedded_page_vectors(self, page_ids: list[int]) -> tuple[list[int], np.ndarray]:
+        """(ids, vectors) of the given pages that have a vector; pages still pending are left out."""
+        return self.store.embedded_page_vectors(page_ids, self.dim)
+
+    @_locked
+    def chain_pages(self, chain_id: int) -> list[Page]:
+        return self.store.pages(self.store.chain_page_ids(chain_id))
+
+    @_locked
+    def last_chained_page(self) -> Page | None:
+        return last_chained_page(self.store)
+
+    @_locked
+    def segments(self, count_pages: bool = False) -> list[Segment]:
+        return self.store.active_segments(count_pages)
+
+    @_locked
+    def segment_heats(self, now: float) -> dict[int, float]:
+        return segment_heats(self.store, self.config, now)
+
+    @_locked
+    def segments_to_promote(self, now: float) -> list[int]:
+        return policy.segments_to_promote(
+            self.segment_heats(now), self.store.unanalyzed_segment_ids(), self.config.mid_term_heat_threshold
+        )
+
+    @_locked
+    def unanalyzed_pages(self, segment_id: int) -> list[Page]:
+        return self.store.pages(self.store.segment_page_ids(segment_id, only_unanalyzed=True))
+
+    @_locked
+    def profile(self) -> str:
+        return self.store.latest_profile()
+
+    @_locked
+    def knowledge(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
+        return [
+            KnowledgeEntry(
+                entry_id=row["entry_id"], kind=kind, knowledge=row["text"], timestamp=row["timestamp"]
+            )
+            for row in self.store.active_knowledge(kind)
+        ]
+
+    @_locked
+    def search_knowledge(
+        self, kind: KnowledgeKind, query_vector: np.ndarray, k: int, now: float | None = None
+    ) -> list[tuple[KnowledgeEntry, float]]:
+        """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows);
+        with `now`, facts expired by then are left out."""
+        rows = [
+            row
+            for row in self.store.active_knowledge(kind)
+            if now is None or row["expires_at"] is None or row["expires_at"] > now
+        ]
+        if not rows:
+            return []
+        scores = from_blobs([row["vector"] for row in rows], self.dim) @ query_vector
+        order = np.argsort(-scores)[:k]
+        return [
+            (
+                KnowledgeEntry(
+                    entry_id=rows[i]["entry_id"],
+                    kind=kind,
+                    knowledge=rows[i]["text"],
+                    timestamp=rows[i]["timestamp"],
+                    updated_at=rows[i]["updated_at"],
+                    expires_at=rows[i]["expires_at"],
+                ),
+                float(scores[i]),
+            )
+            for i in order
+        ]
+
+
+def _remove_space_directory(directory: Path) -> None:
+    """Delete a space's directory, every file that was in it when forget took it exclusively.
+
+    A process opening the space meanwhile creates its lock file anew once the old one is gone (it must,
+    to wait on it) and then finds an empty directory: a new space. `rmtree` then fails on the final
+    `rmdir` with ENOTEMPTY, after deleting everything it listed — the old space is gone, and the
+    newcomer's space is left to it."""
+    try:
+        shutil.rmtree(directory)
+    except OSError as error:
+        if error.errno != errno.ENOTEMPTY or not directory.is_dir():
+            raise
