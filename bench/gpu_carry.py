@@ -100,7 +100,7 @@ def main() -> None:
     import tempfile
 
     from bench.corpus import dev_conversations, exchanges
-    from memoryos.embedding.sentence_transformers_backend import resolve_model_location
+    from memoryos.embedding.model_location import resolve_model_location
 
     bundled = Path(resolve_model_location("all-MiniLM-L6-v2"))
     pack(bundled, args.source)

@@ -112,7 +112,7 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     if "=" in spec:
         label, path = spec.split("=", 1)
         return label, path
-    from memoryos.embedding.sentence_transformers_backend import resolve_model_location
+    from memoryos.embedding.model_location import resolve_model_location
 
     return spec, resolve_model_location(spec)
 

@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from memoryos.errors import MemoryOSError
+
 DEVICE_REQUESTS = ("auto", "cpu", "cuda")
 """Device requests resolved here; any other name ("cuda:1", "mps") is torch's own and used as given."""
 
@@ -129,3 +131,44 @@ def cpu_without_torch(
     if device == "cpu":
         return True
     return device == "auto" and not gpu_may_be_present(environ)
+
+
+Route = Literal["torch", "manifest-or-torch", "manifest-or-build"]
+"""How the embedder gets its encoder (`choose_route`)."""
+
+TORCH_EXTRA = "pip install 'memoryos[torch]'"
+"""What installs PyTorch and sentence-transformers, which a plain install goes without."""
+
+
+def choose_route(
+    runtime: Literal["auto", "torch", "onnx"],
+    device: str,
+    cpu_known: bool,
+    torch_importable: bool,
+    field: str = "embedding_device",
+) -> Route:
+    """How the embedder gets its encoder, from the configured `runtime` and `device` (the `device` of
+    `embedding_model_kwargs` when set, named by `field`), whether the model is known to run on the CPU
+    without asking torch (`cpu_without_torch`), and whether torch and sentence-transformers are installed.
+
+    - "torch": PyTorch only (`embedding_runtime` "torch", or a device torch must judge: CUDA, "auto" where
+      a GPU may be).
+    - "manifest-or-torch": on CPU with PyTorch installed, a verified torch-free manifest when one fits, else
+      PyTorch, which makes and checks the export for the next process.
+    - "manifest-or-build": on CPU without PyTorch, a verified manifest when one fits, else the export and
+      manifest built without it (`onnx_torch_free.py`). Without torch, "auto" can only mean the CPU.
+
+    Raises MemoryOSError when the configuration needs PyTorch and it is not installed.
+    """
+    if torch_importable:
+        return "manifest-or-torch" if cpu_known and runtime != "torch" else "torch"
+    if runtime == "torch":
+        raise MemoryOSError(
+            f"embedding_runtime: 'torch' needs PyTorch, which is not installed: {TORCH_EXTRA}"
+        )
+    if device not in ("cpu", "auto"):
+        raise MemoryOSError(
+            f"{field}: {device!r} needs PyTorch, which is not installed; without it the model runs on the CPU "
+            f"('cpu' or 'auto'). Install it with {TORCH_EXTRA} (on a GPU host, the image's CUDA build of torch)"
+        )
+    return "manifest-or-build"

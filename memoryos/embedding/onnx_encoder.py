@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.embedding.onnx_manifest import LOAD_PROBES, LOAD_TOLERANCE, ExportManifest
+from memoryos.embedding.onnx_manifest import LOAD_PROBES, LOAD_TOLERANCE, ExportManifest, vectors_text
 from memoryos.errors import MemoryOSError
 
 
@@ -183,3 +183,25 @@ class OnnxEncoder:
                 f"limit {LOAD_TOLERANCE:.0e})"
             )
         return difference
+
+
+def verify_manifest(
+    candidate: ExportManifest, directory: Path, expected: np.ndarray, limit: float, threads: int
+) -> ExportManifest:
+    """`candidate` (not yet verified) once the encoder it describes has encoded every probe: `verified`
+    when within `limit` of PyTorch's `expected` vectors, else with the reason (files that do not load,
+    inputs the export does not take, vectors that differ). Both manifest writers end here."""
+    try:
+        got = OnnxEncoder.open(candidate, directory, threads).encode_probes()
+        difference = float(np.abs(got - expected).max())
+    except Exception as error:  # whatever fails here means: not verified, and why
+        return candidate.model_copy(update={"reason": f"{type(error).__name__}: {error}"})
+    verified = difference <= limit
+    return candidate.model_copy(
+        update={
+            "verified": verified,
+            "reason": "" if verified else f"differs from PyTorch by {difference:.1e} (limit {limit:.0e})",
+            "onnx_vectors": vectors_text(got),
+            "max_difference": difference,
+        }
+    )

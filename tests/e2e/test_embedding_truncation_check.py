@@ -15,7 +15,7 @@ from sentence_transformers import SentenceTransformer
 
 from memoryos.config import MemoryConfig
 from memoryos.embedding import create_embedder, truncation
-from memoryos.embedding import sentence_transformers_backend as backend
+from memoryos.embedding.model_location import resolve_model_location
 from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 
 pytestmark = pytest.mark.e2e  # the real model
@@ -121,7 +121,7 @@ def test_the_character_bound_holds_for_the_minilm_tokenizer() -> None:
     `len(text) + special tokens + MARKER_SLACK`; non-ASCII is always a suspect."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(backend.resolve_model_location("all-MiniLM-L6-v2"))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_location("all-MiniLM-L6-v2"))
     special = tokenizer.num_special_tokens_to_add(pair=False)
     assert special == 2
     rng = random.Random(0)

@@ -8,10 +8,10 @@ import pytest
 
 from bench.gpu_models import save_architecture_model
 from memoryos import MemoryConfig, Memoryos
+from memoryos.embedding.model_location import resolve_model_location
 from memoryos.embedding.random_weights import RANDOM_WEIGHTS_MARKER
 from memoryos.embedding.sentence_transformers_backend import (
     SentenceTransformerEmbedder,
-    resolve_model_location,
 )
 from memoryos.errors import MemoryOSError
 
