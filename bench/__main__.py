@@ -1,6 +1,6 @@
 """`python -m bench`: run the benchmark suite and write docs/benchmarks/: results.{json,md} (engine and
 recall), the PNG plots, scheduler.{json,md} (many spaces, a slow LLM) and index.{json,md} (vector
-indexes, also `python -m bench.index`)."""
+indexes, also `python -m bench.engine.index`)."""
 
 import argparse
 import json
@@ -9,12 +9,12 @@ import platform
 from pathlib import Path
 
 from bench.corpus import locomo_raw
-from bench.engine import run_engine
-from bench.index import DEFAULT_SIZES, run_index_bench, write_index_results
+from bench.engine.index import DEFAULT_SIZES, run_index_bench, write_index_results
+from bench.engine.latency import run_engine
+from bench.engine.scheduler import run_scheduler, scheduler_markdown
 from bench.plots import write_plots
-from bench.recall import run_recall
+from bench.quality.recall import run_recall
 from bench.report import markdown
-from bench.scheduler import run_scheduler, scheduler_markdown
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder

@@ -176,7 +176,7 @@ class MemoryConfig(BaseSettings):
     )
     embedding_speed_only: bool = Field(
         False,
-        description="Accept a model directory marked as random weights (`python -m bench.gpu_models save` "
+        description="Accept a model directory marked as random weights (`python -m bench.gpu.models save` "
         "builds bge-m3- and Qwen3-Embedding-sized ones to measure speed where their weights cannot be had). "
         "Their vectors mean nothing, so without this a space refuses to load them. For benchmarks only.",
     )

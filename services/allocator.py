@@ -7,7 +7,7 @@ freed; smaller ones come from the heap, which returns memory only from its top. 
 evicted spaces frees many such blocks (index arrays, vector buffers, SQLite caches), so the threshold
 climbs and the next spaces' buffers land in the heap between long-lived objects, where they cannot be
 given back: with a 256 MB pool budget, RSS levelled off at 798 MB instead of about 420
-(`python -m bench.worker_spaces --spaces 1500 --budget-mb 256`, docs/service.md). Setting the threshold
+(`python -m bench.serving.worker_spaces --spaces 1500 --budget-mb 256`, docs/service.md). Setting the threshold
 explicitly turns that adjustment off. Not glibc (musl, macOS): nothing is done.
 
 Smaller blocks still come from the heap, and each thread that allocates gets an arena of its own (64 MB

@@ -21,6 +21,6 @@ cp "$(command -v redis-server)" .gpucarry/redis/
 ldd "$(command -v redis-server)" | awk '/=> \//{print $3}' | grep -vE '/lib(c|m|stdc\+\+|gcc_s)\.so' |
     xargs -I{} cp -L {} .gpucarry/redis/lib/
 tar -C .gpucarry -cJf .gpucarry/redis.tar.xz redis && rm -rf .gpucarry/redis
-python3 -m bench.gpu_carry pack .gpucarry/minilm-int8
+python3 -m bench.gpu.carry pack .gpucarry/minilm-int8
 cp "$(python3 -c 'from bench.corpus import locomo_raw; print(locomo_raw())')" .gpucarry/locomo_dev.json
 du -sh .whl .gpucarry

@@ -7,7 +7,7 @@ mkdir -p /tmp/r /tmp/bin && tar xJf .gpucarry/redis.tar.xz -C /tmp/r || exit 1
 printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/r/redis/lib exec /tmp/r/redis/redis-server "$@"\n' > /tmp/bin/redis-server
 chmod +x /tmp/bin/redis-server
 redis-server --version || exit 1
-python3 -m bench.gpu_carry unpack .gpucarry/minilm-int8 /tmp/minilm || exit 1
+python3 -m bench.gpu.carry unpack .gpucarry/minilm-int8 /tmp/minilm || exit 1
 export MEMORYOS_LOCOMO=$PWD/.gpucarry/locomo_dev.json
 DEVICE=${DEVICE:-cuda}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } 2>&1 | tee "$OUT/gpu.txt"

@@ -55,7 +55,7 @@ def run_size(device: str, batch_size: int, cpu_run_size: int) -> int:
     Why: a run pads every text to its longest, and attention grows with the square of that width. A GPU
     computes the padding in parallel and gains from wide runs; a CPU computes every padded token, and on
     2 cores MiniLM encoded batches of 64 mixed-length pages at 39 texts/s in one run each against 89 in
-    runs of 8 (`python -m bench.cpu_runs`, docs/engine.md).
+    runs of 8 (`python -m bench.engine.cpu_runs`, docs/engine.md).
     """
     return min(batch_size, cpu_run_size) if device == "cpu" else batch_size
 

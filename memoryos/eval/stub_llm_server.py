@@ -6,7 +6,7 @@ It stands in for the LLM of a system under evaluation when no key is wanted, abo
 Every POST to `.../chat/completions` gets a 200 with the fixed reply (or the reply of the first rule
 whose marker appears in the request's messages) and a word-count `usage`, so client code that reads
 usage works. With `delay_s`, each request is answered that long after it arrived, requests in parallel
-(a thread each): a slow model endpoint for benchmarks (`bench/scheduler.py`). `MEMORY_TASK_RULES` gives
+(a thread each): a slow model endpoint for benchmarks (`bench/engine/scheduler.py`). `MEMORY_TASK_RULES` gives
 every consolidation task of MemoryOS's own `OpenAILLM` a reply its parser accepts. It is a real HTTP
 server on 127.0.0.1 (a free port, a background thread); requests are only counted, never logged, since
 they carry conversation text.

@@ -86,7 +86,7 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
 class PageSignals:
     """Each signal of the page score, for the candidates and their neighbours (`needed`, in that order).
 
-    Kept apart from their weighted sum so that `bench.recall_signals` can weigh them otherwise, or add a
+    Kept apart from their weighted sum so that `bench.quality.recall_signals` can weigh them otherwise, or add a
     signal, on exactly the candidates and values the engine ranks."""
 
     candidates: list[int]

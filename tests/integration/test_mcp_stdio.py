@@ -66,7 +66,7 @@ def error_text(result: CallToolResult) -> str:
 def test_initialize_is_answered_before_the_model_loads(tmp_path: Path) -> None:
     """A server whose embedding model cannot load at all still completes the handshake and lists its
     tools: nothing before `initialize` touches the model (the start-up time itself is measured by
-    `python -m bench.mcp`, docs/mcp.md). The first call that needs the model is a tool error, and the
+    `python -m bench.serving.mcp`, docs/mcp.md). The first call that needs the model is a tool error, and the
     server keeps answering."""
     env = {**server_env(), "MEMORYOS_EMBEDDING_MODEL_NAME": str(tmp_path / "no-such-model")}
     params = StdioServerParameters(

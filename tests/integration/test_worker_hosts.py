@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.faults import worker_env
+from bench.serving.faults import worker_env
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.calls import WRITE_STATUS

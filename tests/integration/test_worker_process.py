@@ -1,6 +1,6 @@
 """The real `memoryos worker` process against a real `redis-server`: SIGTERM drains and gives the shards
 back at once; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway under
-the running worker, lose no acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.faults`."""
+the running worker, lose no acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.serving.faults`."""
 
 import signal
 import time
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.faults import NAMESPACE, SHARDS, SPACES, run_fault_loop, start_worker, stored_texts
+from bench.serving.faults import NAMESPACE, SHARDS, SPACES, run_fault_loop, start_worker, stored_texts
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue

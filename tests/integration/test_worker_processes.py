@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench.faults import worker_env
-from bench.ingest import descendants
+from bench.serving.faults import worker_env
+from bench.serving.ingest import descendants
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys

@@ -1,6 +1,6 @@
-"""Leave-one-conversation-out in `bench/recall.py`, on hand-made recall reports."""
+"""Leave-one-conversation-out in `bench/quality/recall.py`, on hand-made recall reports."""
 
-from bench.recall import LEAVE_ONE_OUT_K, held_out_markdown, leave_one_out, pooled
+from bench.quality.recall import LEAVE_ONE_OUT_K, held_out_markdown, leave_one_out, pooled
 from memoryos.eval.metrics import RecallReport
 
 

@@ -1,9 +1,9 @@
-"""The added signals of `bench/recall_signals.py`, on hand-made pages and vectors."""
+"""The added signals of `bench/quality/recall_signals.py`, on hand-made pages and vectors."""
 
 import numpy as np
 import pytest
 
-from bench.recall_signals import Sentences, first_person, whole_space_z
+from bench.quality.recall_signals import Sentences, first_person, whole_space_z
 from memoryos.types import Page
 
 

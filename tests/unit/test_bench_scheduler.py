@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bench.scheduler import run_scheduler, scheduler_markdown
+from bench.engine.scheduler import run_scheduler, scheduler_markdown
 from memoryos.config import MemoryConfig
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion
 from memoryos.eval.stub_llm_server import MEMORY_TASK_RULES

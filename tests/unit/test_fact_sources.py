@@ -3,7 +3,7 @@ LLM, inline ingest).
 
 A fact records the pages it was drawn from. Before issue 13's fix every new version of a fact copied the
 sources of the version it replaced, and a segment's whole backlog of unanalyzed pages was analyzed in one
-request, each fact recording all of them: bench.api's 10k-page space wrote millions of source rows in
+request, each fact recording all of them: bench.serving.api's 10k-page space wrote millions of source rows in
 ops that held the space's lock for minutes, and a retrieve through the API waited past its client's 120 s.
 These tests count stored rows, never time.
 """

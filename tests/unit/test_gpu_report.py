@@ -1,4 +1,4 @@
-"""`python -m bench.gpu_report --tiny`: the CPU smoke path of the GPU report, with the bundled MiniLM."""
+"""`python -m bench.gpu.report --tiny`: the CPU smoke path of the GPU report, with the bundled MiniLM."""
 
 import json
 import math
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import gpu_models, gpu_report
+from bench.gpu import models as gpu_models
+from bench.gpu import report as gpu_report
 
 
 def _small_sizes() -> gpu_report.Sizes:

@@ -1,4 +1,4 @@
-"""The random-weight stand-ins of bench.gpu_models: saved marked, refused by the embedder for real
+"""The random-weight stand-ins of bench.gpu.models: saved marked, refused by the embedder for real
 storage, loaded only with `embedding_speed_only` (for speed benches)."""
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu_models import save_architecture_model
+from bench.gpu.models import save_architecture_model
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.model_location import resolve_model_location
 from memoryos.embedding.random_weights import RANDOM_WEIGHTS_MARKER

@@ -262,7 +262,7 @@ def test_asking_for_more_pages_than_the_candidate_pool_still_gets_k_pages(make_s
 
 
 def test_short_term_memory_is_the_newest_pages_while_consolidation_lags(make_space: MakeSpace) -> None:
-    """Pages beyond `short_term_capacity` that consolidation has not moved yet (7,000 after bench.api's
+    """Pages beyond `short_term_capacity` that consolidation has not moved yet (7,000 after bench.serving.api's
     10k-page batch fill) are ranked like any page, not all returned as short-term memory by every read."""
     space = make_space(short_term_capacity=3)
     target = add(space, "the kiwi orchard flooded", "sorry about the orchard", axis(DIM, 0))
