@@ -211,6 +211,53 @@ class MemoryConfig(BaseSettings):
         description="Longest pause before a space's consolidation is retried after LLM failures (the pause "
         "doubles from 1 s with each failure in a row); writes and reads go on meanwhile.",
     )
+    # Bounds sent with every LLM request (docs/reliability.md, "Bounded LLM calls"). Without them a server's
+    # defaults apply: a real model repeated one line until its cap of thousands of tokens.
+    llm_max_tokens_continuity: int = Field(
+        16, gt=0, description="Yes or no is a token or two; 16 leaves room for 'Yes, it does.'."
+    )
+    llm_max_tokens_chain_summary: int = Field(
+        256,
+        gt=0,
+        description="One or two sentences, in any language (CJK text takes about a token a character). A "
+        "summary cut at the cap is refused, never stored.",
+    )
+    llm_max_tokens_topic: int = Field(
+        256, gt=0, description="One JSON object: a sentence and up to 5 keywords (about 60 tokens)."
+    )
+    llm_max_tokens_profile: int = Field(
+        2048,
+        gt=0,
+        description="The whole profile is rewritten on each update, one short line per trait: about 150 "
+        "lines. A profile cut at the cap is refused and the old one kept: raise it for very long profiles.",
+    )
+    llm_max_tokens_knowledge: int = Field(
+        2048,
+        gt=0,
+        description="One JSON object with the facts of up to 32 pages (ANALYSIS_MAX_PAGES): 2048 holds about "
+        "80 one-sentence facts; a reply cut short is not valid JSON and is asked for again.",
+    )
+    llm_max_tokens_answer: int = Field(
+        1024,
+        gt=0,
+        description="A conversational reply (about 750 English words); an answer cut at the cap is returned "
+        "as it is.",
+    )
+    llm_temperature_memory: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description="Continuity, chain summary, topic, profile and facts: decisions and extraction stored "
+        "in memory, so the most likely reply (same input, same memory; no invented details). A reply that "
+        "does not parse is asked for once more at a higher temperature, so the second sample differs.",
+    )
+    llm_temperature_answer: float = Field(
+        0.3,
+        ge=0,
+        le=2,
+        description="Answers are generated conversation, not data: a little variety keeps a repeated "
+        "question from getting a word-for-word repeated reply, while staying close to the memory given.",
+    )
     scheduler_store_threads: int = Field(
         4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
     )

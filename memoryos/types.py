@@ -147,6 +147,9 @@ class RetrievedKnowledge(BaseModel):
     timestamp: str
     score: float = 0.0
     entry_id: int | None = Field(None, description="The fact's id, to edit, delete or see its history.")
+    source_page_ids: list[int] = Field(
+        default_factory=list, description="Provenance: the pages it was extracted from (as in list_facts)."
+    )
 
 
 class RetrievedContext(BaseModel):

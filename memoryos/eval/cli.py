@@ -2,9 +2,9 @@
 
 Writes `locomo_results.json` (every number, and each question's outcome) and `locomo_results.md` (the
 tables) to `--out`. The LLM comes from the configuration (`MEMORYOS_OPENAI_API_KEY`,
-`MEMORYOS_OPENAI_BASE_URL`, `MEMORYOS_LLM_MODEL`): with a key, questions are answered and scored (F1,
-BLEU-1, LLM judge); without one the run is offline and scores retrieval only. Heavy modules load inside
-the command, so `memoryos --help` stays fast.
+`MEMORYOS_OPENAI_BASE_URL`, `MEMORYOS_LLM_MODEL`): with a key or a base URL (a local server needs no
+key), questions are answered and scored (F1, BLEU-1, LLM judge); with neither the run is offline and
+scores retrieval only. Heavy modules load inside the command, so `memoryos --help` stays fast.
 """
 
 import argparse
@@ -103,10 +103,6 @@ def _embedder(config: "MemoryConfig") -> "Embedder":
     return shared_embedder(config.model_copy(update={"embedding_cache_size": 0}))
 
 
-def llm_configured(config: "MemoryConfig") -> bool:
-    return config.openai_api_key is not None and bool(config.openai_api_key.get_secret_value())
-
-
 def run_locomo(
     conversations: list[Any], config: "MemoryConfig", ks: list[int], args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -114,10 +110,10 @@ def run_locomo(
     from memoryos.eval.baselines import PLAIN_COSINE, REFERENCE, plain_cosine, run_reference
     from memoryos.eval.harness import evaluate_conversation
     from memoryos.eval.judge import OpenAIJudge
-    from memoryos.llm import create_llm
+    from memoryos.llm import create_llm, llm_endpoint_configured
 
     embedder = _embedder(config)
-    answering = llm_configured(config)
+    answering = llm_endpoint_configured(config)
     judge = OpenAIJudge(config, args.judge_model) if answering else None
     ours: list[ConversationResult] = []
     for conversation in conversations:

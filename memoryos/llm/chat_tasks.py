@@ -1,7 +1,8 @@
 """What each memory task asks a chat model and how its reply is read, without any I/O.
 
 The sync and async OpenAI paths differ only in how a completion is fetched (a call or an await), so
-everything else lives here once: the prompt and parser of each task (`ChatTask`), and the rule for
+everything else lives here once: the prompt and parser of each task (`ChatTask`), the JSON schema of a
+task that replies in JSON (sent as `response_format` where the endpoint takes it), and the rule for
 unparseable replies (`ChatTask.exchange`), a generator that asks its driver for replies and returns the
 parsed result, so neither driver repeats the rule.
 """
@@ -9,7 +10,7 @@ parsed result, so neither driver repeats the rule.
 import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from memoryos.errors import LLMError
 from memoryos.llm import prompts
@@ -22,8 +23,30 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-Exchange = Generator[None, str, T]
-"""Yields each time it needs a (new) reply, receives the reply's text, returns the parsed result."""
+Exchange = Generator[int, str, T]
+"""Yields the attempt (0, then 1 for the re-ask) each time it needs a reply, receives the reply's text,
+returns the parsed result."""
+
+JsonSchema = dict[str, Any]
+
+TOPIC_SCHEMA: JsonSchema = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}, "keywords": {"type": "array", "items": {"type": "string"}}},
+    "required": ["summary", "keywords"],
+    "additionalProperties": False,
+}
+"""What `_topic` reads. Strict structured outputs need every property required and no others."""
+
+KNOWLEDGE_SCHEMA: JsonSchema = {
+    "type": "object",
+    "properties": {
+        "user_facts": {"type": "array", "items": {"type": "string"}},
+        "assistant_facts": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["user_facts", "assistant_facts"],
+    "additionalProperties": False,
+}
+"""What `_knowledge` reads."""
 
 
 @dataclass(frozen=True)
@@ -34,17 +57,22 @@ class ChatTask(Generic[T]):
     operation: Operation
     messages: list[prompts.ChatMessage]
     parse: Callable[[str], T]
+    schema: JsonSchema | None = None
+    """The reply's JSON schema, for endpoints with structured outputs; None: the reply is text."""
+    whole: bool = False
+    """The reply is stored as it is (a summary, the profile): one cut at its token cap is refused."""
 
     def exchange(self) -> Exchange[T]:
         """The task's conversation with its driver. An unparseable reply is asked for once more, since a
-        second sample usually fixes a truncated or malformed one; a failed call is not asked again here
-        (the driver raises out of it), the client has already retried it."""
-        reply = yield
+        second sample usually fixes a truncated or malformed one (the driver samples it at a higher
+        temperature, or it would repeat the first); a failed call is not asked again here (the driver
+        raises out of it), the client has already retried it."""
+        reply = yield 0
         try:
             return self.parse(reply)
         except LLMError:
             log.warning("unparseable LLM reply, asking again", extra={"operation": self.operation})
-        reply = yield
+        reply = yield 1
         try:
             return self.parse(reply)
         except LLMError as err:
@@ -56,20 +84,20 @@ def continuity_task(previous: Page, current: Page) -> ChatTask[bool]:
 
 
 def chain_summary_task(pages: Sequence[Page]) -> ChatTask[str]:
-    return ChatTask("chain_summary", prompts.chain_summary_messages(pages), _non_empty)
+    return ChatTask("chain_summary", prompts.chain_summary_messages(pages), _non_empty, whole=True)
 
 
 def topic_task(pages: Sequence[Page]) -> ChatTask[TopicSummary]:
-    return ChatTask("topic", prompts.topic_messages(pages), _topic)
+    return ChatTask("topic", prompts.topic_messages(pages), _topic, schema=TOPIC_SCHEMA)
 
 
 def profile_task(current_profile: str, pages: Sequence[Page]) -> ChatTask[str]:
     """The merged profile; an empty reply raises rather than erasing the profile."""
-    return ChatTask("profile", prompts.profile_messages(current_profile, pages), _non_empty)
+    return ChatTask("profile", prompts.profile_messages(current_profile, pages), _non_empty, whole=True)
 
 
 def knowledge_task(pages: Sequence[Page]) -> ChatTask[ExtractedKnowledge]:
-    return ChatTask("knowledge", prompts.knowledge_messages(pages), _knowledge)
+    return ChatTask("knowledge", prompts.knowledge_messages(pages), _knowledge, schema=KNOWLEDGE_SCHEMA)
 
 
 def answer_task(request: AnswerRequest) -> ChatTask[str]:

@@ -74,24 +74,19 @@ class AsyncOpenAILLM:
         await client.close()
 
     async def _ask(self, task: ChatTask[T]) -> T:
-        """Drives `task.exchange()` (the re-ask rule) with awaited completions."""
-        exchange = task.exchange()
+        """Awaits each request the codec's exchange yields (re-ask and fallback)."""
+        client = self._bound_client()
+        exchange = self._codec.exchange(task)
         try:
-            next(exchange)
+            request = next(exchange)
             while True:
-                exchange.send(await self._complete(task))
+                try:
+                    outcome: object = await client.chat.completions.create(**request)
+                except CALL_ERRORS as err:
+                    outcome = err
+                request = exchange.send(outcome)
         except StopIteration as done:
             return done.value
-
-    async def _complete(self, task: ChatTask[T]) -> str:
-        client = self._bound_client()
-        try:
-            response = await client.chat.completions.create(
-                model=self._codec.model, messages=self._codec.messages(task)
-            )
-        except CALL_ERRORS as err:
-            raise self._codec.failure(task, err) from err
-        return self._codec.reply_text(task, response)
 
     def _bound_client(self) -> AsyncOpenAI:
         """The client, created on the running loop's first call; `LLMError` on any other loop."""

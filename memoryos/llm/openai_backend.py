@@ -3,8 +3,10 @@
 Failures surface as `LLMError`, never as reply text: the reference returned "Error: ..." strings that were
 then stored as the user profile. Transport errors, timeouts, 408/409/429 and 5xx are retried by the
 `openai` client itself (`llm_max_retries`, exponential backoff from 0.5 s to 8 s with jitter, or the
-server's `retry-after`); a reply that does not parse is asked for once more here. Only operation names
-and token counts are logged, at DEBUG; the API key and memory text never are.
+server's `retry-after`); a reply that does not parse is asked for once more here. Every request carries
+its task's `max_tokens` and `temperature`, and the JSON tasks their schema where the endpoint takes it
+(`openai_client.CompletionCodec`). Only operation names and token counts are logged, at DEBUG; the API
+key and memory text never are.
 
 `async_view()` gives the same backend as coroutines over `openai.AsyncOpenAI`, for the scheduler's event
 loop: same prompts, parsing, retries and usage counter (`memoryos/llm/openai_async.py`).
@@ -35,7 +37,7 @@ class OpenAILLM:
 
     def __init__(self, config: MemoryConfig) -> None:
         self._client = openai_client(config, _PURPOSE)
-        self._codec = CompletionCodec(config.llm_model)
+        self._codec = CompletionCodec(config)
         self._async_client = functools.partial(async_openai_client, config, _PURPOSE)
         self._async_view: AsyncOpenAILLM | None = None
         self._view_lock = threading.Lock()
@@ -73,20 +75,15 @@ class OpenAILLM:
         return self._ask(chat_tasks.answer_task(request))
 
     def _ask(self, task: ChatTask[T]) -> T:
-        """Drives `task.exchange()` (the re-ask rule) with blocking completions."""
-        exchange = task.exchange()
+        """Sends, with blocking calls, each request the codec's exchange yields (re-ask and fallback)."""
+        exchange = self._codec.exchange(task)
         try:
-            next(exchange)
+            request = next(exchange)
             while True:
-                exchange.send(self._complete(task))
+                try:
+                    outcome: object = self._client.chat.completions.create(**request)
+                except CALL_ERRORS as err:
+                    outcome = err
+                request = exchange.send(outcome)
         except StopIteration as done:
             return done.value
-
-    def _complete(self, task: ChatTask[T]) -> str:
-        try:
-            response = self._client.chat.completions.create(
-                model=self._codec.model, messages=self._codec.messages(task)
-            )
-        except CALL_ERRORS as err:
-            raise self._codec.failure(task, err) from err
-        return self._codec.reply_text(task, response)

@@ -219,7 +219,11 @@ def retrieve_context(
     def facts(kind: KnowledgeKind) -> list[RetrievedKnowledge]:
         return [
             RetrievedKnowledge(
-                knowledge=entry.knowledge, timestamp=entry.timestamp, score=score, entry_id=entry.entry_id
+                knowledge=entry.knowledge,
+                timestamp=entry.timestamp,
+                score=score,
+                entry_id=entry.entry_id,
+                source_page_ids=entry.source_page_ids,
             )
             for entry, score in space.search_knowledge(kind, query_vector, knowledge_k, now)
             if score >= config.knowledge_min_score

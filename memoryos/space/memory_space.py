@@ -355,11 +355,18 @@ class MemorySpace:
 
     @_locked
     def knowledge(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
+        """Every active fact of one kind, each with the pages it came from."""
+        rows = self.store.active_knowledge(kind)
+        support = self.store.fact_support([row["entry_id"] for row in rows])
         return [
             KnowledgeEntry(
-                entry_id=row["entry_id"], kind=kind, knowledge=row["text"], timestamp=row["timestamp"]
+                entry_id=row["entry_id"],
+                kind=kind,
+                knowledge=row["text"],
+                timestamp=row["timestamp"],
+                source_page_ids=support[row["entry_id"]],
             )
-            for row in self.store.active_knowledge(kind)
+            for row in rows
         ]
 
     @_locked
@@ -367,7 +374,8 @@ class MemorySpace:
         self, kind: KnowledgeKind, query_vector: np.ndarray, k: int, now: float | None = None
     ) -> list[tuple[KnowledgeEntry, float]]:
         """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows);
-        with `now`, facts expired by then are left out."""
+        with `now`, facts expired by then are left out. Each carries the pages it came from, read for the
+        `k` returned only: a retrieved fact can be traced to its turns like a listed one."""
         rows = [
             row
             for row in self.store.active_knowledge(kind)
@@ -377,6 +385,7 @@ class MemorySpace:
             return []
         scores = from_blobs([row["vector"] for row in rows], self.dim) @ query_vector
         order = np.argsort(-scores)[:k]
+        support = self.store.fact_support([rows[i]["entry_id"] for i in order])
         return [
             (
                 KnowledgeEntry(
@@ -386,6 +395,7 @@ class MemorySpace:
                     timestamp=rows[i]["timestamp"],
                     updated_at=rows[i]["updated_at"],
                     expires_at=rows[i]["expires_at"],
+                    source_page_ids=support[rows[i]["entry_id"]],
                 ),
                 float(scores[i]),
             )

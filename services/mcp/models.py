@@ -15,8 +15,8 @@ NO_PROFILE = "No detailed user profile"
 """The reference's `user_profile` text when none has been built yet: prompts written for it test for it."""
 
 
-KNOWLEDGE_FIELDS: set[str] = {"knowledge", "timestamp", "entry_id"}
-"""The reference's `{knowledge, timestamp}` record of a fact, plus its id."""
+KNOWLEDGE_FIELDS: set[str] = {"knowledge", "timestamp", "entry_id", "source_page_ids"}
+"""The reference's `{knowledge, timestamp}` record of a fact, plus its id and where it came from."""
 
 
 class KnowledgeItem(BaseModel):
@@ -25,6 +25,9 @@ class KnowledgeItem(BaseModel):
     knowledge: str
     timestamp: str
     entry_id: int = Field(description="The fact's id: for delete_fact and fact_history.")
+    source_page_ids: list[int] = Field(
+        default_factory=list, description="The exchanges (page ids) it was extracted from."
+    )
 
 
 class AddMemoryDetails(BaseModel):
