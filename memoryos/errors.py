@@ -77,3 +77,17 @@ class ItemNotFoundError(MemoryOSError, LookupError):
         self.kind = kind
         self.item_id = item_id
         super().__init__(f"no {kind} with id {item_id} in this memory space")
+
+
+class WriteIdConflictError(InvalidInputError):
+    """A write id already names a write of other content in this space. A write id is an idempotency key:
+    the same id again means "the same write, retried", so another write under it is refused (409) instead
+    of answered with the first write's ids while its own text is dropped. Nothing was stored."""
+
+    def __init__(self, write_id: str) -> None:
+        self.write_id = write_id
+        super().__init__(
+            "write_id",
+            f"write id {write_id!r} was already used for a write with other content; "
+            "a retry must send the same turns and ttl_s, a new write a new write id",
+        )

@@ -185,7 +185,9 @@ class Memoryos(MemoryLifecycle):
 
         `write_id` (1-64 characters of [A-Za-z0-9_-]) makes the write idempotent: a client retrying a
         write whose acknowledgement it lost sends the same id, and the pages are stored once; the retry
-        returns the page ids of the first delivery. Without it every call is a new write.
+        returns the page ids of the first delivery. The same id with other turns or `ttl_s` is another
+        write, not a retry: `WriteIdConflictError` (an `InvalidInputError`), and nothing is stored.
+        Without it every call is a new write.
 
         `ttl_s` (seconds) makes these pages expire: never returned after, then erased by the scheduler's
         sweep. None keeps the space's TTL (`set_ttl`), or forever."""

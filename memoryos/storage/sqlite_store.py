@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memoryos.errors import StorageError
+from memoryos.errors import StorageError, WriteIdConflictError
 from memoryos.storage.knowledge_queries import KnowledgeQueries
 from memoryos.storage.page_queries import PageQueries
 from memoryos.storage.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -26,6 +26,13 @@ from memoryos.storage.segment_queries import SegmentQueries
 
 CHECKPOINT_WAIT_MS = 200
 """How long a lifecycle op's WAL checkpoint waits for other processes' readers before giving up."""
+
+CONTENT_ID_PREFIX = "sha256-"
+"""Starts the op id of a write whose id the caller chose (`space/writes.py`): the rest is a digest of the
+write id and the write's content, so the same write sent again is the same op, and a write id that comes
+back under another op id of this form came back with other content. Other op ids are random: every other
+op's, and every write's logged before this prefix existed — those cannot tell, and a write id found under
+one is taken as the same write (what the store did before), so no schema change was needed."""
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -189,9 +196,21 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
 
     def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
         """The log detail of an op already applied under `op_id`, or of a write already stored under
-        `write_id`; None when neither was."""
+        `write_id`; None when neither was. `WriteIdConflictError` when `write_id` was stored with other
+        content: both op ids are content ids (`CONTENT_ID_PREFIX`) and differ. Checked here, inside the
+        transaction that would store the write, so two processes cannot both take the id."""
         row = self._db.execute(
-            "SELECT detail FROM op_log WHERE op_id = ? OR (? IS NOT NULL AND write_id = ?) LIMIT 1",
+            "SELECT detail, op_id FROM op_log WHERE op_id = ? OR (? IS NOT NULL AND write_id = ?) LIMIT 1",
             (op_id, write_id, write_id),
         ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        if row is None:
+            return None
+        logged_id = row[1] or ""
+        if (
+            write_id is not None
+            and logged_id != op_id
+            and logged_id.startswith(CONTENT_ID_PREFIX)
+            and op_id.startswith(CONTENT_ID_PREFIX)
+        ):
+            raise WriteIdConflictError(write_id)
+        return dict(json.loads(row[0]))

@@ -13,6 +13,7 @@ from memoryos.validation import validate_id
 from services.api.access import NotInThisModeError, Spaces
 from services.api.auth import Caller, KeyStore
 from services.api.metrics import ApiMetrics
+from services.api.models import ID_SCHEMA
 from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
 from services.api.settings import ApiSettings
@@ -78,12 +79,20 @@ async def authenticate(request: Request) -> Caller:
 
 CallerDep = Annotated[Caller, Depends(authenticate)]
 
-UserId = Annotated[str, Path(description="The user's id: letters, digits and . _ @ + -", examples=["maya"])]
+UserId = Annotated[
+    str,
+    Path(
+        description="The user's id: letters, digits and . _ @ + -, no '..'",
+        examples=["maya"],
+        json_schema_extra=ID_SCHEMA,
+    ),
+]
 AssistantId = Annotated[
     str,
     Path(
         description="The assistant's id (the CLI's default: default_assistant_profile)",
         examples=["support-bot"],
+        json_schema_extra=ID_SCHEMA,
     ),
 ]
 

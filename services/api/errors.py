@@ -28,6 +28,7 @@ from memoryos.errors import (
     SchedulerClosedError,
     SpaceNotFoundError,
     StorageError,
+    WriteIdConflictError,
 )
 from memoryos.portability.bundle import SpaceNotEmptyError
 from memoryos.scheduler.batcher import BatcherClosedError
@@ -108,11 +109,14 @@ async def _request_invalid(request: Request, exc: Exception) -> ErrorResponse:
 
 
 async def _invalid_input(request: Request, exc: Exception) -> ErrorResponse:
+    """422 naming the field; 409 for input that conflicts with what the space holds: an import into a
+    space with memory (`conflict`), a write id already used for other content (`write_id_conflict`)."""
     assert isinstance(exc, InvalidInputError)
-    conflict = isinstance(exc, SpaceNotEmptyError)
-    return error_response(
-        409 if conflict else 422, str(exc), field=exc.field, code="conflict" if conflict else None
-    )
+    if isinstance(exc, SpaceNotEmptyError):
+        return error_response(409, str(exc), field=exc.field, code="conflict")
+    if isinstance(exc, WriteIdConflictError):
+        return error_response(409, str(exc), field=exc.field, code="write_id_conflict")
+    return error_response(422, str(exc), field=exc.field)
 
 
 async def _space_not_found(request: Request, exc: Exception) -> ErrorResponse:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from memoryos.errors import InvalidInputError
-from memoryos.validation import validate_json_value, validate_key
+from memoryos.validation import MAX_ID_CHARS, validate_json_value, validate_key
 
 
 def _first_lone_surrogate(text: str) -> int | None:
@@ -52,6 +52,18 @@ def utf8_json(value: Any) -> Any:
     return value
 
 
+ID_SCHEMA: dict[str, Any] = {
+    "pattern": r"^[A-Za-z0-9](?:\.?[A-Za-z0-9_@+-])*\.?$",
+    "minLength": 1,
+    "maxLength": MAX_ID_CHARS,
+}
+"""`validate_id`'s rule (user and assistant ids) as the OpenAPI schema states it: a letter or digit, then
+letters, digits and . _ @ + -, never two dots in a row (written without a lookahead, which JSON Schema's
+regex dialect lacks). The engine still checks and words the error: one place decides."""
+WRITE_ID_SCHEMA: dict[str, Any] = {"pattern": r"^[A-Za-z0-9_-]{1,64}$", "minLength": 1, "maxLength": 64}
+"""`validate_key`'s rule (write ids) as the schema states it."""
+
+
 def _write_id(value: str) -> str:
     return validate_key("write_id", value)
 
@@ -70,7 +82,12 @@ def plain_json(value: Any) -> Any:
 
 JsonObject = Annotated[dict[str, JsonValue], BeforeValidator(plain_json), AfterValidator(utf8_json)]
 WriteId = Annotated[
-    str, AfterValidator(_write_id), Field(description="1-64 characters of A-Z, a-z, 0-9, '_' or '-'.")
+    str,
+    AfterValidator(_write_id),
+    Field(
+        description="1-64 characters of A-Z, a-z, 0-9, '_' or '-'.",
+        json_schema_extra=WRITE_ID_SCHEMA,
+    ),
 ]
 TtlSeconds = Annotated[
     float, Field(gt=0, allow_inf_nan=False, description="Seconds until these pages expire (never returned).")

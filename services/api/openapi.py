@@ -1,15 +1,58 @@
-"""The Bearer scheme in the OpenAPI schema. Routes authenticate in one plain dependency
-(`deps.caller_of`), not through FastAPI's security dependency, so the schema would not say so by itself;
-clients and the /docs "Authorize" button read it from here. Every operation under `API_PREFIX`
-authenticates (`tests/integration/test_api_auth.py` asks each one without a key); the probes and
-`/metrics` outside it do not."""
+"""What the OpenAPI schema says beyond what FastAPI infers: the Bearer scheme, and the error responses.
+
+Routes authenticate in one plain dependency (`deps.caller_of`), not through FastAPI's security dependency,
+so the schema would not say so by itself; clients and the /docs "Authorize" button read it from here.
+Every operation under `API_PREFIX` authenticates (`tests/integration/test_api_auth.py` asks each one
+without a key); the probes and `/metrics` outside it do not.
+
+Errors are answered by handlers (`errors.py`), not returned by routes, so FastAPI cannot see them either:
+each router and route names the statuses it can answer with `error_responses`, every one an `ErrorBody`
+(FastAPI's own 422 schema, `HTTPValidationError`, is not what this API sends). A generated client then
+knows every error's shape (`tests/integration/test_api_openapi.py`).
+"""
 
 from typing import Any
 
 from fastapi import FastAPI
 
 from services.api.deps import BEARER_SCHEME
+from services.api.models import ErrorBody
 from services.api.routes import API_PREFIX
+
+ERROR_CASES: dict[int, str] = {
+    401: "No key, or an unknown or revoked one (`unauthorized`); `WWW-Authenticate: Bearer`.",
+    403: "The key is bound to another user (`forbidden`).",
+    404: "No memory for that user in this key's tenant (`space_not_found`); no such page, fact or write "
+    "(`item_not_found`, `not_found`); no such job for this key, or its bundle expired (`job_not_found`).",
+    409: "Conflicts with what is held: the write id was used for a write with other content "
+    "(`write_id_conflict`); the space was embedded with another model (`embedding_model_mismatch`); an "
+    "import into a space that holds memory (`conflict`); a job's bundle before it finished "
+    "(`job_not_finished`).",
+    413: "The body is over the limit (`body_too_large`).",
+    422: "A field the schema or the engine refused; `field` names it (`invalid_input`).",
+    429: "Over the key's request rate (`rate_limited`); `Retry-After`.",
+    500: "A bug or a failing disk (`internal`, `storage_error`).",
+    502: "The LLM failed after its retries (`llm_failed`).",
+    503: "Nothing was done, retry after `Retry-After`: backpressure, the space held by another process "
+    "(`space_busy`), Redis not answering or no worker owning the space (`unavailable`), too many bundles "
+    "held, shutting down.",
+    504: "The writes in `wait_for_write_ids` were not searchable in time (`timeout`).",
+}
+"""When each error status is answered, with its `error` codes (docs/api.md, Errors)."""
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a router or route: each status with its `ErrorBody` and when it is answered."""
+    return {status: {"model": ErrorBody, "description": ERROR_CASES[status]} for status in statuses}
+
+
+KEYED_ERRORS = error_responses(401, 422, 429, 500, 503)
+"""What every operation under `API_PREFIX` can answer: the key and its rate, its parameters, a failure,
+Redis away (with `--redis-url`)."""
+SPACE_ERRORS = {**KEYED_ERRORS, **error_responses(403, 409)}
+"""And on a space: a key bound to another user, a space embedded with another model (when it is opened)."""
+SPACE_READ_ERRORS = {**SPACE_ERRORS, **error_responses(404)}
+"""And on a space that must exist already: every route but the writes that create one."""
 
 BEARER_DESCRIPTION = "An API key, as `Authorization: Bearer <key>`."
 

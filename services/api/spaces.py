@@ -36,6 +36,7 @@ from memoryos.facade.memoryos import forget_space
 from memoryos.portability.bundle import ImportReport, export_space, import_space
 from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
+from memoryos.space import tombstones
 from memoryos.space.layout import STORE_FILE
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey, SpacePool
@@ -127,10 +128,15 @@ class EmbeddedSpaces:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`): a read
         that came first answers from the space, one that comes after finds no space (404). Erasing through
         an instance other calls were using closed their SQLite connection under them (500s, then a crash
-        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied too."""
+        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied too. Its
+        tombstone is written first, so a restored copy of the space is erased again at the next start
+        (`memoryos/space/tombstones.py`)."""
         embedder = self.parts.get("embedder") or shared_embedder(self.config)
+        config = self.tenant_config(key.tenant)
         with self._pool.closed_for(key):
-            forget_space(key.user_id, self.tenant_config(key.tenant), key.assistant_id, embedder)
+            if (config.space_dir(key.user_id, key.assistant_id) / STORE_FILE).is_file():
+                tombstones.record(config.data_dir, key, time.time())  # the clock of writes' `at`
+            forget_space(key.user_id, config, key.assistant_id, embedder)
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []

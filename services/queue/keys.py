@@ -69,6 +69,16 @@ class Keys:
         """The ids of the rq jobs queued for a space (`services/jobs/tasks.py`): what a forget deletes."""
         return f"{self.namespace}:space-jobs:{space}"
 
+    def write_digests(self, space: str) -> str:
+        """Hash of a space's caller-chosen write ids -> their content ids (`memoryos.space.writes`): how
+        the API tells a retried write from its id reused for other content (`producer.ENQUEUE`)."""
+        return f"{self.namespace}:write-digests:{space}"
+
+    def write_digest_times(self, space: str) -> str:
+        """Sorted set of the same write ids by when each was first accepted: the oldest leave the hash
+        once `write_digest_ttl_s` old."""
+        return f"{self.namespace}:write-digest-times:{space}"
+
     def dead_letters(self) -> str:
         return f"{self.namespace}:dead"
 
@@ -87,3 +97,8 @@ class Keys:
     def forgotten_since_rewrite(self) -> str:
         """How many forgets applied since the last AOF rewrite (a count: no id, no text)."""
         return f"{self.namespace}:forgotten-since-rewrite"
+
+    def tombstones(self) -> str:
+        """Hash of forgotten spaces -> when each was forgotten (ids and a time, no text): what a Redis
+        restored from before a forget is checked against (`services/queue/tombstones.py`)."""
+        return f"{self.namespace}:tombstones"

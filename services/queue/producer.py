@@ -9,8 +9,10 @@ from typing import cast
 
 import redis
 
-from memoryos.space.ops import AnyOp, op_to_json
+from memoryos.errors import WriteIdConflictError
+from memoryos.space.ops import AddTurns, AnyOp, op_to_json
 from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import caller_content_id
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.dead_letters import purge_dead_letters
@@ -26,6 +28,25 @@ local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[3]) then
   return depth
 end
+if ARGV[4] ~= '' then
+  local ttl = tonumber(ARGV[6])
+  local now = tonumber(redis.call('TIME')[1])
+  local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now - ttl, 'LIMIT', 0, 100)
+  if #old > 0 then
+    redis.call('HDEL', KEYS[4], unpack(old))
+    redis.call('ZREM', KEYS[5], unpack(old))
+  end
+  local known = redis.call('HGET', KEYS[4], ARGV[4])
+  if known and known ~= ARGV[5] then
+    return {known}
+  end
+  if not known then
+    redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+    redis.call('ZADD', KEYS[5], now, ARGV[4])
+  end
+  redis.call('EXPIRE', KEYS[4], ttl)
+  redis.call('EXPIRE', KEYS[5], ttl)
+end
 local id = redis.call('XADD', KEYS[1], '*', 'space', ARGV[1], 'op', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], id)
 redis.call('SADD', KEYS[3], ARGV[1])
@@ -34,7 +55,13 @@ return id
 """Append a write to its shard's stream (KEYS[1]) unless it holds ARGV[3] entries already (then its
 depth), note it as the space's newest write (KEYS[2], shard hash: space -> entry id) and the space as known
 (KEYS[3]), in one step: one command for Redis to persist (one fsync with `appendfsync always`, where the
-three commands cost two), and a read never sees a write without its note or the reverse."""
+three commands cost two), and a read never sees a write without its note or the reverse.
+
+A write under a caller's write id (ARGV[4], else '') is first checked against the content id that id was
+accepted with (KEYS[4], hash; KEYS[5], the ids by first acceptance): another one answers that content id
+alone (a table) and appends nothing; the same one (a retry) is appended again, and the worker's op log
+stores it once. A new id is remembered ARGV[6] seconds: each step drops up to 100 ids older than that (more
+than it adds), and both keys expire that long after the space's latest such write."""
 
 
 class QueueFullError(Exception):
@@ -44,6 +71,14 @@ class QueueFullError(Exception):
     def __init__(self, shard: int, depth: int) -> None:
         self.shard, self.depth = shard, depth
         super().__init__(f"write queue shard {shard} holds {depth} unapplied writes; retry later")
+
+
+def _caller_write(op: AnyOp) -> tuple[str, str]:
+    """(write id, content id) of a write under a caller-chosen write id, the pair the queue remembers;
+    ("", "") for any other op (a server-chosen write id is unique: nothing to remember)."""
+    if isinstance(op, AddTurns) and (content_id := caller_content_id(op)):
+        return op.write_id, content_id
+    return "", ""
 
 
 class WriteQueue:
@@ -59,14 +94,32 @@ class WriteQueue:
         return shard_of(key, self.settings.shard_count)
 
     def enqueue(self, key: SpaceKey, op: AnyOp) -> str:
-        """Append `op` for the space; returns the stream entry id once Redis holds it."""
-        shard = self.shard(key)
+        """Append `op` for the space; returns the stream entry id once Redis holds it.
+        `WriteIdConflictError` (nothing appended) for a write whose caller-chosen id was accepted with
+        other content in the last `write_digest_ttl_s`."""
+        shard, space = self.shard(key), space_name(key)
+        write_id, content_id = _caller_write(op)
         added = self._enqueue(
-            keys=[self.keys.writes(shard), self.keys.last_writes(shard), self.keys.spaces()],
-            args=[space_name(key), op_to_json(op), self.settings.queue_max_entries],
+            keys=[
+                self.keys.writes(shard),
+                self.keys.last_writes(shard),
+                self.keys.spaces(),
+                self.keys.write_digests(space),
+                self.keys.write_digest_times(space),
+            ],
+            args=[
+                space,
+                op_to_json(op),
+                self.settings.queue_max_entries,
+                write_id,
+                content_id,
+                self.settings.write_digest_ttl_s,
+            ],
         )
         if isinstance(added, int):
             raise QueueFullError(shard, added)
+        if isinstance(added, list):
+            raise WriteIdConflictError(write_id)
         return cast(bytes, added).decode()
 
     def depth(self) -> int:
@@ -90,8 +143,8 @@ class WriteQueue:
 
     def purge(self, key: SpaceKey) -> int:
         """Delete the space's entries still in its shard's stream, its writes held for a reindex, its
-        dead letters and its bundles (a forget: its text must not stay in Redis either); returns how many
-        stream entries. Other spaces' are left alone."""
+        write ids' digests, its dead letters and its bundles (a forget: its text and its ids must not stay
+        in Redis either); returns how many stream entries. Other spaces' are left alone."""
         purge_dead_letters(self.client, self.keys, key)
         purge_bundles(self.client, self.keys, key)
         shard = self.shard(key)
@@ -101,6 +154,7 @@ class WriteQueue:
         pipe.srem(self.keys.spaces(), name)
         pipe.hdel(self.keys.last_writes(shard), name)
         pipe.delete(self.keys.held(space_name(key)))
+        pipe.delete(self.keys.write_digests(space_name(key)), self.keys.write_digest_times(space_name(key)))
         pipe.srem(self.keys.held_spaces(shard), name)
         pipe.execute()
         purged, start = 0, "-"

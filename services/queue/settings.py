@@ -41,6 +41,13 @@ class QueueSettings(BaseSettings):
     queue_max_entries: int = Field(
         100_000, ge=1, description="Unapplied writes per shard before writes are refused with 503."
     )
+    write_digest_ttl_s: int = Field(
+        3600,
+        ge=1,
+        description="How long the API remembers a caller's write id with its content's digest, to refuse "
+        "(409) the id reused for other content before acknowledging it (services/queue/producer.py). Later, "
+        "the worker's op log still refuses such a write: it is dead-lettered, never stored.",
+    )
     max_deliveries: int = Field(
         5, ge=1, description="Deliveries of one write that failed to apply before it is dead-lettered."
     )

@@ -31,6 +31,7 @@ from services.worker.leases import ShardLeases
 from services.worker.outage import RedisOutage
 from services.worker.reads import ReadServer
 from services.worker.spaces import WorkerSpaces
+from services.worker.tombstones import honour_tombstones
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Worker:
 
     def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         if len(ops) == 1 and isinstance(ops[0], ForgetSpace):
-            return self._forget(key)
+            return self._forget(key, ops[0])
         # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
         # renewed while this write waits for it, or they would lapse and let a second worker in.
         with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
@@ -85,10 +86,11 @@ class Worker:
                 return memory.apply_writes(writes)  # one commit for the run
             return [memory.apply_queued(op) for op in ops]
 
-    def _forget(self, key: SpaceKey) -> object:
-        """Erase the space once the calls on it have returned (`WorkerSpaces.forget`); what Redis holds of
-        it is the consumer's to drop. The leases are renewed while it waits (a reindex may hold the space)."""
-        return {"forgotten": self.spaces.forget(key, on_wait=self._renew_if_due) is not None}
+    def _forget(self, key: SpaceKey, op: ForgetSpace) -> object:
+        """Erase the space once the calls on it have returned (`WorkerSpaces.forget`, which leaves its
+        tombstone on the volume first); what Redis holds of it is the consumer's to drop. The leases are
+        renewed while it waits (a reindex may hold the space)."""
+        return {"forgotten": self.spaces.forget(key, op.at, self._renew_if_due) is not None}
 
     def _keep_leases(self) -> None:
         """Heartbeat and renew every lease held; the shards lost stop being served at once.
@@ -149,11 +151,16 @@ class Worker:
         reads.start()
         log.info("worker started", extra={"worker": self.worker_id})
         outage = RedisOutage("worker")
+        checked = False  # the tombstones, before any shard is taken; again after Redis was away
         try:
             while not stop.is_set():
                 try:
+                    if not checked:
+                        honour_tombstones(self.client, self.settings, self.spaces, self._renew_if_due)
+                        checked = True
                     self.step()
                 except REDIS_UNAVAILABLE as error:
+                    checked = False  # it may come back restored from a backup taken before a forget
                     stop.wait(outage.failed(error))
                     continue
                 outage.over()

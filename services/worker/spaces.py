@@ -11,6 +11,7 @@ from memoryos.embedding.base import Embedder
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.facade.memoryos import forget_space
+from memoryos.space import tombstones
 from memoryos.space.layout import STORE_FILE
 from memoryos.space.pool import SpaceKey, SpacePool
 from services.queue.settings import QueueSettings
@@ -58,14 +59,20 @@ class WorkerSpaces:
         with self.pool.closed_for(key):
             yield
 
-    def forget(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> dict[str, int] | None:
+    def forget(
+        self, key: SpaceKey, forgotten_at: float, on_wait: Callable[[], None] | None = None
+    ) -> dict[str, int] | None:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`), without
         opening it (`memoryos.forget_space`: no model load, and a space still on another embedding model
         goes too), emptying the shared embedding cache. A read that came first answers from the space, one
         that comes after finds none. Erasing through the pool's instance closed its SQLite connection under
         the reads using it (500s). None when there was no space (a forget delivered again after it
-        applied). `on_wait`: as `writing`'s."""
+        applied). The volume's tombstone (`forgotten_at`: when the forget was planned) is written first,
+        so a restored copy of the space is erased again (`memoryos/space/tombstones.py`). `on_wait`: as
+        `writing`'s."""
         with self.pool.closed_for(key, on_wait):
+            if self.exists(key):
+                tombstones.record(self.config.data_dir, key, forgotten_at)
             try:
                 return forget_space(key.user_id, self.config_of(key), key.assistant_id, self.embedder())
             except SpaceNotFoundError:

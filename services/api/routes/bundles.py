@@ -18,6 +18,7 @@ from starlette.background import BackgroundTask
 from memoryos.errors import InvalidInputError
 from memoryos.portability.bundle import ImportReport
 from services.api.deps import SpaceDep, StateDep
+from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 
 BUNDLE_MEDIA_TYPE = "application/zip"
@@ -30,14 +31,14 @@ BUNDLE_BODY: dict[str, Any] = {
 """The OpenAPI of a route whose body is a bundle file, read from the raw stream (`received_bundle`)."""
 
 
-router = APIRouter(prefix=SPACE_PREFIX, tags=["bundles"])
+router = APIRouter(prefix=SPACE_PREFIX, tags=["bundles"], responses=SPACE_ERRORS)
 
 
 @router.get(
     "/export",
     summary="The space as a bundle (zip: manifest + JSON lines)",
     response_class=FileResponse,
-    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}},
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}, **error_responses(404)},
 )
 async def export(key: SpaceDep, state: StateDep) -> FileResponse:
     """A versioned, checksummed snapshot of the space as it was when the export began."""
@@ -61,6 +62,7 @@ async def export(key: SpaceDep, state: StateDep) -> FileResponse:
     status_code=201,
     summary="Import a bundle into an empty space",
     openapi_extra=BUNDLE_BODY,
+    responses=error_responses(413),
 )
 async def import_bundle(request: Request, key: SpaceDep, state: StateDep) -> ImportReport:
     """The body is a bundle file as `export` returns it. Refused with nothing written: an invalid

@@ -6,10 +6,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from services.api.deps import CallerDep, StateDep
+from services.api.openapi import KEYED_ERRORS
 from services.api.routes import API_PREFIX
 from services.queue.dead_letters import DeadLetter
 
-router = APIRouter(prefix=API_PREFIX, tags=["queue"])
+router = APIRouter(prefix=API_PREFIX, tags=["queue"], responses=KEYED_ERRORS)
 
 
 @router.get("/dead-letters", summary="Acknowledged writes that could never be applied")

@@ -16,23 +16,34 @@ from rq.job import Job
 from memoryos.errors import InvalidInputError
 from services.api.deps import CallerDep, QueuedDep, SpaceDep
 from services.api.models import JobAccepted, JobView, ReindexRequest
+from services.api.openapi import KEYED_ERRORS, SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 from services.api.routes.bundles import BUNDLE_BODY, BUNDLE_MEDIA_TYPE, received_bundle
 from services.jobs.bundles import enqueue_export, enqueue_import
-from services.jobs.status import JobNotFoundError, export_transfer_id, job_view, tenant_job
+from services.jobs.status import JOB_ID, JobNotFoundError, export_transfer_id, job_view, tenant_job
 from services.jobs.tasks import enqueue_reindex
 from services.queue.bundle_transfer import chunks, stored_size
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], responses=KEYED_ERRORS)
 
-JobId = Annotated[str, Path(description="As the job's 202 answer gave it.")]
+JobId = Annotated[
+    str,
+    Path(
+        description="As the job's 202 answer gave it.", json_schema_extra={"pattern": f"^{JOB_ID.pattern}$"}
+    ),
+]
 
 
 def _accepted(job: Job) -> JobAccepted:
     return JobAccepted(job_id=job.id, kind=job.meta["kind"], status_url=f"/v1/jobs/{job.id}")
 
 
-@router.post(f"{SPACE_PREFIX}/export-jobs", status_code=202, summary="Queue an export of the space")
+@router.post(
+    f"{SPACE_PREFIX}/export-jobs",
+    status_code=202,
+    summary="Queue an export of the space",
+    responses=SPACE_ERRORS,
+)
 async def export_job(key: SpaceDep, queued: QueuedDep) -> JobAccepted:
     """The owner writes the bundle; once the job has finished, download it from its `result.download`
     (kept `MEMORYOS_JOB_RESULT_TTL_S`, 1 h). 503 when Redis holds too many bundles already."""
@@ -45,6 +56,7 @@ async def export_job(key: SpaceDep, queued: QueuedDep) -> JobAccepted:
     status_code=202,
     summary="Queue an import of a bundle into the empty space",
     openapi_extra=BUNDLE_BODY,
+    responses={**SPACE_ERRORS, **error_responses(413)},
 )
 async def import_job(request: Request, key: SpaceDep, queued: QueuedDep) -> JobAccepted:
     """The body is a bundle file as an export gives it. The job fails, with nothing written, for an invalid
@@ -54,7 +66,12 @@ async def import_job(request: Request, key: SpaceDep, queued: QueuedDep) -> JobA
     return _accepted(job)
 
 
-@router.post(f"{SPACE_PREFIX}/reindex-jobs", status_code=202, summary="Queue a reindex of the space")
+@router.post(
+    f"{SPACE_PREFIX}/reindex-jobs",
+    status_code=202,
+    summary="Queue a reindex of the space",
+    responses={**SPACE_ERRORS, **error_responses(413)},
+)
 async def reindex_job(body: ReindexRequest, key: SpaceDep, queued: QueuedDep) -> JobAccepted:
     """Re-embed the space with the model the workers serve; another model fails the job (422)."""
     job = await to_thread.run_sync(enqueue_reindex, queued.client, queued.settings, key, body.model)
@@ -65,7 +82,7 @@ async def _job(job_id: str, caller: CallerDep, queued: QueuedDep) -> Job:
     return await to_thread.run_sync(tenant_job, queued.client, job_id, caller.tenant, caller.user_id)
 
 
-@router.get("/v1/jobs/{job_id}", summary="A job's status, result or error")
+@router.get("/v1/jobs/{job_id}", summary="A job's status, result or error", responses=error_responses(404))
 async def get_job(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> JobView:
     job = await _job(job_id, caller, queued)
     return await to_thread.run_sync(job_view, job)
@@ -75,7 +92,7 @@ async def get_job(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> JobVie
     "/v1/jobs/{job_id}/bundle",
     summary="The bundle a finished export job made",
     response_class=StreamingResponse,
-    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}},
+    responses={200: {"content": {BUNDLE_MEDIA_TYPE: {}}}, **error_responses(404, 409)},
 )
 async def job_bundle(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> StreamingResponse:
     """Streamed from Redis in chunks; 409 before the job has finished, 404 once the bundle expired."""

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Response
 from memoryos.types import DeleteResult, FactHistory, KnowledgeEntry, Page
 from services.api.deps import SpaceDep, StateDep
 from services.api.models import FactUpdate, PageUpdate
+from services.api.openapi import SPACE_READ_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 from services.queue.calls import (
     DELETE_FACT,
@@ -19,7 +20,7 @@ from services.queue.calls import (
     UPDATE_PAGE,
 )
 
-router = APIRouter(prefix=SPACE_PREFIX, tags=["lifecycle"])
+router = APIRouter(prefix=SPACE_PREFIX, tags=["lifecycle"], responses=SPACE_READ_ERRORS)
 
 ItemId = Annotated[int, Path(ge=1, le=2**63 - 1, description="An id as results show it.")]
 
@@ -29,7 +30,7 @@ async def get_page(page_id: ItemId, key: SpaceDep, state: StateDep) -> Page:
     return await state.spaces.call(key, GET_PAGE, page_id=page_id)
 
 
-@router.patch("/memories/{page_id}", summary="Correct a stored exchange")
+@router.patch("/memories/{page_id}", summary="Correct a stored exchange", responses=error_responses(413))
 async def update_page(page_id: ItemId, body: PageUpdate, key: SpaceDep, state: StateDep) -> Page:
     """Same id; embedded and analyzed again, facts drawn only from the old text removed."""
     return await state.spaces.call(
@@ -53,7 +54,7 @@ async def get_fact(entry_id: ItemId, key: SpaceDep, state: StateDep) -> Knowledg
     return await state.spaces.call(key, GET_FACT, entry_id=entry_id)
 
 
-@router.patch("/facts/{entry_id}", summary="Correct a fact (a new version)")
+@router.patch("/facts/{entry_id}", summary="Correct a fact (a new version)", responses=error_responses(413))
 async def update_fact(entry_id: ItemId, body: FactUpdate, key: SpaceDep, state: StateDep) -> KnowledgeEntry:
     return await state.spaces.call(key, UPDATE_FACT, entry_id=entry_id, text=body.text)
 

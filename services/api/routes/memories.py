@@ -10,43 +10,47 @@ read. Over the backlog bound, writes are refused with 503 and `Retry-After`.
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from memoryos.errors import InvalidInputError
 from memoryos.facade.lifecycle import MAX_PAGE_LIST
-from memoryos.ids import new_id
 from memoryos.space.ops import AddTurns
 from memoryos.space.writes import plan_write
 from memoryos.types import PageList, WriteStatus
 from memoryos.validation import validate_key
 from services.api.deps import ApiState, SpaceDep, StateDep
-from services.api.models import AddBatchRequest, AddMemoryRequest, MemoryAdded, WriteAccepted
+from services.api.models import (
+    WRITE_ID_SCHEMA,
+    AddBatchRequest,
+    AddMemoryRequest,
+    MemoryAdded,
+    WriteAccepted,
+)
+from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 from services.queue.calls import LIST_PAGES, WRITE_STATUS
 
-router = APIRouter(prefix=SPACE_PREFIX, tags=["memories"])
-
-
-def _new_write_id() -> str:
-    return f"w-{new_id()}"
+router = APIRouter(prefix=SPACE_PREFIX, tags=["memories"], responses=SPACE_ERRORS)
 
 
 def plan(
     state: ApiState, turns: list[dict[str, Any]], write_id: str | None, ttl_s: float | None, field_prefix: str
 ) -> AddTurns:
     """The engine's check of a write (`plan_write`), before the space is opened: a refused write creates
-    no space. Every write gets a write id, so its status can be asked for and a read can wait on it."""
+    no space. Every write gets a write id, so its status can be asked for and a read can wait on it: the
+    caller's, whose reuse for other content is refused (409), or a fresh one the engine draws (unique: not
+    remembered for that check, nor kept in Redis)."""
     return plan_write(
         turns,
         max_text_chars=state.spaces.config.max_text_chars,
         at=time.time(),
-        write_id=write_id or _new_write_id(),
+        write_id=write_id,
         ttl_s=ttl_s,
         field_prefix=field_prefix,
     )
 
 
-@router.post("/memories", status_code=201, summary="Remember one exchange")
+@router.post("/memories", status_code=201, summary="Remember one exchange", responses=error_responses(413))
 async def add_memory(body: AddMemoryRequest, key: SpaceDep, state: StateDep) -> MemoryAdded:
     """Stores one exchange (creating the space on first write); returns its write id, and its page id
     once known (embedded mode: at once; with Redis, `GET .../writes/{write_id}` after it is applied)."""
@@ -59,7 +63,12 @@ async def add_memory(body: AddMemoryRequest, key: SpaceDep, state: StateDep) -> 
     )
 
 
-@router.post("/memories/batch", status_code=202, summary="Remember many exchanges as one write")
+@router.post(
+    "/memories/batch",
+    status_code=202,
+    summary="Remember many exchanges as one write",
+    responses=error_responses(413),
+)
 async def add_memories(body: AddBatchRequest, key: SpaceDep, state: StateDep) -> WriteAccepted:
     """All turns are checked before any is stored. 202: durable now, searchable once embedded — poll
     `GET .../writes/{write_id}` or name the write id in a read."""
@@ -73,8 +82,15 @@ async def add_memories(body: AddBatchRequest, key: SpaceDep, state: StateDep) ->
     return WriteAccepted(write_id=op.write_id or "", page_ids=page_ids)
 
 
-@router.get("/writes/{write_id}", summary="Where an acknowledged write stands")
-async def write_status(write_id: str, key: SpaceDep, state: StateDep) -> WriteStatus:
+WriteIdPath = Annotated[
+    str, Path(description="The write's id, as its answer gave it.", json_schema_extra=WRITE_ID_SCHEMA)
+]
+
+
+@router.get(
+    "/writes/{write_id}", summary="Where an acknowledged write stands", responses=error_responses(404)
+)
+async def write_status(write_id: WriteIdPath, key: SpaceDep, state: StateDep) -> WriteStatus:
     """Its page ids and whether all are searchable; 404 if this space has no write with that id."""
     checked = validate_key("write_id", write_id)
     found = await state.spaces.call(key, WRITE_STATUS, write_id=checked)
@@ -83,7 +99,7 @@ async def write_status(write_id: str, key: SpaceDep, state: StateDep) -> WriteSt
     return found
 
 
-@router.get("/memories", summary="List the space's memories, paged")
+@router.get("/memories", summary="List the space's memories, paged", responses=error_responses(404))
 async def list_memories(
     key: SpaceDep,
     state: StateDep,

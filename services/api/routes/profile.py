@@ -8,10 +8,11 @@ from fastapi import APIRouter, Query, Response
 from memoryos.types import KnowledgeEntry, KnowledgeKind, MemoryStats
 from services.api.deps import SpaceDep, StateDep
 from services.api.models import Profile
+from services.api.openapi import SPACE_READ_ERRORS
 from services.api.routes import SPACE_PREFIX
 from services.queue.calls import CONSOLIDATE, LIST_FACTS, PROFILE, STATS
 
-router = APIRouter(prefix=SPACE_PREFIX, tags=["profile"])
+router = APIRouter(prefix=SPACE_PREFIX, tags=["profile"], responses=SPACE_READ_ERRORS)
 
 
 @router.get("/profile", summary="The user profile")

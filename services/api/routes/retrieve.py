@@ -17,10 +17,11 @@ from memoryos.space.pool import SpaceKey
 from memoryos.types import RetrievedContext
 from services.api.deps import ApiState, SpaceDep, StateDep
 from services.api.models import GeneratedResponse, ResponseRequest, RetrieveRequest
+from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 from services.queue.calls import RESPOND, RETRIEVE, WRITE_STATUS
 
-router = APIRouter(prefix=SPACE_PREFIX, tags=["reads"])
+router = APIRouter(prefix=SPACE_PREFIX, tags=["reads"], responses=SPACE_ERRORS)
 
 POLL_FIRST_S = 0.002
 POLL_MAX_S = 0.05
@@ -48,7 +49,7 @@ async def wait_for_writes(state: ApiState, key: SpaceKey, write_ids: list[str], 
         pause = min(pause * 2, POLL_MAX_S)
 
 
-@router.post("/retrieve", summary="Retrieve context for a query")
+@router.post("/retrieve", summary="Retrieve context for a query", responses=error_responses(404, 413, 504))
 async def retrieve(body: RetrieveRequest, key: SpaceDep, state: StateDep) -> RetrievedContext:
     """Short-term pages, the best mid-term pages, facts and the profile, each item with its id."""
     if body.wait_for_write_ids:
@@ -61,7 +62,11 @@ async def retrieve(body: RetrieveRequest, key: SpaceDep, state: StateDep) -> Ret
     )
 
 
-@router.post("/response", summary="Answer a query from memory (then remember the exchange)")
+@router.post(
+    "/response",
+    summary="Answer a query from memory (then remember the exchange)",
+    responses=error_responses(413, 502),
+)
 async def generate_response(body: ResponseRequest, key: SpaceDep, state: StateDep) -> GeneratedResponse:
     """The LLM's answer from the retrieved context; the exchange is stored as a new memory."""
     answer = await state.spaces.call(
