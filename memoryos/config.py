@@ -161,11 +161,11 @@ class MemoryConfig(BaseSettings):
         "acknowledged its writes). memoryos/scheduler/batcher.py.",
     )
     embedding_yield_max_s: float = Field(
-        10.0,
+        0.25,
         ge=0,
         description="The longest a page waits for its batch while writes keep coming (embedding_yield_ms); "
-        "after it, pages are embedded as they arrive. Keep it below the API's "
-        "MEMORYOS_API_MAX_WRITE_LAG_S, or a burst of writes runs into the lag bound.",
+        "after it, pages are embedded as they arrive. Below the API's MEMORYOS_API_MAX_WRITE_LAG_S (0.5 s), "
+        "or steady writes run into the lag bound: the API refuses that configuration at start.",
     )
     embedding_cache_size: int = Field(10000, ge=0, description="Text->vector LRU entries (0 disables).")
     embedding_runtime: Literal["auto", "torch", "onnx"] = Field(

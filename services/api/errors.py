@@ -159,10 +159,21 @@ async def _storage_failed(request: Request, exc: Exception) -> ErrorResponse:
     return error_response(500, "the memory store failed", code="storage_error")
 
 
+async def _overloaded(request: Request, exc: Exception) -> ErrorResponse:
+    """Backpressure: writes arrive faster than they are embedded (or applied, in Redis mode), and the
+    lag bound keeps reads short. 429, not 503: the server is up and answering, this client should slow
+    down; monitoring counts them apart from failures (`memoryos_http_request_duration_seconds_count`
+    with `status="429"`)."""
+    assert isinstance(exc, BackpressureError)
+    return error_response(
+        429, str(exc), code="overloaded", headers={"Retry-After": str(max(1, round(exc.retry_after_s)))}
+    )
+
+
 async def _retry_later(request: Request, exc: Exception) -> ErrorResponse:
-    """Backpressure, no worker answering for the space, no room for another bundle (Redis mode):
-    nothing was done; retry."""
-    assert isinstance(exc, BackpressureError | ReadUnavailableError | BundleRoomError)
+    """No worker answering for the space, no room for another bundle (Redis mode): nothing was done;
+    retry."""
+    assert isinstance(exc, ReadUnavailableError | BundleRoomError)
     return error_response(503, str(exc), headers={"Retry-After": str(max(1, round(exc.retry_after_s)))})
 
 
@@ -225,7 +236,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SchedulerClosedError, _shutting_down)
     app.add_exception_handler(BatcherClosedError, _shutting_down)
     app.add_exception_handler(StorageError, _storage_failed)
-    app.add_exception_handler(BackpressureError, _retry_later)
+    app.add_exception_handler(BackpressureError, _overloaded)
     app.add_exception_handler(ReadUnavailableError, _retry_later)
     app.add_exception_handler(BundleRoomError, _retry_later)
     app.add_exception_handler(JobNotFoundError, _job_not_found)

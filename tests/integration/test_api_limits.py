@@ -177,7 +177,7 @@ class BlockedEmbedder(HashEmbedder):
         return super().encode(texts, is_query=is_query)
 
 
-def test_writes_over_the_backlog_bound_get_503_with_retry_after(tmp_path: Path) -> None:
+def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) -> None:
     embedder = BlockedEmbedder()
     settings = ApiSettings(
         port=0,
@@ -192,8 +192,8 @@ def test_writes_over_the_backlog_bound_get_503_with_retry_after(tmp_path: Path) 
             turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(3)]
             assert httpx.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
             refused = httpx.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
-            assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
-            assert refused.json()["error"] == "unavailable"
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
+            assert refused.json()["error"] == "overloaded"
             deadline = time.monotonic() + 5  # the sampler's next figure: the 3 pages stuck in the embedder
             while "memoryos_queue_depth 3.0" not in httpx.get(f"{api.url}/metrics").text:
                 assert time.monotonic() < deadline
@@ -211,7 +211,9 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
     (`services/api/spaces.py`, `WRITE_THREADS`)."""
     embedder = BlockedEmbedder()
     try:
-        with running_api(ApiSettings(port=0), offline_config(tmp_path), embedder=embedder) as api:
+        # No lag bound here: with the embedder stuck it would refuse the write this test acknowledges.
+        settings = ApiSettings(port=0, max_write_lag_s=0)
+        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
             space = api.space_url("reader")
             first = {"user_input": "the first exchange", "agent_response": "noted"}
             assert httpx.post(f"{space}/memories", json=first).status_code == 201
@@ -231,7 +233,7 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
         embedder.release.set()
 
 
-def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_bound(tmp_path: Path) -> None:
+def test_writes_get_429_while_the_oldest_unembedded_write_is_older_than_the_bound(tmp_path: Path) -> None:
     """The lag bound: reads wait for the writes before them, so writes are refused while the embedder is
     that far behind, and accepted again once it catches up. Refused writes are told to come back at
     different times (3 to 7 s), not all in the same second."""
@@ -253,14 +255,14 @@ def test_writes_get_503_while_the_oldest_unembedded_write_is_older_than_the_boun
             while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
                 assert time.monotonic() < deadline, "never refused"
                 time.sleep(0.1)
-            assert answer.status_code == 503 and "acknowledged" in answer.json()["message"]
+            assert answer.status_code == 429 and "acknowledged" in answer.json()["message"]
             refusals = [httpx.post(f"{space}/memories", json=turn) for _ in range(20)]
-            assert {r.status_code for r in refusals} == {503}
+            assert {r.status_code for r in refusals} == {429}
             waits = {int(r.headers["retry-after"]) for r in [*refusals, answer]}
             assert len(waits) > 1 and waits <= set(range(3, 8))
             embedder.release.set()
             deadline = time.monotonic() + 10
-            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 503:
+            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 429:
                 assert time.monotonic() < deadline, "still refused once embedded"
                 time.sleep(0.1)
             assert answer.status_code == 201

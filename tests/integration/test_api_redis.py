@@ -3,6 +3,7 @@ acknowledged once Redis holds them, before any worker runs; every other route is
 that owns the space (on a thread here, as in `test_queue_worker.py`); MCP over HTTP works the same way."""
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -237,13 +238,15 @@ def dead_letters(api: RunningApi, key: str) -> list[dict[str, object]]:
     return letters
 
 
-def test_a_write_to_a_full_shard_stream_gets_503_with_spread_retry_after(
+def test_a_write_to_a_full_shard_stream_gets_429_with_spread_retry_after(
     queue: QueueSettings, tmp_path: Path
 ) -> None:
     """No worker runs, so the shard's stream fills: further writes are refused, nothing queued, and the
     refused clients are told to come back at different times within the configured window (3 to 7 s),
     not all in the same next second."""
-    settings = ApiSettings(keys=KEYS, port=0, backpressure_retry_after_s=3, backpressure_retry_spread_s=4)
+    settings = ApiSettings(
+        keys=KEYS, port=0, backpressure_retry_after_s=3, backpressure_retry_spread_s=4, max_write_lag_s=0
+    )
     full = queue.model_copy(update={"queue_max_entries": 1})
     with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=full) as running:
         space = f"{running.space_url('ann')}/memories"
@@ -251,6 +254,36 @@ def test_a_write_to_a_full_shard_stream_gets_503_with_spread_retry_after(
         turn = {"user_input": "queued while no worker runs", "agent_response": "noted"}
         assert httpx.post(space, json=turn, headers=acme).status_code == 201
         refusals = [httpx.post(space, json=turn, headers=acme) for _ in range(20)]
-    assert {r.status_code for r in refusals} == {503}
+    assert {r.status_code for r in refusals} == {429}
+    assert {r.json()["error"] for r in refusals} == {"overloaded"}
     waits = {int(r.headers["retry-after"]) for r in refusals}
     assert len(waits) > 1 and waits <= set(range(3, 8)), waits
+
+
+def test_writes_get_429_while_the_oldest_queued_write_waits_past_the_lag_bound(
+    queue: QueueSettings, config: MemoryConfig, tmp_path: Path
+) -> None:
+    """A read waits until its space's writes are applied: writes are refused while the oldest write not yet
+    applied is older than `max_write_lag_s`, so reads never wait behind an unbounded queue. Reads are never
+    refused for it; once a worker applies the queue, writes are accepted again."""
+    settings = ApiSettings(keys=KEYS, port=0, max_write_lag_s=0.5, sampler_interval_s=0.05)
+    with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as running:
+        space = running.space_url("ann")
+        acme = {"Authorization": "Bearer key-acme"}
+        turn = {"user_input": "queued while no worker runs", "agent_response": "noted"}
+        assert httpx.post(f"{space}/memories", json=turn, headers=acme).status_code == 201
+        time.sleep(1.0)  # no worker: the write stays queued past the bound, and the sampler sees it
+        refused = httpx.post(f"{space}/memories", json=turn, headers=acme)
+        assert refused.status_code == 429, refused.text
+        assert "not applied" in refused.json()["message"] and refused.headers["retry-after"]
+        worker = Running(queue, config, "w-lag")
+        try:
+            deadline = time.monotonic() + 30
+            while (answer := httpx.post(f"{space}/memories", json=turn, headers=acme)).status_code == 429:
+                assert time.monotonic() < deadline, "writes still refused after the queue was applied"
+                time.sleep(0.1)
+            assert answer.status_code == 201
+            read = httpx.post(f"{space}/retrieve", json={"query": "queued"}, headers=acme, timeout=30)
+            assert read.status_code == 200
+        finally:
+            worker.stop()
