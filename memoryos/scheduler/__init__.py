@@ -99,6 +99,12 @@ class Scheduler:
         with self._lock:
             return len(self._llms)
 
+    def embedding_lag_s(self) -> float:
+        """The longest any space has waited for its pages to be embedded, over every batcher (0: none)."""
+        with self._lock:
+            batchers = [batcher for _, batcher in self._batchers.values()]
+        return max((batcher.oldest_wait_s() for batcher in batchers), default=0.0)
+
     def batcher_stats(self) -> list[BatcherStats]:
         """The counters of each model's batcher (batches, texts, tokens): a service's metrics."""
         with self._lock:

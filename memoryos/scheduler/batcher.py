@@ -252,6 +252,18 @@ class EmbeddingBatcher(BatchFilling):
                     self._cond.notify_all()
         return np.asarray(vectors)[0]
 
+    def oldest_wait_s(self) -> float:
+        """How long the longest-waiting space with pages to embed has waited (0 when none): the age of its
+        oldest page not yet searchable, as a source stays queued until drained. A service worker holds back
+        new writes while this grows, so that the queue in Redis, which the API bounds, shows the lag."""
+        with self._cond:
+            waiting = [
+                entry.ready_at
+                for entry in self._queue.values()
+                if isinstance(entry, QueuedSource) and not entry.failures
+            ]
+        return max(0.0, time.monotonic() - min(waiting)) if waiting else 0.0
+
     def stats(self) -> BatcherStats:
         with self._cond:
             return BatcherStats(

@@ -114,6 +114,14 @@ class QueueSettings(BaseSettings):
         "services/worker/processes.py.",
     )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")
+    worker_max_embedding_lag_s: float = Field(
+        0.25,
+        ge=0,
+        description="While a page applied here has waited this long for its vectors, the worker takes no "
+        "new writes from its shards (0: it always takes them). Applying is cheaper than embedding, so "
+        "without it the backlog grew inside the worker, where the API cannot see it, and reads waited "
+        "for it; held in the streams, it is the lag the API's MEMORYOS_API_MAX_WRITE_LAG_S bounds.",
+    )
     worker_mmap_threshold_kb: int = Field(
         64,
         ge=0,

@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
+from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space.pool import SpaceKey
 from services.allocator import PeriodicTrim
@@ -34,6 +35,9 @@ from services.worker.spaces import WorkerSpaces
 from services.worker.tombstones import honour_tombstones
 
 log = logging.getLogger(__name__)
+
+EMBEDDING_HOLD_POLL_S = 0.02
+"""How often a worker holding back new writes looks at its embedding lag again: a fraction of the bound."""
 
 
 def new_worker_id() -> str:
@@ -55,6 +59,7 @@ class Worker:
         self.client: redis.Redis = connect(settings)
         config = config.model_copy(update={"embedding_yield_ms": 0.0})
         self.spaces = WorkerSpaces(config, settings, **parts)
+        self.scheduler: Scheduler = parts.get("scheduler") or shared_scheduler(config)
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
@@ -143,7 +148,14 @@ class Worker:
         if not shards:  # nothing held, or the leases not vouched for: renew again after a period
             time.sleep(self.period_s)
             return 0
+        if self._embedding_behind():  # the writes wait in the streams, where the API sees the lag
+            time.sleep(EMBEDDING_HOLD_POLL_S)
+            return 0
         return self.consumer.poll(shards, block_ms=int(self.period_s * 1000))
+
+    def _embedding_behind(self) -> bool:
+        bound = self.settings.worker_max_embedding_lag_s
+        return bool(bound) and self.scheduler.embedding_lag_s() > bound
 
     def run(self, stop: threading.Event) -> None:
         """Work until `stop` is set, then drain and give everything back."""

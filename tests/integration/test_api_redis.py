@@ -17,7 +17,9 @@ from memoryos.space.pool import SpaceKey
 from services.api.settings import ApiSettings
 from services.client import ApiError, MemoryClient
 from services.queue.keys import Keys, shard_of
+from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
+from tests.integration.test_api_limits import BlockedEmbedder
 from tests.integration.test_mcp_http import connect, ok
 from tests.support.api_server import RunningApi, running_api
 from tests.support.queue_worker import Running, wait_for
@@ -287,3 +289,42 @@ def test_writes_get_429_while_the_oldest_queued_write_waits_past_the_lag_bound(
             assert read.status_code == 200
         finally:
             worker.stop()
+
+
+def test_a_worker_behind_on_embedding_leaves_new_writes_queued_so_the_api_refuses_them(
+    queue: QueueSettings, config: MemoryConfig, tmp_path: Path
+) -> None:
+    """Applying is cheaper than embedding: a worker that took every write while its embedder lagged held
+    a backlog the API could not see, and reads waited for it. While its oldest page waits past
+    `worker_max_embedding_lag_s`, the worker leaves new writes in the stream, where the API's lag bound
+    refuses more (429); once the embedder catches up, both move again."""
+    embedder = BlockedEmbedder()
+    settings = ApiSettings(keys=KEYS, port=0, max_write_lag_s=0.5, sampler_interval_s=0.05)
+    holding = queue.model_copy(update={"worker_max_embedding_lag_s": 0.2})
+    acme = {"Authorization": "Bearer key-acme"}
+    turn = {"user_input": "written while the embedder is stuck", "agent_response": "noted"}
+    worker = Running(holding, config, "w-behind", embedder=embedder)
+    try:
+        with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=holding) as running:
+            space = f"{running.space_url('ann')}/memories"
+            assert httpx.post(space, json=turn, headers=acme).status_code == 201  # applied, not embedded
+            wait_for(
+                lambda: (
+                    worker.worker.consumer is not None
+                    and not WriteQueue(redis.Redis.from_url(queue.redis_url), holding).depth()
+                )
+            )
+            time.sleep(0.4)  # its page now waits past the worker's bound
+            assert httpx.post(space, json=turn, headers=acme).status_code == 201  # queued, left there
+            time.sleep(1.0)  # ... past the API's bound
+            refused = httpx.post(space, json=turn, headers=acme)
+            assert refused.status_code == 429, refused.text
+            embedder.release.set()
+            deadline = time.monotonic() + 30
+            while (answer := httpx.post(space, json=turn, headers=acme)).status_code == 429:
+                assert time.monotonic() < deadline, "writes still refused after the embedder caught up"
+                time.sleep(0.1)
+            assert answer.status_code == 201
+    finally:
+        embedder.release.set()
+        worker.stop()
