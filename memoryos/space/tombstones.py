@@ -1,13 +1,17 @@
 """Tombstones on the data volume: which spaces were forgotten, and when, so that a restore of the volume
 (or of one space's directory) taken before a forget does not bring the user back.
 
-A tombstone is the space's key — tenant, user and assistant ids, never any memory text — and the time the
-forget was planned (`ForgetSpace.at`: the same clock that stamps writes, `AddTurns.at`). Each is one small
-JSON file `<data_dir>/.tombstones/<digest of the key>.json`, written atomically (temp file, fsync, rename,
-fsync of the directory) before the space's files are erased, by the one process that erases them (the
-space's lease owner, or the embedded server): no file is shared between writers, which a network file
-system would not keep apart, and a later forget of the same space replaces the file with its newer time.
-Ids start with a letter or digit (`validate_id`), so `.tombstones` is never a tenant's directory.
+A tombstone holds a digest of the space's key (`digest`: SHA-256 of the tenant, user and assistant ids
+behind a fixed prefix) and the time the forget was planned (`ForgetSpace.at`: the same clock that stamps
+writes, `AddTurns.at`) — no id and no memory text: a forgotten user leaves no byte of theirs on the volume
+(an id is often an email). The limit: the digest is not keyed, so someone who already knows a user's ids
+can compute it and confirm that the user was forgotten; nothing lets one list who was. Each tombstone is
+one small JSON file `<data_dir>/.tombstones/<digest>.json` holding the time, written atomically (temp
+file, fsync, rename, fsync of the directory) before the space's files are erased, by the one process that
+erases them (the space's lease owner, or the embedded server): no file is shared between writers, which a
+network file system would not keep apart, and a later forget of the same space replaces the file with its
+newer time. Ids start with a letter or digit (`validate_id`), so `.tombstones` is never a tenant's
+directory.
 
 A space directory "predates" its tombstone when no write or import stored in it was planned at or after
 the forget: the newest `add_turns`, `ImportBundle` or `ImportReference` row of its op log is older. That
@@ -17,15 +21,19 @@ say), so the space it made is kept. Derived ops (embedding, consolidation) do no
 stamps them, and they add no memory of their own. A store that cannot be read is erased too: it cannot
 show a write newer than the forget.
 
-Tombstones are kept forever: ~150 bytes per forgotten space, and a restore can come from any backup still
-kept. Start-up reads them all once (one directory listing and one small file each) and opens only the
-stores of tombstoned spaces that have a directory.
+A digest cannot be turned back into a directory, so start-up goes the other way: one walk of the space
+directories (`<data_dir>/<tenant>/<user_id>/<assistant_id>/` holding `STORE_FILE`), each key's digest
+looked up among the tombstones, the stores opened only of the spaces that have one. That walk is the
+cost: one listing per directory level at each start, only when there is a tombstone. Tombstones are kept
+forever: under 100 bytes per forgotten space, and a restore can come from any backup still kept.
+Start-up reads them all once (one directory listing and one small file each).
 """
 
 import contextlib
 import hashlib
 import json
 import logging
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -43,56 +51,55 @@ log = logging.getLogger(__name__)
 TOMBSTONE_DIR = ".tombstones"
 WRITE_KINDS = ("add_turns", "ImportBundle", "ImportReference")
 """Op log kinds that store memory given by a caller: the age of a space's data is the newest of these."""
+DIGEST_PREFIX = b"memoryos-tombstone\0"
+"""Hashed before the key, so a tombstone's digest matches no other SHA-256 of the same ids."""
+_DIGEST = re.compile("[0-9a-f]{64}")
+_ID_FIELDS = ("tenant", "user_id", "assistant_id")
 
-Tombstones = dict[SpaceKey, float]
-"""Forgotten spaces -> when the newest forget of each was planned (Unix seconds)."""
-
-
-def space_directory(data_dir: Path, key: SpaceKey) -> Path:
-    """Where the space of `key` lives under `data_dir` (`MemoryConfig.space_dir`, every id checked)."""
-    parts = (("tenant", key.tenant), ("user_id", key.user_id), ("assistant_id", key.assistant_id))
-    return data_dir.joinpath(*(validate_id(field, value) for field, value in parts))
+Tombstones = dict[str, float]
+"""Forgotten spaces' digests (`digest`) -> when the newest forget of each was planned (Unix seconds)."""
 
 
-def _file_of(data_dir: Path, key: SpaceKey) -> Path:
-    digest = hashlib.blake2b("/".join(key).encode(), digest_size=16).hexdigest()
-    return data_dir / TOMBSTONE_DIR / f"{digest}.json"
+def digest(key: SpaceKey) -> str:
+    """What a tombstone holds of the space's key, on the volume and in Redis alike: the hex SHA-256 of the
+    prefix and `tenant/user/assistant`, so that neither holds an id."""
+    return hashlib.sha256(DIGEST_PREFIX + "/".join(key).encode()).hexdigest()
 
 
-def record(data_dir: Path, key: SpaceKey, forgotten_at: float) -> None:
-    """Durably note that the space of `key` was forgotten at `forgotten_at`, before its files are erased;
-    an older tombstone of the space is replaced, a newer one kept."""
-    path = _file_of(data_dir, key)
+def is_digest(value: str) -> bool:
+    """Whether `value` can be a tombstone's digest; a file or a Redis field that is not one names no space."""
+    return _DIGEST.fullmatch(value) is not None
+
+
+def record(data_dir: Path, space_digest: str, forgotten_at: float) -> None:
+    """Durably note that the space of `space_digest` (`digest`) was forgotten at `forgotten_at`, before
+    its files are erased; an older tombstone of the space is replaced, a newer one kept."""
+    path = data_dir / TOMBSTONE_DIR / f"{space_digest}.json"
     kept = _read(path)
-    if kept is not None and kept[1] >= forgotten_at:
+    if kept is not None and kept >= forgotten_at:
         return
     make_directory(path.parent)
-    fields = {"tenant": key.tenant, "user_id": key.user_id, "assistant_id": key.assistant_id}
-    atomic_write_bytes(path, json.dumps({**fields, "forgotten_at": forgotten_at}).encode())
+    atomic_write_bytes(path, json.dumps({"forgotten_at": forgotten_at}).encode())
 
 
 def read_all(data_dir: Path) -> Tombstones:
     """Every tombstone on the volume (none when there is no tombstone directory). A file that cannot be
-    read, or names ids that are not valid, is logged and left out."""
+    read, or whose name is no digest, is logged and left out."""
     found: Tombstones = {}
     with contextlib.suppress(FileNotFoundError):
         for path in (data_dir / TOMBSTONE_DIR).glob("*.json"):
-            tombstone = _read(path)
-            if tombstone is None:
+            forgotten_at = _read(path) if is_digest(path.stem) else None
+            if forgotten_at is None:
                 log.warning("unreadable tombstone left out", extra={"file": path.name})
                 continue
-            key, forgotten_at = tombstone
-            found[key] = max(forgotten_at, found.get(key, forgotten_at))
+            found[path.stem] = forgotten_at
     return found
 
 
-def _read(path: Path) -> tuple[SpaceKey, float] | None:
+def _read(path: Path) -> float | None:
     try:
-        fields = json.loads(path.read_bytes())
-        key = SpaceKey(fields["tenant"], fields["user_id"], fields["assistant_id"])
-        space_directory(Path("."), key)  # ids that cannot name a directory are no tombstone
-        return key, float(fields["forgotten_at"])
-    except (OSError, ValueError, TypeError, KeyError, InvalidInputError):
+        return float(json.loads(path.read_bytes())["forgotten_at"])
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
@@ -111,24 +118,48 @@ def predates(directory: Path, forgotten_at: float) -> bool:
     return row[0] is None or float(row[0]) < forgotten_at
 
 
+def _spaces(data_dir: Path) -> list[tuple[SpaceKey, Path]]:
+    """Every space on the volume: a `<tenant>/<user_id>/<assistant_id>` directory holding `STORE_FILE`
+    (`memoryos/space/layout.py`) whose names are valid ids. Listed whole before any is erased: erasing
+    removes the directories above a space that a walk still under way would list."""
+    found: list[tuple[SpaceKey, Path]] = []
+    for store in data_dir.glob(f"*/*/*/{STORE_FILE}"):
+        names = store.parent.relative_to(data_dir).parts
+        try:
+            key = SpaceKey(*(validate_id(field, name) for field, name in zip(_ID_FIELDS, names, strict=True)))
+        except InvalidInputError:
+            continue
+        if store.is_file():
+            found.append((key, store.parent))
+    return found
+
+
 def erase_restored(
     config: MemoryConfig, tombstones: Tombstones, erase: Callable[[SpaceKey, float], object]
 ) -> list[SpaceKey]:
-    """Erase, with `erase(key, forgotten_at)`, every tombstoned space whose directory predates its
-    tombstone (`predates`); returns their keys. Each is logged at INFO with its key only. A space that
-    cannot be erased now (another process has it open) is logged and left for the next start."""
+    """Erase, with `erase(key, forgotten_at)`, every space directory whose key's digest has a tombstone
+    and that predates it (`predates`); returns their keys. Walks the space directories once when there
+    is a tombstone (a digest names no directory). Each is logged at INFO with its digest's first 12
+    characters, no id. A space that cannot be erased now (another process has it open) is logged and left
+    for the next start."""
     erased: list[SpaceKey] = []
-    for key, forgotten_at in tombstones.items():
-        if not predates(space_directory(config.data_dir, key), forgotten_at):
+    if not tombstones:
+        return erased
+    for key, directory in _spaces(config.data_dir):
+        space_digest = digest(key)
+        forgotten_at = tombstones.get(space_digest)
+        if forgotten_at is None or not predates(directory, forgotten_at):
             continue
         try:
             erase(key, forgotten_at)
         except MemoryOSError as error:
             log.warning(
                 "a restored copy of a forgotten space could not be erased now",
-                extra={"space": "/".join(key), "error": type(error).__name__},
+                extra={"tombstone": space_digest[:12], "error": type(error).__name__},
             )
             continue
-        log.info("a restored copy of a forgotten space was erased again", extra={"space": "/".join(key)})
+        log.info(
+            "a restored copy of a forgotten space was erased again", extra={"tombstone": space_digest[:12]}
+        )
         erased.append(key)
     return erased

@@ -135,7 +135,8 @@ class EmbeddedSpaces:
         config = self.tenant_config(key.tenant)
         with self._pool.closed_for(key):
             if (config.space_dir(key.user_id, key.assistant_id) / STORE_FILE).is_file():
-                tombstones.record(config.data_dir, key, time.time())  # the clock of writes' `at`
+                forgotten_at = time.time()  # the clock of writes' `at`
+                tombstones.record(config.data_dir, tombstones.digest(key), forgotten_at)
             forget_space(key.user_id, config, key.assistant_id, embedder)
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:

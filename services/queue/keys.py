@@ -99,6 +99,6 @@ class Keys:
         return f"{self.namespace}:forgotten-since-rewrite"
 
     def tombstones(self) -> str:
-        """Hash of forgotten spaces -> when each was forgotten (ids and a time, no text): what a Redis
-        restored from before a forget is checked against (`services/queue/tombstones.py`)."""
+        """Hash of the digest of each forgotten space's key -> when it was forgotten (no id, no text): what a
+        Redis restored from before a forget is checked against (`services/queue/tombstones.py`)."""
         return f"{self.namespace}:tombstones"

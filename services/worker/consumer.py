@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
 from memoryos.space.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space.pool import SpaceKey
+from memoryos.space.tombstones import digest
 from services.queue import streams, tombstones
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
@@ -215,7 +216,7 @@ class ShardConsumer:
         a newer write took their place. The forget is counted for the AOF rewrite that takes the user's
         text out of Redis's files (`services/jobs/tasks.py`, `rewrite_aof_after_forgets`). Its tombstone
         is set, so a Redis restored from before it is checked (`services/worker/tombstones.py`)."""
-        tombstones.record(self.client, self.keys, entry.space, entry.op.at)
+        tombstones.record(self.client, self.keys, digest(entry.space), entry.op.at)
         self.held.forget(shard, entry.space)
         purge_bundles(self.client, self.keys, entry.space)
         self._forgotten_script(

@@ -72,7 +72,7 @@ class WorkerSpaces:
         `writing`'s."""
         with self.pool.closed_for(key, on_wait):
             if self.exists(key):
-                tombstones.record(self.config.data_dir, key, forgotten_at)
+                tombstones.record(self.config.data_dir, tombstones.digest(key), forgotten_at)
             try:
                 return forget_space(key.user_id, self.config_of(key), key.assistant_id, self.embedder())
             except SpaceNotFoundError:

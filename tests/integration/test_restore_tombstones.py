@@ -5,16 +5,23 @@ is copied aside and put back as an operator restores it, a worker on a thread, S
 volume snapshot is. Each restore is taken before a forget and put back after it; the next start must
 erase the forgotten user again, keep everyone else, and keep a user written again after the forget."""
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
 import redis
 
 from memoryos import MemoryConfig
+from memoryos.space import tombstones as volume
+from memoryos.space.pool import SpaceKey
+from memoryos.space.tombstones import digest
 from services.api.settings import ApiSettings
+from services.queue import tombstones as in_redis
+from services.queue.keys import Keys, shard_of, space_name
 from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder
@@ -28,12 +35,14 @@ HEADERS = {"authorization": f"Bearer {KEY}"}
 TOMBSTONES = ".tombstones"
 """`<data_dir>/.tombstones`: the one part of the data volume a restore keeps from now (docs/deploy.md)."""
 NAMESPACE = "memoryos"
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
-def write(api: RunningApi, user: str, text: str) -> None:
+def write(api: RunningApi, user: str, text: str, write_id: str | None = None) -> None:
+    body = {"user_input": text, "agent_response": "Noted."} | ({"write_id": write_id} if write_id else {})
     answer = httpx.post(
         f"{api.space_url(user)}/memories",
-        json={"user_input": text, "agent_response": "Noted."},
+        json=body,
         headers=HEADERS,
     )
     assert answer.status_code in (201, 202), answer.text
@@ -86,16 +95,18 @@ def test_embedded_restore_of_a_forgotten_user(tmp_path: Path) -> None:
         assert again.status_code == 200 and "CHARLIE-5108" in again.text and "ALPHA" not in again.text
 
 
-def test_tombstone_holds_ids_and_a_time_only(tmp_path: Path) -> None:
+def test_tombstone_holds_a_digest_and_a_time_only(tmp_path: Path) -> None:
+    """No id of the forgotten user (often an email) stays on the volume, not even in its tombstone."""
     data = tmp_path / "data"
     settings = ApiSettings(port=0, preload_model=False, keys={KEY: "acme"})
     with running_api(settings, offline_config(data), embedder=HashEmbedder()) as api:
         write(api, "maya", "My locker code is ALPHA-7731")
         forget(api, "maya")
     written = list((data / TOMBSTONES).glob("*"))
-    assert len(written) == 1
-    assert b"maya" in written[0].read_bytes()  # the key...
-    assert not files_holding(data, "ALPHA-7731")  # ...never the text
+    assert [path.name for path in written] == [f"{digest(SpaceKey('acme', 'maya', 'bot'))}.json"]
+    assert list(json.loads(written[0].read_bytes())) == ["forgotten_at"]
+    assert not files_holding(data, "maya") and not any("maya" in str(path) for path in data.rglob("*"))
+    assert not files_holding(data, "ALPHA-7731")
 
 
 def redis_contents(client: redis.Redis) -> bytes:
@@ -167,11 +178,30 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
             yield Deployment(server, api, queue, tmp_path / "data")
 
 
+def test_redis_tombstone_holds_a_digest_and_a_time_only(deployment: Deployment) -> None:
+    """After a forget applied by a worker, neither Redis nor the volume holds the user's id: both
+    tombstones are the same digest of the key."""
+    api = deployment.api
+    worker = deployment.worker()
+    try:
+        write(api, "maya", "My locker code is ALPHA-7731")
+        assert "ALPHA-7731" in memories(api, "maya").text
+        forget(api, "maya")
+        wait_for(lambda: deployment.forgotten("maya"))
+    finally:
+        worker.stop()
+    expected = digest(SpaceKey("acme", "maya", "bot"))
+    assert deployment.client.hkeys(f"{NAMESPACE}:tombstones") == [expected.encode()]
+    assert [path.stem for path in (deployment.data / TOMBSTONES).glob("*")] == [expected]
+    assert b"maya" not in redis_contents(deployment.client)
+    assert not files_holding(deployment.data, "maya")
+
+
 def test_redis_restored_from_before_a_forget(deployment: Deployment, tmp_path: Path) -> None:
     """Writes still queued in the backup: the forgotten user's are dropped, not applied again; a user
     written again after the forget keeps the new writes only; another user is untouched."""
     api = deployment.api
-    write(api, "maya", "My locker code is ALPHA-7731")
+    write(api, "maya", "My locker code is ALPHA-7731", write_id="maya-locker")
     write(api, "omar", "My first pet was DELTA-4410")
     write(api, "noor", "I keep bees named BRAVO-2290")
     deployment.backup_redis(tmp_path / "aof-backup")  # all three writes queued, none applied
@@ -187,11 +217,14 @@ def test_redis_restored_from_before_a_forget(deployment: Deployment, tmp_path: P
 
     deployment.restore_redis(tmp_path / "aof-backup")
     assert b"ALPHA-7731" in redis_contents(deployment.client)  # the restore brought the writes back
+    digests = f"{NAMESPACE}:write-digests:acme/maya/bot"
+    assert deployment.client.hexists(digests, "maya-locker")  # and her write id's content digest
     worker = deployment.worker()
     try:
         contents = redis_contents(deployment.client)
         assert b"ALPHA-7731" not in contents and b"DELTA-4410" not in contents
         assert not deployment.client.sismember(f"{NAMESPACE}:spaces", "acme/maya/bot")
+        assert not deployment.client.hexists(digests, "maya-locker")
         notes = [f"{NAMESPACE}:last-write:{shard}" for shard in range(deployment.queue.shard_count)]
         assert not any(deployment.client.hexists(note, "acme/maya/bot") for note in notes)
         assert deployment.client.sismember(f"{NAMESPACE}:spaces", "acme/omar/bot")  # he lives on
@@ -231,3 +264,37 @@ def test_volume_restored_from_before_a_forget(deployment: Deployment, tmp_path: 
         assert "BRAVO-2290" in memories(api, "noor").text
     finally:
         worker.stop()
+
+
+def test_a_restored_redis_is_matched_by_hashing_each_space_name_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A digest names no space: the names Redis holds are hashed, each once however many entries carry
+    it, and only the tombstoned space's entries from before its forget go."""
+    maya, noor = SpaceKey("acme", "maya", "bot"), SpaceKey("acme", "noor", "bot")
+    forgotten_at, keys = 1000.0, Keys(NAMESPACE)
+    with running_redis(tmp_path / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        for key, at in (
+            [(maya, forgotten_at - 1)] * 5 + [(maya, forgotten_at + 1)] + [(noor, forgotten_at - 1)] * 3
+        ):
+            op = json.dumps({"kind": "add_turns", "at": at})
+            client.xadd(keys.writes(shard_of(key, 4)), {"space": space_name(key), "op": op})
+        client.sadd(keys.spaces(), space_name(maya), space_name(noor))
+        dead = {"space": space_name(maya), "op": json.dumps({"at": forgotten_at - 1})}
+        client.rpush(keys.dead_letters(), json.dumps(dead))
+        hashed: list[SpaceKey] = []
+
+        def counted(key: SpaceKey) -> str:
+            hashed.append(key)
+            return digest(key)
+
+        monkeypatch.setattr(volume, "digest", counted)
+
+        dropped = in_redis.drop_before(client, keys, 4, {digest(maya): forgotten_at}, lambda _: True)
+        assert dropped == {digest(maya): 6}  # five queued writes and the dead letter
+        assert sorted(hashed) == [maya, noor]
+        entries = [cast(StreamEntries, client.xrange(keys.writes(shard))) for shard in range(4)]
+        left = [fields[b"space"] for shard in entries for _, fields in shard]
+        assert sorted(left) == [b"acme/maya/bot"] + [b"acme/noor/bot"] * 3  # the write after the forget
+        assert client.llen(keys.dead_letters()) == 0
