@@ -35,6 +35,7 @@ import httpx
 from bench.output import emit
 from bench.serving.api import free_port
 from bench.serving.faults import start_worker_process, worker_env
+from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
 
 NOISY_RETRY_S = 0.05
@@ -208,8 +209,9 @@ def deployment(mode: str, data_dir: Path) -> Iterator[str]:
         redis_url = None
         if mode == "redis":
             redis_url = stack.enter_context(running_redis(data_dir / "redis")).url
-            env = worker_env(redis_url, data_dir / "spaces")
-            env.pop("MEMORYOS_LEASE_TTL_S")  # the shipped lease, as deployed
+            shipped = QueueSettings(redis_url=redis_url)  # the shipped namespace, shards and lease
+            env = worker_env(redis_url, data_dir / "spaces", shipped.redis_namespace, shipped.shard_count)
+            env.pop("MEMORYOS_LEASE_TTL_S")
             worker = start_worker_process(env, "mixed-load")
             stack.callback(stop, worker)
         url, api = serve(data_dir / "spaces", redis_url)
