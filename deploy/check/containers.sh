@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# The images built and the compose stack run, for real, on a machine with Debian's packages and PyPI
+# only: no Docker engine and no container registry (docs/deploy.md, "Building and checking the images").
+#
+#   bash deploy/check/containers.sh        # as root; ~8 min the first time, ~1 min cached
+#
+#   1. podman's settings: on a machine without systemd it needs runc, cgroupfs, a file events log and
+#      ulimits it may set. A missing /etc/containers/containers.conf is written (and printed); an
+#      existing one is only read, and the check stops naming what it lacks.
+#   2. base images made with mmdebstrap from the Debian mirror, cached as podman images keyed by their
+#      inputs: Debian bookworm with a CPython 3.11 (>= 3.11.3, the pinned sets' floor) copied in, for
+#      the Dockerfile's PYTHON_IMAGE; Debian's redis-server for the compose file's Redis.
+#   3. the CPU targets (api, worker-cpu, mcp) built with `podman build --format docker` (the OCI format
+#      drops HEALTHCHECK), pip's settings passed as the build secrets `pipconf` and `ca`, made from this
+#      machine's pip configuration by deploy/check/pipconf.py, outside the repository.
+#   4. docker-compose.yml up with podman-compose, under its own project name and port, then from the
+#      host: /readyz, a keyed write then retrieve, /metrics of the API and the worker, every HEALTHCHECK
+#      (`podman healthcheck run`), the worker killed (restart policy brings it back) and Redis restarted
+#      with nothing lost, the MCP image's stdio `initialize`; then teardown, volumes included.
+# It ends with the image sizes, build times and one line per check.
+#
+# Settings (environment): CHECK_PYTHON, the interpreter whose installation goes into the base (default
+# python3: CPython 3.11.3+ built for bookworm, e.g. pyenv's); DEBIAN_MIRROR; CHECK_API_PORT (18765);
+# CHECK_CACHE (~/.cache/memoryos/containers: podman-compose's venv).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+started=$(date +%s)
+step() { echo "containers [$(($(date +%s) - started))s]: $*"; }
+fail() { echo "containers: FAILED: $*" >&2; exit 1; }
+
+PODMAN_COMPOSE=podman-compose==1.6.0
+SUITE=bookworm
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# What the official python:3.11-slim-bookworm image holds for CPython's extension modules; passwd for
+# the Dockerfile's useradd.
+BASE_PACKAGES=ca-certificates,netbase,tzdata,passwd,libssl3,libsqlite3-0,libffi8,libbz2-1.0,liblzma5,libreadline8,libncursesw6,libuuid1,zlib1g,libexpat1,libnsl2,libtirpc3
+REDIS_PACKAGES=redis-server
+PROJECT=memoryos-check
+API_PORT=${CHECK_API_PORT:-18765}
+API_KEY=containers-check-key
+cache=${CHECK_CACHE:-$HOME/.cache/memoryos/containers}
+# Container limits podman may set here: the shell's open files; nproc 32768, since runc's setrlimit is
+# refused above that in this kind of sandbox (measured: 32768 passes, 49152 and the shell's 96365 fail).
+ULIMITS=("nofile=$(ulimit -Hn):$(ulimit -Hn)" "nproc=32768:32768")
+work=$(mktemp -d)
+results=()
+record() { results+=("$1"); echo "  ok: $1"; }
+
+for tool in podman mmdebstrap strip curl; do
+    command -v "$tool" > /dev/null || fail "$tool missing: apt-get install podman buildah mmdebstrap runc catatonit binutils curl"
+done
+[ "$(id -u)" = 0 ] || fail "run as root (rootful podman, mmdebstrap in root mode)"
+
+# ---------------------------------------------------------------------------------------------------
+step "podman settings"
+conf=/etc/containers/containers.conf
+if [ -d /run/systemd/system ]; then
+    echo "  systemd runs here: podman's defaults apply"
+elif [ ! -e "$conf" ]; then
+    # The defaults assume systemd (cgroup manager, journald events) and crun, and raise nofile/nproc,
+    # which a container sandbox refuses: ULIMITS instead.
+    mkdir -p /etc/containers
+    cat > "$conf" <<EOF
+# Written by MemoryOS's deploy/check/containers.sh: podman on a machine without systemd.
+[containers]
+default_ulimits = ["${ULIMITS[0]}", "${ULIMITS[1]}"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+    echo "  wrote $conf:"
+    sed 's/^/    /' "$conf"
+else
+    missing=()
+    for setting in 'runtime = "runc"' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' default_ulimits; do
+        grep -q "^[[:space:]]*$setting" "$conf" || missing+=("$setting")
+    done
+    [ ${#missing[@]} = 0 ] || fail "$conf exists and lacks: ${missing[*]} (not changed; add them, see docs/deploy.md)"
+    echo "  $conf has what a machine without systemd needs"
+fi
+
+compose_venv="$cache/podman-tools"
+if [ "$(cat "$compose_venv/.pinned" 2>/dev/null)" != "$PODMAN_COMPOSE" ]; then
+    step "installing $PODMAN_COMPOSE into $compose_venv"
+    rm -rf "$compose_venv"
+    python3 -m venv "$compose_venv"
+    "$compose_venv/bin/python" -m pip install --quiet "$PODMAN_COMPOSE" > "$work/pip.log" 2>&1 \
+        || { grep -v 'is ignored' "$work/pip.log"; exit 1; }
+    echo "$PODMAN_COMPOSE" > "$compose_venv/.pinned"
+fi
+compose() { "$compose_venv/bin/podman-compose" -p "$PROJECT" --env-file "$work/env" -f docker-compose.yml "$@"; }
+
+# ---------------------------------------------------------------------------------------------------
+# A base image is rebuilt only when its inputs change: the tag carries their digest.
+python=$(command -v "${CHECK_PYTHON:-python3}")
+python_version=$("$python" -c 'import platform; print(platform.python_version())')
+"$python" -c 'import sys; v = sys.version_info; sys.exit(0 if (3, 11, 3) <= v[:3] < (3, 12) else 1)' \
+    || fail "$python is $python_version: the pinned sets need CPython 3.11.3 or later (set CHECK_PYTHON)"
+python_prefix=$("$python" -c 'import sys; print(sys.base_prefix)')
+digest() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
+# No recommended packages (debconf's would bring perl), documentation or translations. The interpreter
+# goes where the official image has it (/usr/local), stripped, without its site-packages (pip comes from
+# its own ensurepip), tests, Tk and static library.
+base_options=(--variant=minbase --aptopt='APT::Install-Recommends "false"'
+    --dpkgopt=path-exclude=/usr/share/doc/* --dpkgopt=path-exclude=/usr/share/man/*
+    --dpkgopt=path-exclude=/usr/share/info/* --dpkgopt=path-exclude=/usr/share/locale/*)
+base_hooks=(
+    'tar -C "$PY_PREFIX" -c --exclude="lib/python3.11/site-packages/*" --exclude=lib/python3.11/test \
+        --exclude=lib/python3.11/idlelib --exclude=lib/python3.11/tkinter --exclude=lib/python3.11/turtledemo \
+        --exclude="lib/python3.11/config-3.11-*" --exclude="_tkinter*" --exclude="*.opt-?.pyc" \
+        bin/python3.11 lib/libpython3.11.so.1.0 lib/python3.11 | tar -C "$1/usr/local" -x'
+    'ln -s python3.11 "$1/usr/local/bin/python3" && ln -s python3 "$1/usr/local/bin/python"'
+    'strip --strip-unneeded "$1"/usr/local/bin/python3.11 "$1"/usr/local/lib/libpython3.11.so.1.0 \
+        "$1"/usr/local/lib/python3.11/lib-dynload/*.so'
+    'chroot "$1" ldconfig'
+    'chroot "$1" python3 -m ensurepip --default-pip > /dev/null 2>&1'
+    'chroot "$1" python3 -c "import ssl, sqlite3, ctypes, lzma, bz2, readline, uuid, zlib"'
+    'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*'
+)
+base_image=localhost/memoryos-base:py$python_version-$(digest "$SUITE" "$MIRROR" "$BASE_PACKAGES" \
+    "$(sha256sum "$python_prefix/lib/libpython3.11.so.1.0")" "${base_options[@]}" "${base_hooks[@]}")
+redis_image=localhost/memoryos-redis:$SUITE-$(digest "$SUITE" "$MIRROR" "$REDIS_PACKAGES" "${base_options[@]}" "${base_hooks[-1]}")
+mirrors=("deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb ${MIRROR%/debian}/debian-security $SUITE-security main")
+
+if podman image exists "$base_image"; then
+    step "base image $base_image (cached)"
+else
+    step "base image $base_image: mmdebstrap $SUITE + CPython $python_version from $python_prefix"
+    PY_PREFIX=$python_prefix mmdebstrap --quiet "${base_options[@]}" --include="$BASE_PACKAGES" \
+        "${base_hooks[@]/#/--customize-hook=}" \
+        "$SUITE" - "${mirrors[@]}" \
+        | podman import --quiet --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$base_image" > /dev/null
+fi
+if podman image exists "$redis_image"; then
+    step "redis image $redis_image (cached)"
+else
+    step "redis image $redis_image: mmdebstrap $SUITE + $REDIS_PACKAGES"
+    mmdebstrap --quiet "${base_options[@]}" --include="$REDIS_PACKAGES" --customize-hook="${base_hooks[-1]}" \
+        "$SUITE" - "${mirrors[@]}" | podman import --quiet --change 'CMD ["redis-server"]' - "$redis_image" > /dev/null
+fi
+
+# ---------------------------------------------------------------------------------------------------
+ca=$(python3 deploy/check/pipconf.py "$work/pip.conf")
+secrets=(--secret "id=pipconf,src=$work/pip.conf")
+[ -z "$ca" ] || secrets+=(--secret "id=ca,src=$ca")
+echo "  pip settings for the build (from this machine's pip configuration):"
+sed 's/^/    /' "$work/pip.conf"
+declare -A build_s size_mb
+for target in api worker-cpu mcp; do
+    step "podman build --target $target"
+    t0=$(date +%s)
+    # buildah raises nofile/nproc for its RUN steps regardless of containers.conf: ULIMITS.
+    podman build --format docker --build-arg "PYTHON_IMAGE=$base_image" "${secrets[@]}" \
+        --ulimit "${ULIMITS[0]}" --ulimit "${ULIMITS[1]}" \
+        --target "$target" -t "memoryos:$target" . > "$work/build-$target.log" 2>&1 \
+        || { tail -40 "$work/build-$target.log"; fail "podman build --target $target"; }
+    build_s[$target]=$(($(date +%s) - t0))
+    size_mb[$target]=$(($(podman image inspect --format '{{.Size}}' "memoryos:$target") / 1000000))
+    echo "  $target: ${build_s[$target]} s, ${size_mb[$target]} MB"
+done
+for target in api worker-cpu; do
+    [ "$(podman image inspect --format '{{.Config.Healthcheck}}' "memoryos:$target")" != "<nil>" ] \
+        || fail "memoryos:$target lost its HEALTHCHECK"
+done
+record "images built: api ${size_mb[api]} MB, worker-cpu ${size_mb[worker-cpu]} MB, mcp ${size_mb[mcp]} MB; HEALTHCHECK kept"
+# Over budget is reported at the end, after the stack's checks have run.
+over=()
+[ "${size_mb[api]}" -le 300 ] || over+=("the api image is ${size_mb[api]} MB, over its 300 MB")
+for target in api worker-cpu mcp; do
+    ! podman run --rm --entrypoint python "memoryos:$target" -c 'import torch' 2> /dev/null \
+        || fail "memoryos:$target carries torch"
+done
+record "no torch in api, worker-cpu, mcp"
+
+# ---------------------------------------------------------------------------------------------------
+# The stack: docker-compose.yml as written, with this check's key, port and Redis image, under its own
+# project name (containers memoryos-check_<service>_1, volumes memoryos-check_*), so it never touches a
+# deployment named memoryos. podman-compose ignores `condition: service_healthy`: a service that starts
+# before Redis answers exits and its restart policy brings it back, as after a Redis restart.
+cat > "$work/env" <<ENV
+MEMORYOS_API_KEYS={"$API_KEY": "check"}
+DEPLOY_API_PUBLISH=127.0.0.1:$API_PORT
+DEPLOY_IMAGE=localhost/memoryos
+REDIS_IMAGE=$redis_image
+ENV
+teardown() {
+    step "teardown"
+    compose down -v > "$work/down.log" 2>&1 || cat "$work/down.log"
+    rm -rf "$work"
+}
+step "podman-compose up"
+compose up -d > "$work/up.log" 2>&1 || { cat "$work/up.log"; fail "podman-compose up"; }
+trap teardown EXIT
+ctr() { echo "${PROJECT}_$1_1"; }
+api=http://127.0.0.1:$API_PORT
+space=$api/v1/users/check-user/assistants/check-assistant
+call() { curl -fsS --max-time 60 -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' "$@"; }
+until_ok() {  # SECONDS WHAT COMMAND...: retry until the command succeeds
+    local deadline=$(($(date +%s) + $1)) what=$2
+    shift 2
+    until "$@" > /dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$deadline" ] || fail "$what: not within the time allowed"
+        sleep 1
+    done
+}
+t0=$(date +%s)
+until_ok 180 "/readyz" curl -fsS "$api/readyz"
+record "/readyz 200, $(($(date +%s) - t0)) s after up"
+
+# A write names its write id; the retrieve waits for those ids, so it sees them once applied by the worker.
+written=()
+remember() {  # WRITE_ID: one exchange whose text carries the id, for retrieve to find
+    call -X POST "$space/memories" \
+        -d "{\"user_input\": \"my locker code is $1\", \"agent_response\": \"noted: $1\", \"write_id\": \"$1\"}" > /dev/null
+    written+=("$1")
+}
+all_retrieved() {
+    local ids body
+    ids=$(printf '"%s",' "${written[@]}")
+    body=$(call -X POST "$space/retrieve" -d "{\"query\": \"locker code\", \"top_k\": 10, \"wait_for_write_ids\": [${ids%,}], \"wait_timeout_s\": 30}") || return 1
+    for id in "${written[@]}"; do grep -q "$id" <<< "$body" || return 1; done
+}
+remember write-before-restarts
+until_ok 180 "retrieve of the first write" all_retrieved
+record "keyed write, then retrieve finds it"
+
+call "$api/metrics" | grep -q '^memoryos_http_request_duration_seconds' || fail "API /metrics"
+podman exec "$(ctr worker)" python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=5).read().decode())" \
+    | grep -q '^memoryos_' || fail "worker /metrics"
+record "/metrics of the API and the worker"
+
+for service in redis api worker; do
+    until_ok 60 "HEALTHCHECK of $service" podman healthcheck run "$(ctr "$service")"
+done
+record "HEALTHCHECK healthy: redis, api, worker"
+
+# The worker killed from the host as the OOM killer would (SIGKILL to `memoryos worker`, the child of
+# the container's init, which then exits): the restart policy starts it again, and its spaces are on the
+# data volume. The count may already be above 0: a worker that starts before Redis answers exits and
+# is restarted the same way.
+restarts() { podman inspect --format '{{.RestartCount}}' "$(ctr worker)"; }
+before=$(restarts)
+kill -KILL "$(pgrep -P "$(podman inspect --format '{{.State.Pid}}' "$(ctr worker)")" -f 'memoryos worker')"
+restarted() { [ "$(restarts)" -gt "$before" ]; }
+until_ok 120 "worker restarted by its restart policy" restarted
+remember write-after-worker-kill
+until_ok 180 "retrieve after the worker's restart" all_retrieved
+record "worker killed, restarted by its policy (restarts: $(restarts)); nothing lost"
+
+podman restart "$(ctr redis)" > /dev/null
+remember_when_up() { remember write-after-redis-restart; }
+until_ok 120 "a write after the Redis restart" remember_when_up
+until_ok 180 "retrieve after the Redis restart" all_retrieved
+count=$(call "$space/memories?limit=100" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["pages"]))')
+[ "$count" = "${#written[@]}" ] || fail "the space holds $count pages, ${#written[@]} were written"
+record "Redis restarted (AOF): all ${#written[@]} writes retrieved, $count pages listed"
+
+initialize='{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "containers-check", "version": "0"}}}'
+answer=$(echo "$initialize" | timeout 120 podman run -i --rm localhost/memoryos:mcp --user check-user 2> /dev/null | head -1)
+grep -q '"serverInfo"' <<< "$answer" || fail "MCP initialize answered: $answer"
+record "MCP image: stdio initialize answered"
+
+trap - EXIT
+teardown
+[ -z "$(podman ps -a -q --filter "label=io.podman.compose.project=$PROJECT")" ] || fail "containers left after down"
+[ -z "$(podman volume ls -q --filter "label=io.podman.compose.project=$PROJECT")" ] || fail "volumes left after down"
+results+=("teardown: no container or volume left")
+
+echo
+echo "image        build s   size MB"
+for target in api worker-cpu mcp; do printf '%-12s %7s %9s\n' "$target" "${build_s[$target]}" "${size_mb[$target]}"; done
+printf 'check: %s\n' "${results[@]}"
+[ ${#over[@]} = 0 ] || fail "${over[*]}"
+step "passed"
