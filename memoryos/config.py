@@ -258,6 +258,46 @@ class MemoryConfig(BaseSettings):
         description="Answers are generated conversation, not data: a little variety keeps a repeated "
         "question from getting a word-for-word repeated reply, while staying close to the memory given.",
     )
+    # Guards on what the model proposes for long-term memory (memoryos/planning/guards.py; thresholds
+    # measured on tests/data/llm_proposals.json, docs/evaluation.md "Real-model tier").
+    llm_guards: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Check facts and profile updates against their source turns before storing them. auto: "
+        "when an LLM endpoint is configured; the offline backend stores the turns' own sentences.",
+    )
+    guard_fact_min_words: int = Field(
+        3,
+        ge=1,
+        description="Fewer words is a name or a fragment ('Maya'), not a fact that stands alone.",
+    )
+    guard_fact_min_grounding: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of a fact's content words its source turns must hold: a paraphrase keeps about "
+        "half of them, an invented fact ('a puppy who likes shoes') almost none.",
+    )
+    guard_profile_min_kept: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of the previous profile's content words an update must keep: an update is asked "
+        "to keep every line the turns do not contradict, so losing most of them is a rewrite from the last "
+        "turns alone.",
+    )
+    guard_profile_min_grounding: float = Field(
+        0.34,
+        ge=0,
+        le=1,
+        description="Share of a new profile attribute's new words the turns must hold; profile lines "
+        "generalise ('enjoys outdoor activities' from a hike), so less is asked of them than of facts.",
+    )
+    guard_profile_max_unsupported: int = Field(
+        1,
+        ge=0,
+        description="New profile attributes no turn supports that an update may carry: one inferred trait "
+        "is tolerated, a list of invented ones ('Age: 25, has a partner, two children') is not.",
+    )
     scheduler_store_threads: int = Field(
         4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
     )

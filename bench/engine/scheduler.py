@@ -86,6 +86,7 @@ def _llm_config(base: MemoryConfig, data_dir: Path, server: StubLLMServer, concu
         openai_base_url=server.base_url,
         llm_max_concurrency=concurrency,
         llm_max_retries=0,  # the stub never fails; a failure should show, not be hidden by a retry
+        llm_guards="off",  # canned facts are about no turn in particular: the guards would refuse them
     )
 
 

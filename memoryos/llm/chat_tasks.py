@@ -16,6 +16,7 @@ from memoryos.errors import LLMError
 from memoryos.llm import prompts
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, TopicSummary
 from memoryos.llm.parsing import coerce_facts, coerce_keywords, parse_json_object, parse_yes_no
+from memoryos.llm.reply_schema import schema_violations
 from memoryos.llm.usage import Operation
 from memoryos.types import Page
 
@@ -111,7 +112,7 @@ def _non_empty(reply: str) -> str:
 
 
 def _topic(reply: str) -> TopicSummary:
-    data = parse_json_object(reply)
+    data = _schema_checked(reply, TOPIC_SCHEMA, "topic")
     summary = data.get("summary")
     if not isinstance(summary, str) or not summary.strip():
         raise LLMError("the topic reply has no summary")
@@ -119,10 +120,20 @@ def _topic(reply: str) -> TopicSummary:
 
 
 def _knowledge(reply: str) -> ExtractedKnowledge:
-    data = parse_json_object(reply)
+    data = _schema_checked(reply, KNOWLEDGE_SCHEMA, "knowledge")
     if "user_facts" not in data and "assistant_facts" not in data:
         raise LLMError("the knowledge reply has neither user_facts nor assistant_facts")
     return ExtractedKnowledge(
         user_facts=coerce_facts(data.get("user_facts")),
         assistant_facts=coerce_facts(data.get("assistant_facts")),
     )
+
+
+def _schema_checked(reply: str, schema: JsonSchema, operation: Operation) -> dict[str, Any]:
+    """The reply's JSON object, refused (`LLMError`, so it is asked for again) where it contradicts the
+    task's schema: a server may accept `response_format` and ignore it (`reply_schema.py`)."""
+    data = parse_json_object(reply)
+    violations = schema_violations(data, schema)
+    if violations:
+        raise LLMError(f"the {operation} reply does not match its schema: {'; '.join(violations[:3])}")
+    return data

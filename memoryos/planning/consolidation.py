@@ -25,7 +25,7 @@ import numpy as np
 from memoryos.backoff import Backoff
 from memoryos.errors import LLMError
 from memoryos.llm.base import AsyncMemoryLLM, TopicSummary
-from memoryos.planning import rebuild
+from memoryos.planning import guards, rebuild
 from memoryos.planning.rebuild import ApplyOps
 from memoryos.space import policy
 from memoryos.space.memory_space import MemorySpace
@@ -245,18 +245,30 @@ class Consolidator:
             await self._analyze(space, segment_id, pages[start : start + ANALYSIS_MAX_PAGES])
 
     async def _analyze(self, space: MemorySpace, segment_id: int, pages: Sequence[Page]) -> None:
+        """One slice's profile and facts, as the LLM proposes them less what the guards refuse
+        (`guards.py`): a refused profile leaves the previous one, a refused fact is left out, and the slice
+        is marked analyzed all the same (asked again at temperature 0, the model would propose the same)."""
+        previous = space.profile()
         profile, knowledge = await asyncio.gather(
-            self.llm.update_profile(space.profile(), pages), self.llm.extract_knowledge(pages)
+            self.llm.update_profile(previous, pages), self.llm.extract_knowledge(pages)
         )
+        user, assistant = knowledge.user_facts, knowledge.assistant_facts
+        profile_kept = True
+        if guards.guards_enabled(space.config):
+            guard = guards.ProposalGuard(guards.GuardSettings.of(space.config), space.directory.name)
+            user = guard.facts("user", user, pages)
+            assistant = guard.facts("assistant", assistant, pages)
+            profile_kept = guard.profile(previous, profile, pages)
         timestamp = format_unix_timestamp(self.clock())
         sources = [p.page_id for p in pages]
-        user, assistant = knowledge.user_facts, knowledge.assistant_facts
         vectors = await self.embed_texts([*user, *assistant]) if user or assistant else None
-        ops: list[AnyOp] = [
-            UpdateProfile(
-                text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
+        ops: list[AnyOp] = []
+        if profile_kept:
+            ops.append(
+                UpdateProfile(
+                    text=profile, source_segment_id=segment_id, source_page_ids=sources, at=self.clock()
+                )
             )
-        ]
         for kind, texts, start in (("user", user, 0), ("assistant", assistant, len(user))):
             if texts and vectors is not None:  # one embedding request for both kinds
                 ops.append(

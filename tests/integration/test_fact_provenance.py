@@ -57,6 +57,7 @@ def config(data_dir: Path, llm_server: StubLLMServer) -> MemoryConfig:
         faiss_use_gpu="never",
         short_term_capacity=2,
         knowledge_min_score=-1.0,
+        llm_guards="off",  # the canned facts are not about these turns: the guards would refuse them
     )
 
 

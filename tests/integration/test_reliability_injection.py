@@ -88,6 +88,7 @@ def api(
         llm_max_retries=0,
         short_term_capacity=2,
         faiss_use_gpu="never",
+        llm_guards="off",  # the obedient model's canned facts are not about the turns: the guards would refuse them
     )
     if request.param == "embedded":
         with running_api(settings, config, embedder=HashEmbedder()) as running:
