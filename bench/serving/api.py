@@ -89,9 +89,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subprocess.Popen[bytes]:
-    """`memoryos serve` on `data_dir`, once ready. No rate limit; `unbounded`: no backpressure either, so
-    latency figures measure acknowledgement alone (the soak keeps the shipped bound)."""
+def start_server(
+    data_dir: Path, port: int, unbounded: bool = True, redis_url: str | None = None
+) -> subprocess.Popen[bytes]:
+    """`memoryos serve` on `data_dir` (with `redis_url`: the API of a Redis deployment), once ready. No rate
+    limit; `unbounded`: no backpressure either, so latency figures measure acknowledgement alone (the soak
+    and the mixed load keep the shipped bounds)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MEMORYOS_OPENAI")}
     env |= {"MEMORYOS_API_RATE_LIMIT_PER_S": "0", "MEMORYOS_FAISS_USE_GPU": "never"}  # offline LLM
     if unbounded:
@@ -106,6 +109,7 @@ def start_server(data_dir: Path, port: int, unbounded: bool = True) -> subproces
         "serve",
         "--port",
         str(port),
+        *(["--redis-url", redis_url] if redis_url else []),
     ]
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

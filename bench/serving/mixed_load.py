@@ -19,9 +19,7 @@ bundled MiniLM on the CPU and the offline LLM. Figures go to docs/reliability.md
 import argparse
 import asyncio
 import contextlib
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx
 
 from bench.output import emit
-from bench.serving.api import free_port
+from bench.serving.api import free_port, start_server
 from bench.serving.faults import start_worker_process, worker_env
 from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
@@ -169,39 +166,6 @@ async def phase(url: str, args: argparse.Namespace, noisy: int, tag: str) -> dic
     return result
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/readyz").status_code == 200:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"the server at {url} did not become ready")
-
-
-def serve(data_dir: Path, redis_url: str | None) -> tuple[str, subprocess.Popen[bytes]]:
-    """`memoryos serve` with its shipped bounds (no rate limit: one machine sends every request)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYOS_")}
-    env |= {"MEMORYOS_API_RATE_LIMIT_PER_S": "0", "MEMORYOS_FAISS_USE_GPU": "never"}
-    command = [
-        sys.executable,
-        "-m",
-        "memoryos.cli.main",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-    ]
-    if redis_url:
-        command += ["--redis-url", redis_url]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, process)
-    return url, process
-
-
 @contextlib.contextmanager
 def deployment(mode: str, data_dir: Path) -> Iterator[str]:
     """The API's URL for `mode`, with what it needs running; everything stopped after."""
@@ -214,9 +178,9 @@ def deployment(mode: str, data_dir: Path) -> Iterator[str]:
             env.pop("MEMORYOS_LEASE_TTL_S")
             worker = start_worker_process(env, "mixed-load")
             stack.callback(stop, worker)
-        url, api = serve(data_dir / "spaces", redis_url)
-        stack.callback(stop, api)
-        yield url
+        port = free_port()
+        stack.callback(stop, start_server(data_dir / "spaces", port, unbounded=False, redis_url=redis_url))
+        yield f"http://127.0.0.1:{port}"
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -63,15 +63,8 @@ def project() -> dict:
 
 def wanted(target: str) -> list[Requirement]:
     """pyproject's requirements for `target`, with `memoryos[x]` self-references expanded."""
-    meta = project()
-    found = [Requirement(r) for r in meta["dependencies"]]
-    extras = list(EXTRAS[target])
-    while extras:
-        for requirement in map(Requirement, meta["optional-dependencies"][extras.pop()]):
-            if canonicalize_name(requirement.name) == "memoryos":
-                extras += sorted(requirement.extras)
-            else:
-                found.append(requirement)
+    texts = project()["dependencies"] + [item for name in EXTRAS[target] for item in GENERATE.extra(name)]
+    found = [Requirement(text) for text in texts]
     if target == "gpu-worker":
         found = [r for r in found if canonicalize_name(r.name) != "faiss-cpu"]
     return found
