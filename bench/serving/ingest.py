@@ -53,13 +53,12 @@ from bench.gpu.embedding import count_tokens
 from bench.gpu.models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos.eval.locomo import LocomoConversation
-from memoryos.space.ops import op_to_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
-from services.queue.keys import Keys, shard_of, space_name
-from services.queue.producer import ENQUEUE, WriteQueue
+from services.queue.keys import Keys
+from services.queue.producer import WriteQueue
 from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
@@ -245,8 +244,7 @@ class Feeder:
 
     def __post_init__(self) -> None:
         self.client = connect(self.settings)
-        self.keys = Keys(self.settings.redis_namespace)
-        self._enqueue = self.client.register_script(ENQUEUE)
+        self.queue = WriteQueue(self.client, self.settings)
 
     @property
     def queued(self) -> int:
@@ -264,12 +262,7 @@ class Feeder:
         for user, exchange in enumerate(fill):
             space = self.space(round_, user)
             op = plan_write([exchange], max_text_chars=20_000, at=time.time(), write_id=f"t{turn}")
-            shard = shard_of(space, self.settings.shard_count)
-            self._enqueue(
-                keys=[self.keys.writes(shard), self.keys.last_writes(shard), self.keys.spaces()],
-                args=[space_name(space), op_to_json(op), self.settings.queue_max_entries],
-                client=pipe,
-            )
+            self.queue.enqueue_on(pipe, space, op)
             if len(pipe) >= PIPELINE_WRITES:
                 pipe.execute()
         pipe.execute()
@@ -449,6 +442,11 @@ def main() -> None:
     parser.add_argument("--write-run", type=int, default=64, help="writes of a space in one transaction")
     parser.add_argument("--shards", type=int, default=64, help="MEMORYOS_SHARD_COUNT")
     parser.add_argument("--raw-texts", type=int, default=2000, help="texts for the raw model rows (0: none)")
+    parser.add_argument(
+        "--max-embedding-lag",
+        type=float,
+        help="MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S for the workers (default: the setting's own)",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy raw stacks of the workers, written here")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -471,6 +469,8 @@ def main() -> None:
             args.speed_only,
             free_ports(args.processes),
         )
+        if args.max_embedding_lag is not None:
+            env["MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S"] = str(args.max_embedding_lag)
         log = Path(workdir) / "worker.log"
         try:
             report = run_from_args(args, settings, env, log)

@@ -97,9 +97,21 @@ class WriteQueue:
         """Append `op` for the space; returns the stream entry id once Redis holds it.
         `WriteIdConflictError` (nothing appended) for a write whose caller-chosen id was accepted with
         other content in the last `write_digest_ttl_s`."""
+        added = self.enqueue_on(self.client, key, op)
+        if isinstance(added, int):
+            raise QueueFullError(self.shard(key), added)
+        if isinstance(added, list):
+            raise WriteIdConflictError(_caller_write(op)[0])
+        return cast(bytes, added).decode()
+
+    def enqueue_on(self, client: "redis.Redis | redis.client.Pipeline", key: SpaceKey, op: AnyOp) -> object:
+        """Run the append script for `op` on `client`: this queue's connection (its reply: an entry id,
+        a depth, or a conflict) or a pipeline, for a bulk loader that queues many writes in one round trip
+        and reads the replies from its `execute()` — the same script the API runs, so a loader's writes are
+        exactly the API's."""
         shard, space = self.shard(key), space_name(key)
         write_id, content_id = _caller_write(op)
-        added = self._enqueue(
+        return self._enqueue(
             keys=[
                 self.keys.writes(shard),
                 self.keys.last_writes(shard),
@@ -115,12 +127,8 @@ class WriteQueue:
                 content_id,
                 self.settings.write_digest_ttl_s,
             ],
+            client=client,
         )
-        if isinstance(added, int):
-            raise QueueFullError(shard, added)
-        if isinstance(added, list):
-            raise WriteIdConflictError(write_id)
-        return cast(bytes, added).decode()
 
     def depth(self) -> int:
         """Unapplied writes over every shard (entries are deleted once applied)."""
