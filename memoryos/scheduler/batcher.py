@@ -8,7 +8,7 @@ model pools the pending pages of every space (`PageSource`) and the texts consol
 **Building a batch.** The thread sleeps until work arrives. It then takes texts in hand as they come, and
 encodes as soon as it holds `max_batch_size` texts or `max_batch_tokens` estimated tokens, or once
 `max_wait_ms` have passed since the oldest waiting item became ready — whichever is first. Work is taken
-in FIFO order of notification, in two rounds: first every waiting source or request gets a fair share of
+in FIFO order of notification (a space a reader waits for goes to the front: `notify(awaited=True)`), in two rounds: first every waiting source or request gets a fair share of
 the room left (`room // waiting`, at least one text), then whoever had more fills the rest in turn. Work
 that was served and has more goes to the back of the queue, so one space with 10,000 pending pages cannot
 starve a space with one: a space notified while a batch is being built is in it if one text of each
@@ -177,10 +177,13 @@ class EmbeddingBatcher(BatchFilling):
         self._thread.start()
 
     # --- callers ----------------------------------------------------------------------------------------
-    def notify(self, source: PageSource, *, acknowledged: bool = False) -> None:
+    def notify(self, source: PageSource, *, acknowledged: bool = False, awaited: bool = False) -> None:
         """`source` has (new) pending pages. Cheap and idempotent while it is queued; ignored after close
         (the pages stay pending in the store). `acknowledged`: they are a write being acknowledged now,
-        which page batches give way to for `yield_s`."""
+        which page batches give way to for `yield_s`. `awaited`: a reader waits for them, so the source
+        goes to the front of the queue — its pages are in the next batch, ahead of spaces nobody reads
+        (under a steady write load the queue holds about the write-lag bound's worth of pages, which a
+        read would otherwise wait behind)."""
         with self._cond:
             if self._closing:
                 return
@@ -192,6 +195,8 @@ class EmbeddingBatcher(BatchFilling):
                 entry.stamp = self._arrivals
             else:
                 self._queue[id(source)] = QueuedSource(source, time.monotonic(), self._arrivals)
+            if awaited:
+                self._queue.move_to_end(id(source), last=False)
             self._cond.notify_all()
 
     def discard(self, source: PageSource) -> None:

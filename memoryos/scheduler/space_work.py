@@ -158,7 +158,7 @@ class SpaceWork:
                         "the scheduler is closed: pages stay pending until the next open"
                     )
                 if not asked:
-                    self._batcher.notify(self)
+                    self._batcher.notify(self, awaited=True)
                     asked = True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:

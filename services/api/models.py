@@ -170,7 +170,11 @@ class RetrieveRequest(BaseModel):
     knowledge_top_k: int | None = Field(None, ge=1, le=1000, description="Facts of each kind returned.")
     wait_for_write_ids: list[WriteId] = Field(default_factory=list, max_length=100)
     wait_timeout_s: float = Field(
-        10.0, gt=0, allow_inf_nan=False, description="How long to wait for those writes; then 504."
+        10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long to wait for those writes to be stored; then 504. The read then waits for "
+        "their vectors as for any write acknowledged before it.",
     )
 
 

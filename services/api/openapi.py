@@ -36,7 +36,7 @@ ERROR_CASES: dict[int, str] = {
     503: "Nothing was done, retry after `Retry-After`: backpressure, the space held by another process "
     "(`space_busy`), Redis not answering or no worker owning the space (`unavailable`), too many bundles "
     "held, shutting down.",
-    504: "The writes in `wait_for_write_ids` were not searchable in time (`timeout`).",
+    504: "The writes in `wait_for_write_ids` were not stored in time (`timeout`).",
 }
 """When each error status is answered, with its `error` codes (docs/api.md, Errors)."""
 

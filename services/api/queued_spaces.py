@@ -22,6 +22,7 @@ from memoryos.space.ops import AddTurns, ForgetSpace
 from memoryos.space.pool import SpaceKey
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
+from services.api.write_shares import WriteShares
 from services.jobs.tasks import purge_space_jobs
 from services.queue import streams
 from services.queue.bundle_transfer import download, upload
@@ -49,6 +50,7 @@ class QueuedSpaces:
         self.reads = ReadClient(self.client, settings)
         self.max_bundle_bytes = settings.max_queued_bundle_mb * 1024 * 1024
         self.write_lag_s = 0.0
+        self._shares = WriteShares()
         """The age of the oldest write not yet applied, as last sampled by `maintain`."""
 
     async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
@@ -63,6 +65,9 @@ class QueuedSpaces:
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         self.refuse_over_lag()
+        bound = self.api.max_write_lag_s
+        under_pressure = bool(bound and self.write_lag_s * 2 >= bound)  # half the bound: `write_shares.py`
+        self._shares.refuse_past_share(key, under_pressure, self.api.backpressure_retry_after())
 
         def plan_and_enqueue() -> AddTurns:
             op = plan()

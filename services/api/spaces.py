@@ -43,6 +43,7 @@ from memoryos.space.pool import SpaceKey, SpacePool
 from services.allocator import PeriodicTrim
 from services.api.access import BackpressureError, SpaceFigures, WritePlan
 from services.api.settings import ApiSettings
+from services.api.write_shares import WriteShares
 from services.queue.calls import OwnerCall, run_call
 from services.queue.dead_letters import DeadLetter
 
@@ -90,6 +91,7 @@ class EmbeddedSpaces:
         self.write_lag_s = 0.0
         self._threads = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="memoryos-request")
         self._write_threads = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="memoryos-write")
+        self._shares = WriteShares()
         self._pool: SpacePool[Memoryos] = SpacePool(
             self._open_space,
             memory_budget_bytes=settings.memory_budget_mb * 1024 * 1024,
@@ -113,6 +115,7 @@ class EmbeddedSpaces:
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         self.refuse_over_backlog()
+        self._shares.refuse_past_share(key, self._under_pressure(), self._settings.backpressure_retry_after())
         op, page_ids = await self._on_thread(self._write_threads, self._plan_and_apply, key, plan)
         self.acknowledged(key, page_ids)
         return op, page_ids
@@ -172,6 +175,14 @@ class EmbeddedSpaces:
 
     def figures(self) -> SpaceFigures:
         return SpaceFigures(self.backlog_pages(), self.write_lag_s, self.open_count(), self.batcher_stats())
+
+    def _under_pressure(self) -> bool:
+        """Past half of either backlog bound: spaces writing past their share are refused from here on
+        (`write_shares.py`), before the bound refuses everyone."""
+        max_lag = self._settings.max_write_lag_s
+        return self.backlog_pages() * 2 >= self._settings.max_pending_pages or bool(
+            max_lag and self.write_lag_s * 2 >= max_lag
+        )
 
     def refuse_over_backlog(self) -> None:
         """`BackpressureError` while the embedding backlog is over its bounds — pages waiting, or the age of

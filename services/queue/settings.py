@@ -114,6 +114,13 @@ class QueueSettings(BaseSettings):
         "services/worker/processes.py.",
     )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")
+    worker_read_threads: int = Field(
+        32,
+        ge=1,
+        description="Owner calls (reads) a worker runs at once. A read mostly waits, for its space's writes "
+        "and their vectors; with one thread every other read queued behind that wait, and with 8, 64 "
+        "clients on 2 cores still timed out (services/worker/reads.py, docs/reliability.md).",
+    )
     worker_max_embedding_lag_s: float = Field(
         0.25,
         ge=0,

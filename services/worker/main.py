@@ -140,8 +140,9 @@ class Worker:
         self._keep_leases()
         for shard in self.leases.acquire(self.leases.target()):
             self.consumer.take_over(shard)
+        busy = self._reads.busy_shards()
         for shard in self.leases.surplus():
-            if shard != self._reads.busy_shard:  # a call running on it (a reindex): give it back later
+            if shard not in busy:  # a call running on it (a reindex): give it back later
                 self.leases.release(shard)  # between polls: none of its writes is in flight here
         self._owned_snapshot = sorted(self.leases.owned)
         shards = self.serving()

@@ -1,13 +1,21 @@
 """The worker's side of owner calls over Redis (`services/queue/reads.py`): a thread that takes requests
-for the shards this worker owns, waits until the space's writes up to the request's `through` entry are
-applied, runs the call on the engine (`services/queue/calls.py`) and pushes the answer to the request's
-reply list."""
+for the shards this worker owns and hands each to one of `worker_read_threads` threads, which waits until
+the space's writes up to the request's `through` entry are applied, runs the call on the engine
+(`services/queue/calls.py`) and pushes the answer to the request's reply list.
+
+Several threads, because a read waits: for its space's writes to leave the stream, then for their
+vectors. With one thread every other user's read queued behind that wait, and under a steady write load
+reads timed out (503) while the worker was only waiting (docs/reliability.md, "Reads under load"). A
+request is taken from Redis only when a thread is free, so what waits beyond them waits in Redis, where
+the API's timeout bounds it."""
 
 import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import redis
@@ -57,30 +65,58 @@ class ReadServer:
         self.spaces = spaces
         self.owned = owned
         self.reindexed = reindexed
-        self.busy_shard: int | None = None
-        """The shard of the call being run now: the worker does not give it back meanwhile (a reindex
-        or an import runs for minutes, and the shard's next owner would open the space under it)."""
+        self._busy: Counter[int] = Counter()
+        self._busy_lock = threading.Lock()
+
+    def busy_shards(self) -> frozenset[int]:
+        """The shards of the calls running now: the worker does not give them back meanwhile (a reindex or
+        an import runs for minutes, and the shard's next owner would open the space under it)."""
+        with self._busy_lock:
+            return frozenset(self._busy)
 
     def serve(self, stop: threading.Event) -> None:
+        """Take requests while a thread is free, until `stop`; then let the calls running finish."""
+        threads = self.settings.worker_read_threads
+        free = threading.Semaphore(threads)
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="memoryos-read")
         outage = RedisOutage("read server")
-        while not stop.is_set():
-            shards = self.owned()
-            if not shards:
-                stop.wait(0.1)
-                continue
-            try:
-                popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
-                if popped is not None:
-                    queue, request = cast(tuple[bytes, bytes], popped)
-                    self._answer(queue.decode(), json.loads(request))
-            except REDIS_UNAVAILABLE as error:  # a call caught midway: its caller times out (503), retries
-                stop.wait(outage.failed(error))
-                continue
-            outage.over()
+        try:
+            while not stop.is_set():
+                shards = self.owned()
+                if not shards:
+                    stop.wait(0.1)
+                    continue
+                if not free.acquire(timeout=0.1):
+                    continue
+                try:
+                    popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
+                except (
+                    REDIS_UNAVAILABLE
+                ) as error:  # a call caught midway: its caller times out (503), retries
+                    free.release()
+                    stop.wait(outage.failed(error))
+                    continue
+                outage.over()
+                if popped is None:
+                    free.release()
+                    continue
+                queue, request = cast(tuple[bytes, bytes], popped)
+                pool.submit(self._answer_then_free, queue.decode(), json.loads(request), free)
+        finally:
+            pool.shutdown(wait=True)
+
+    def _answer_then_free(self, queue: str, request: dict[str, Any], free: threading.Semaphore) -> None:
+        try:
+            self._answer(queue, request)
+        except REDIS_UNAVAILABLE:  # the answer could not be pushed: the caller times out (503), retries
+            log.warning("a read's answer was lost to a Redis outage", extra={"kind": request.get("kind")})
+        finally:
+            free.release()
 
     def _answer(self, queue: str, request: dict[str, Any]) -> None:
         shard = int(queue.rsplit(":", 1)[1])
-        self.busy_shard = shard
+        with self._busy_lock:
+            self._busy[shard] += 1
         try:
             self._wait_applied(shard, request["through"])
             self._wait_served(shard)
@@ -105,11 +141,16 @@ class ReadServer:
                     "field": getattr(error, "field", None),
                 },
             }
+        except REDIS_UNAVAILABLE:
+            raise
         except Exception as error:  # the API must get an answer, not a timeout
             log.exception("read failed", extra={"kind": request.get("kind")})
             reply = {"ok": False, "error": {"kind": "InternalError", "message": type(error).__name__}}
         finally:
-            self.busy_shard = None
+            with self._busy_lock:
+                self._busy[shard] -= 1
+                if not self._busy[shard]:
+                    del self._busy[shard]
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(self.keys.reply(request["id"]), json.dumps(reply))
         pipe.expire(self.keys.reply(request["id"]), REPLY_TTL_S)

@@ -2,19 +2,17 @@
 outside the data directory; and backpressure when the embedding backlog is over its bound."""
 
 import concurrent.futures
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from services.api.settings import ApiSettings
 from services.api.spaces import REQUEST_THREADS
 from tests.support.api_server import RunningApi, offline_config, running_api
-from tests.support.fakes import HashEmbedder
+from tests.support.fakes import BlockedEmbedder, HashEmbedder
 
 pytestmark = pytest.mark.integration
 
@@ -162,19 +160,6 @@ def test_paging_bounds_are_422(api: RunningApi) -> None:
     for params in ({"limit": 0}, {"limit": 100000}, {"offset": -1}, {"offset": 2**70}):
         answer = httpx.get(url, params=params)
         assert answer.status_code == 422 and answer.json()["field"] in ("limit", "offset")
-
-
-class BlockedEmbedder(HashEmbedder):
-    """Page batches wait until `release` is set: the backlog grows as writes are acknowledged."""
-
-    def __init__(self) -> None:
-        super().__init__(name="blocked-hash-embedder")
-        self.release = threading.Event()
-
-    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
-        if not is_query:
-            self.release.wait(60)
-        return super().encode(texts, is_query=is_query)
 
 
 def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) -> None:

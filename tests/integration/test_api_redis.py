@@ -19,9 +19,9 @@ from services.client import ApiError, MemoryClient
 from services.queue.keys import Keys, shard_of
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
-from tests.integration.test_api_limits import BlockedEmbedder
 from tests.integration.test_mcp_http import connect, ok
 from tests.support.api_server import RunningApi, running_api
+from tests.support.fakes import BlockedEmbedder
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
 

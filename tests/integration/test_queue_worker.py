@@ -27,6 +27,7 @@ from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
+from tests.support.fakes import BlockedEmbedder
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
 
@@ -385,4 +386,32 @@ def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: Memor
         tokens = next(line for line in scraped.splitlines() if line.startswith("memoryos_embed_tokens_total"))
         assert float(tokens.split()[1]) > 0
     finally:
+        worker.stop()
+
+
+def test_a_read_waiting_for_vectors_does_not_hold_up_other_reads(
+    settings: QueueSettings, config: MemoryConfig
+) -> None:
+    """A retrieve waits for its space's pages to be embedded; meanwhile the worker answers other calls.
+    With one read thread, every user's read queued behind that wait and timed out (503) under load."""
+    settings = settings.model_copy(update={"read_timeout_s": 3.0})
+    client = redis.Redis.from_url(settings.redis_url)
+    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    embedder = BlockedEmbedder()  # page batches wait for `release`; queries do not
+    worker = Running(settings, config, "w-reads", embedder=embedder)
+    try:
+        write(queue, MAYA, "I adopted a greyhound called Pixel.", write_id="pixel")
+        wait_for(lambda: reads.ask(MAYA, WRITE_STATUS, {"write_id": "pixel"}) is not None)
+        with ThreadPoolExecutor(1) as pool:
+            retrieved = pool.submit(reads.ask, MAYA, RETRIEVE, {"query": "What is my dog called?"})
+            time.sleep(0.3)  # the worker has taken the retrieve: it waits for the page's vector
+            assert not retrieved.done()
+            status = reads.ask(MAYA, WRITE_STATUS, {"write_id": "pixel"})  # answered, not queued behind it
+            assert status is not None and not status.searchable
+            embedder.release.set()
+            context = retrieved.result(timeout=30)
+        pages = [*context.short_term_memory, *context.retrieved_pages]
+        assert any("Pixel" in page.user_input for page in pages)
+    finally:
+        embedder.release.set()
         worker.stop()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
+import threading
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
@@ -73,6 +74,19 @@ class HashEmbedder:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         return np.stack([self.vector(text) for text in texts]).astype(np.float32)
+
+
+class BlockedEmbedder(HashEmbedder):
+    """Page batches wait until `release` is set: the backlog grows as writes are acknowledged."""
+
+    def __init__(self) -> None:
+        super().__init__(name="blocked-hash-embedder")
+        self.release = threading.Event()
+
+    def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
+        if not is_query:
+            self.release.wait(60)
+        return super().encode(texts, is_query=is_query)
 
 
 class FakeClock:

@@ -227,6 +227,28 @@ def test_a_big_source_does_not_starve_small_ones(make_batcher: MakeBatcher) -> N
     big.assert_vectors_right()
 
 
+def test_a_source_a_reader_waits_for_goes_ahead_of_earlier_ones(make_batcher: MakeBatcher) -> None:
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, size=2, wait_ms=0)
+    in_flight = FakeSource(["page in flight"])
+    embedder.gate.clear()
+    batcher.notify(in_flight)
+    wait(embedder.page_batch_entered)
+    earlier = [FakeSource([f"nobody reads space {i}"]) for i in range(4)]
+    for source in earlier:
+        batcher.notify(source)
+    read = FakeSource(["the page a reader waits for"])
+    batcher.notify(read, awaited=True)
+    embedder.gate.set()
+    for source in [*earlier, read]:
+        wait(source.done)
+
+    batches = [call.texts for call in embedder.page_calls()]
+    assert batches[0] == ["page in flight"]
+    assert "the page a reader waits for" in batches[1], "the read's page waited behind earlier spaces"
+    read.assert_vectors_right()
+
+
 def test_texts_in_a_batch_are_sorted_longest_first(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, size=5, wait_ms=60_000)

@@ -3,8 +3,10 @@
 The read contract is the engine's: a read sees every write acknowledged to the space before it arrived,
 once searchable — the engine waits for those pages' vectors. `wait_for_write_ids` extends it to writes
 this read did not see acknowledged (another client's, or, in service mode, a queued one): the read first
-waits until each named write is stored and searchable, and answers 504 if that takes over
-`wait_timeout_s`.
+waits until each named write is stored, and answers 504 if that takes over `wait_timeout_s`; the read
+itself then waits for the vectors of every page stored before it, those writes' included, as the engine
+does for any read. Waiting here for the vectors too cost a poll interval and left the pages behind other
+spaces' in the embedding queue, where the engine's own wait moves them ahead (`EmbeddingBatcher.notify`).
 """
 
 import time
@@ -30,21 +32,20 @@ milliseconds on CPU, so a waiting read answers within one poll of its write beco
 
 
 async def wait_for_writes(state: ApiState, key: SpaceKey, write_ids: list[str], timeout_s: float) -> None:
-    """Return once every write in `write_ids` is searchable in the space; 504 after `timeout_s`."""
+    """Return once every write in `write_ids` is stored in the space (the read that follows waits for
+    their vectors); 504 after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     waiting = list(dict.fromkeys(write_ids))
     pause = POLL_FIRST_S
     while waiting:
         statuses = [await state.spaces.call(key, WRITE_STATUS, write_id=w) for w in waiting]
-        waiting = [
-            w for w, status in zip(waiting, statuses, strict=True) if status is None or not status.searchable
-        ]
+        waiting = [w for w, status in zip(waiting, statuses, strict=True) if status is None]
         if not waiting:
             return
         if time.monotonic() >= deadline:
-            unknown = [w for w, s in zip(waiting, statuses, strict=True) if s is None]
-            detail = f" ({', '.join(map(repr, unknown))} not acknowledged in this space)" if unknown else ""
-            raise HTTPException(504, f"writes {waiting} not searchable within {timeout_s} s{detail}")
+            raise HTTPException(
+                504, f"writes {waiting} not stored within {timeout_s} s (not acknowledged in this space?)"
+            )
         await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(pause * 2, POLL_MAX_S)
 
