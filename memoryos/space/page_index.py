@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.faiss_ivf import set_faiss_threads
 from memoryos.storage.index_factory import (
     SNAPSHOT_MISSING,
     SnapshotWriter,
@@ -53,8 +52,8 @@ class SpacePageIndex:
         on_caught_up: Callable[[np.ndarray], None] = lambda vectors: None,
     ) -> None:
         """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
-        holds), then every stored vector the snapshot does not cover."""
-        set_faiss_threads(config.faiss_omp_threads)
+        holds), then every stored vector the snapshot does not cover. A FAISS index sets the process's
+        faiss thread count from `config` as it opens (`FaissIndex`'s `omp_threads`, from `index_factory.py`)."""
         self._store = store
         self._config = config
         self._clock = clock

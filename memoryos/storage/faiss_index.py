@@ -49,6 +49,7 @@ from memoryos.storage.faiss_ivf import (
     new_flat,
     recalibrate_ivf,
     replay_journal,
+    set_faiss_threads,
 )
 from memoryos.storage.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
 from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
@@ -88,7 +89,17 @@ class IndexStats(TypedDict):
 class FaissIndex:
     """A `VectorIndex` over faiss; ids are the caller's int64 ids (>= 0), kept across every rebuild."""
 
-    def __init__(self, dim: int, ann_threshold: int = 50000, gpu_policy: GpuPolicy = "auto") -> None:
+    def __init__(
+        self,
+        dim: int,
+        ann_threshold: int = 50000,
+        gpu_policy: GpuPolicy = "auto",
+        omp_threads: int | None = None,
+    ) -> None:
+        """`omp_threads`, when given, sets this process's faiss thread count (`set_faiss_threads`: it is
+        per process, not per index) before the index does any work; a space passes its config's."""
+        if omp_threads is not None:
+            set_faiss_threads(omp_threads)
         if dim <= 0:
             raise ValueError(f"dim: expected a positive dimension, got {dim}")
         if ann_threshold <= 0:
@@ -237,6 +248,7 @@ class FaissIndex:
         ann_threshold: int = 50000,
         gpu_policy: GpuPolicy = "auto",
         expected_fingerprint: str | None = None,
+        omp_threads: int | None = None,
     ) -> tuple["FaissIndex", int]:
         """The index saved at `path` and the store sequence it covers; rows after it must be replayed.
 
@@ -253,7 +265,7 @@ class FaissIndex:
             raise IndexSnapshotError(f"{path}: unreadable index snapshot: {exc}") from exc
         if not is_expected_index(index, dim, ivf=header.trained_count > 0):
             raise IndexSnapshotError(f"{path}: snapshot holds an unexpected index type")
-        loaded = cls(dim, ann_threshold, gpu_policy)
+        loaded = cls(dim, ann_threshold, gpu_policy, omp_threads)
         loaded._index = index
         loaded._trained_count = loaded._build_count = header.trained_count
         loaded._measured_recall = header.measured_recall

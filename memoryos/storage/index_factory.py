@@ -3,7 +3,8 @@
 One place knows each backend's files and how to open them, so the space code is the same for all: open
 (snapshot + the sequence it covers, or a fresh index when the snapshot is missing or unusable), write
 snapshots to `page_snapshot_path` (in the background with `SnapshotWriter`), close. Backends are imported
-lazily, so `chromadb` (the `chroma` extra) is imported only by spaces configured to use it.
+lazily, when a space's index is first made or opened: `chromadb` (the `chroma` extra) only by spaces
+configured to use it, faiss only by a process that opens a space (`_faiss_index_type` says why).
 
 Files inside a space directory:
 - faiss: `pages.faiss` (the whole index, written atomically).
@@ -15,11 +16,13 @@ import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.vector_index import IndexSnapshot, IndexSnapshotError, VectorIndex
+
+if TYPE_CHECKING:
+    from memoryos.storage.faiss_index import FaissIndex
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,21 @@ class OpenedIndex(NamedTuple):
         return self.fresh_because is not None
 
 
+def _faiss_index_type() -> "type[FaissIndex]":
+    """`FaissIndex`, imported on first use rather than with this module: the one place the engine loads
+    faiss.
+
+    This module comes with `import memoryos` (the facade -> `MemorySpace` -> `SpacePageIndex`), also in
+    processes that never open a space: the API in Redis mode hands all index work to the workers, and its
+    image's set (`requirements/api.txt`) has no faiss-cpu. Importing faiss when an index is made, loaded
+    or waited on keeps it to the processes that own indexes (the embedded engine, the workers);
+    tests/unit/test_deploy_files.py checks that the Redis-mode API imports none.
+    """
+    from memoryos.storage.faiss_index import FaissIndex
+
+    return FaissIndex
+
+
 def page_snapshot_path(config: MemoryConfig, directory: Path) -> Path:
     """The file `index.save(path, covered_seq)` writes for this backend."""
     if config.vector_backend == "chroma":
@@ -61,7 +79,12 @@ def new_page_index(config: MemoryConfig, directory: Path, dim: int) -> VectorInd
         from memoryos.storage.chroma_index import ChromaIndex
 
         return ChromaIndex.create(directory / CHROMA_DIRECTORY, dim)
-    return FaissIndex(dim, ann_threshold=config.index_ann_threshold, gpu_policy=config.faiss_use_gpu)
+    return _faiss_index_type()(
+        dim,
+        ann_threshold=config.index_ann_threshold,
+        gpu_policy=config.faiss_use_gpu,
+        omp_threads=config.faiss_omp_threads,
+    )
 
 
 def load_page_index(
@@ -74,12 +97,13 @@ def load_page_index(
         from memoryos.storage.chroma_index import ChromaIndex
 
         return ChromaIndex.load(path, directory / CHROMA_DIRECTORY, dim, expected_fingerprint=fingerprint)
-    return FaissIndex.load(
+    return _faiss_index_type().load(
         path,
         dim,
         ann_threshold=config.index_ann_threshold,
         gpu_policy=config.faiss_use_gpu,
         expected_fingerprint=fingerprint,
+        omp_threads=config.faiss_omp_threads,
     )
 
 
@@ -107,7 +131,7 @@ def finish_page_index_rebuild(index: VectorIndex) -> bool:
     Returns whether one was in flight, so the caller knows its last snapshot predates the installed
     index. Chroma never rebuilds.
     """
-    if not isinstance(index, FaissIndex) or index.stats()["background"] is None:
+    if not isinstance(index, _faiss_index_type()) or index.stats()["background"] is None:
         return False
     index.wait_for_rebuild()
     return True

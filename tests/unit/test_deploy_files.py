@@ -2,12 +2,17 @@
 and the CPU images, one CUDA major on the GPU image, a Dockerfile that takes its indexes as build
 arguments and secrets, Redis durability, GPU reservation, drain time, healthchecks.
 
-These read the files; `.ci/deploy-check` validates them with compose, kustomize, kubernetes-validate and
+These read the files, except one that imports the API as the api image runs it, to check it needs nothing
+its set leaves out; `.ci/deploy-check` validates them with compose, kustomize, kubernetes-validate and
 hadolint, and tests/integration/test_deploy_commands.py runs the commands they name.
 """
 
 import importlib.util
+import json
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -41,8 +46,8 @@ EXTRAS = {
 }
 """What each set must satisfy besides the engine's own dependencies (requirements/generate.py)."""
 GENERATE = load_module(REQUIREMENTS / "generate.py")
-EMBEDDING_ONLY = set(GENERATE.EMBEDDING_ONLY)
-"""What the API set leaves out: the generator's own list."""
+API_LEAVES_OUT = set(GENERATE.API_LEAVES_OUT)
+"""What the API set leaves out (the embedding stack, faiss): the generator's own list."""
 DOCKERFILE = ROOT / "Dockerfile"
 
 
@@ -77,7 +82,7 @@ def test_each_set_satisfies_what_pyproject_asks_for(target: str) -> None:
     pinned = pins(target)
     for requirement in wanted(target):
         name = canonicalize_name(requirement.name)
-        if target == "api" and name in EMBEDDING_ONLY:
+        if target == "api" and name in API_LEAVES_OUT:
             continue
         assert name in pinned, (
             f"{target}.txt lacks {requirement} (regenerate: python3 requirements/generate.py)"
@@ -102,8 +107,49 @@ def test_each_image_set_holds_the_locked_versions(target: str) -> None:
     assert not drifted, f"{target}.txt differs from dev.txt (image, dev) — regenerate: {drifted}"
 
 
-def test_the_api_set_has_no_embedding_stack() -> None:
-    assert not EMBEDDING_ONLY & pins("api").keys(), "the API image must not carry torch or a model"
+def test_the_api_set_has_no_embedding_stack_and_no_faiss() -> None:
+    assert not API_LEAVES_OUT & pins("api").keys(), "the API image must not carry torch, a model or faiss"
+
+
+API_IMAGE_PROBE = """
+import importlib.metadata, json, sys
+from memoryos import MemoryConfig
+from services.api.serve import run_server  # `memoryos serve`, the api image's command
+from services.api.main import create_app
+from services.api.settings import ApiSettings
+from services.queue.settings import QueueSettings
+
+# Redis mode, as `--redis-url` builds it; nothing connects before a request (port 9 is never asked).
+queue = QueueSettings(redis_url="redis://127.0.0.1:9/0")
+app = create_app(ApiSettings(allow_unauthenticated=True), MemoryConfig(data_dir=sys.argv[1]), queue)
+assert type(app.state.api.spaces).__name__ == "QueuedSpaces"
+owners = importlib.metadata.packages_distributions()
+print(json.dumps({name: owners.get(name, []) for name in sorted({m.partition(".")[0] for m in sys.modules})}))
+"""
+
+
+def test_the_api_in_redis_mode_imports_nothing_its_set_leaves_out(tmp_path: Path) -> None:
+    """The api image has no faiss, torch or embedding model (API_LEAVES_OUT), so `memoryos serve
+    --redis-url` must not import them: a fresh interpreter imports the command's module and builds the app
+    in Redis mode, and no module of a left-out distribution is loaded. faiss and torch are also checked by
+    module name, whichever distribution installed them here (a faiss GPU build, a local torch wheel)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", API_IMAGE_PROBE, str(tmp_path / "data")],
+        capture_output=True, text=True, cwd=ROOT, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    loaded: dict[str, list[str]] = json.loads(result.stdout.splitlines()[-1])
+    left_out = {
+        module: owners
+        for module, owners in loaded.items()
+        if API_LEAVES_OUT & {canonicalize_name(owner) for owner in owners}
+    }
+    assert not left_out, f"the API in Redis mode imports what the api set leaves out: {left_out}"
+    assert "faiss" not in loaded and "torch" not in loaded
 
 
 def test_the_cpu_worker_set_has_no_torch_and_the_bundled_model() -> None:

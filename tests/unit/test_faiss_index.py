@@ -386,3 +386,24 @@ def test_every_thread_searches_with_the_configured_faiss_threads():
             assert seen.result()[1] == 1
     finally:
         faiss_ivf._configured_threads = previous
+
+
+def test_a_space_index_sets_the_configured_faiss_threads(tmp_path: Path) -> None:
+    """A space's config sets the process's count as its FAISS index is made or loaded (`index_factory.py`
+    passes `omp_threads`), so the space code itself never imports faiss."""
+    from memoryos.config import MemoryConfig
+    from memoryos.storage import faiss_ivf
+    from memoryos.storage.index_factory import load_page_index, new_page_index, page_snapshot_path
+
+    config = MemoryConfig(data_dir=tmp_path, faiss_omp_threads=1)
+    previous = faiss_ivf._configured_threads
+    try:
+        faiss_ivf._configured_threads = None
+        index = new_page_index(config, tmp_path, DIM)
+        assert faiss_ivf._configured_threads == 1
+        index.save(page_snapshot_path(config, tmp_path), covered_seq=0)
+        faiss_ivf._configured_threads = None
+        load_page_index(config, tmp_path, DIM)
+        assert faiss_ivf._configured_threads == 1
+    finally:
+        faiss_ivf._configured_threads = previous
