@@ -64,7 +64,11 @@ class QueuedSpaces:
             raise
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
-        self.refuse_over_lag()
+        try:
+            self.refuse_over_lag()
+        except BackpressureError:
+            self._shares.overloaded()
+            raise
         bound = self.api.max_write_lag_s
         under_pressure = bool(bound and self.write_lag_s * 2 >= bound)  # half the bound: `write_shares.py`
         self._shares.refuse_past_share(key, under_pressure, self.api.backpressure_retry_after())

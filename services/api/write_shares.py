@@ -5,10 +5,11 @@ The API's lag bound (`max_write_lag_s`) refuses every write once embedding (or, 
 falls behind, whoever caused it. One user written flat out then took about three times the writes of 64
 others together, since a well-behaved client waits out its `Retry-After` while a flat-out one is back at
 once, and every other user's reads slowed behind that user's pages (docs/reliability.md, "Reads under
-load"). So before the global bound is reached — from half of it, "pressure" — a space whose writes in the
-last `WINDOW_S` exceed `SLACK` times the mean of the spaces writing in that window is refused with the
-same 429 and `Retry-After`; the others go on. Without pressure nothing is refused here: a single busy user
-on an idle service gets all of it.
+load"). So under pressure — from half of the bound, and for `WINDOW_S` after the bound refused a write
+(the lag swings past the bound and back between two samples, so the half-way mark alone was seldom seen) —
+a space whose writes in the last `WINDOW_S` exceed `SLACK` times the mean of the spaces writing in that
+window is refused with the same 429 and `Retry-After`; the others go on. Without pressure nothing is
+refused here: a single busy user on an idle service gets all of it.
 
 The shares are per API process: behind several replicas each judges the writes it received, which is the
 same judgement when a load balancer spreads a user's writes evenly.
@@ -38,14 +39,21 @@ class WriteShares:
         self._lock = threading.Lock()
         self._recent: collections.deque[tuple[float, SpaceKey]] = collections.deque()
         self._counts: collections.Counter[SpaceKey] = collections.Counter()
+        self._overloaded_until = float("-inf")
+
+    def overloaded(self) -> None:
+        """The global bound refused a write: the next `WINDOW_S` count as pressure."""
+        with self._lock:
+            self._overloaded_until = self._clock() + WINDOW_S
 
     def admit(self, key: SpaceKey, under_pressure: bool) -> bool:
         """Count a write of `key` and say True, or say False (count nothing) when the service is under
-        pressure and the space already wrote more than `SLACK` times the mean of the spaces writing."""
+        pressure (`under_pressure`, or the bound refused a write in the last `WINDOW_S`) and the space
+        already wrote more than `SLACK` times the mean of the spaces writing."""
         now = self._clock()
         with self._lock:
             self._forget_before(now - WINDOW_S)
-            if under_pressure and self._counts:
+            if (under_pressure or now < self._overloaded_until) and self._counts:
                 mean = len(self._recent) / len(self._counts)
                 if self._counts[key] + 1 > SLACK * max(1.0, mean):
                     return False

@@ -36,3 +36,15 @@ def test_under_pressure_the_space_past_its_share_is_refused_and_the_others_go_on
 def test_a_lone_writer_under_pressure_is_not_refused() -> None:
     shares = WriteShares(FakeClock())
     assert all(shares.admit(NOISY, under_pressure=True) for _ in range(100))
+
+
+def test_after_the_bound_refused_a_write_the_shares_apply_for_a_window() -> None:
+    clock = FakeClock()
+    shares = WriteShares(clock)
+    for space in QUIET:
+        assert shares.admit(space, under_pressure=False)
+    shares.overloaded()
+    admitted = sum(shares.admit(NOISY, under_pressure=False) for _ in range(100))
+    assert admitted < 100 and admitted <= SLACK * 2
+    clock.advance(WINDOW_S + 0.01)
+    assert all(shares.admit(NOISY, under_pressure=False) for _ in range(100))
