@@ -72,6 +72,15 @@ class RetrieveMemoryResult(BaseModel):
     style_hint: str = Field(description="As given: the answer's style.")
 
 
+class GetResponseResult(BaseModel):
+    status: Literal["success"] = "success"
+    query: str
+    response: str = Field(description="The server's LLM's answer, from the user's memory.")
+    timestamp: str = Field(description="When the answer was made (UTC).")
+    user_id: str
+    assistant_id: str
+
+
 class UserProfileResult(BaseModel):
     status: Literal["success"] = "success"
     timestamp: str

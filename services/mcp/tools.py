@@ -1,5 +1,7 @@
 """The reference's three tools — `add_memory`, `retrieve_memory`, `get_user_profile` — with its argument
-names and result fields, plus `user_id` / `assistant_id` on every call so one server serves many users.
+names and result fields, plus `user_id` / `assistant_id` on every call so one server serves many users,
+and `get_response`, the reference package's own answer path (`Memoryos.get_response`), for a client that
+wants the server's LLM to answer from memory rather than its own.
 
 Every argument the reference accepts is accepted. `max_results` bounds the pages and facts retrieved.
 Retrieval does not depend on `relationship_with_user` and `style_hint` (they shape an answer, not what is
@@ -25,11 +27,12 @@ from services.mcp.models import (
     NO_PROFILE,
     AddMemoryDetails,
     AddMemoryResult,
+    GetResponseResult,
     KnowledgeItem,
     RetrieveMemoryResult,
     UserProfileResult,
 )
-from services.queue.calls import LIST_FACTS, PROFILE, RETRIEVE
+from services.queue.calls import LIST_FACTS, PROFILE, RESPOND, RETRIEVE
 
 MAX_RESULTS = 100
 """Most pages (and facts) one retrieve_memory returns: a context window, not an export."""
@@ -97,7 +100,7 @@ def retrieve_result(
 
 
 def register_memory_tools(server: MCPServer, access: MemoryAccess) -> None:
-    """Add the three reference tools to `server`."""
+    """Add the three reference tools and `get_response` to `server`."""
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
@@ -216,4 +219,39 @@ def register_memory_tools(server: MCPServer, access: MemoryAccess) -> None:
             user_knowledge_count=None if user_facts is None else len(user_facts),
             assistant_knowledge=assistant_facts,
             assistant_knowledge_count=None if assistant_facts is None else len(assistant_facts),
+        )
+
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+        )
+    )
+    async def get_response(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, description="The user's message to answer.")],
+        relationship_with_user: Annotated[
+            str, Field(description="How the assistant relates to the user, for the answer's tone.")
+        ] = "friend",
+        style_hint: Annotated[str, Field(description="Style of the answer.")] = "",
+        user_id: UserIdArg = None,
+        assistant_id: AssistantIdArg = None,
+    ) -> GetResponseResult:
+        """Answer the user's message with the server's LLM from what is remembered about them (recent
+        exchanges, relevant older ones, facts, profile), then remember the exchange. Most clients answer
+        with their own model from retrieve_memory; this is for those that want the server to answer."""
+        with reported_as(ToolError, "get_response"):
+            key = access.key(ctx, user_id, assistant_id)
+            answer = await access.change(
+                key,
+                RESPOND,
+                query=query,
+                relationship_with_user=relationship_with_user,
+                style_hint=style_hint,
+            )
+        return GetResponseResult(
+            query=query,
+            response=answer,
+            timestamp=now_text(),
+            user_id=key.user_id,
+            assistant_id=key.assistant_id,
         )

@@ -7,16 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from anyio.from_thread import start_blocking_portal
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from services.api.settings import ApiSettings
 from tests.support.api_server import RunningApi, offline_config, running_api
-from tests.support.mcp_session import McpSession
+from tests.support.mcp_session import McpSession, http_session
 
 pytestmark = pytest.mark.integration
 
@@ -31,12 +27,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
 
 
 def connect(api: RunningApi, key: str, stack: ExitStack) -> McpSession:
-    portal = stack.enter_context(start_blocking_portal())
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
-    client = Client(streamable_http_client(f"{api.url}/mcp", http_client=http), mode="legacy")
-    return McpSession(
-        portal, stack.enter_context(portal.wrap_async_context_manager(client)), api.data_dir, 0.0
-    )
+    return http_session(api.url, api.data_dir, stack, key)
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,7 @@ def test_tools_are_listed_with_the_reference_arguments_and_typed_schemas(mcp: Mc
         "delete_fact",
         "fact_history",
         "forget_user",
+        "get_response",
     }
     for name, arguments in REFERENCE_TOOLS.items():
         properties = tools[name].input_schema["properties"]
@@ -130,6 +131,16 @@ def test_add_then_retrieve_returns_the_exchange_with_its_id_time_and_meta(mcp: M
     )
     assert found["short_term_count"] == len(found["short_term_memory"]) >= 1
     assert found["total_pages_found"] == len(found["retrieved_pages"]) <= 3
+
+
+def test_get_response_answers_from_memory_and_remembers_the_exchange(mcp: McpSession) -> None:
+    ok(mcp.tool("add_memory", user_input="My sister lives in Lisbon.", agent_response="Lovely city!"))
+    answered = ok(mcp.tool("get_response", query="Where does my sister live?", style_hint="brief"))
+    assert (answered["status"], answered["user_id"]) == ("success", "maya")
+    assert "Lisbon" in answered["response"]  # the offline LLM answers from the retrieved exchange
+    found = ok(mcp.tool("retrieve_memory", query="Where does my sister live?", max_results=10))
+    exchanges = [(p["user_input"], p["agent_response"]) for p in found["short_term_memory"]]
+    assert ("Where does my sister live?", answered["response"]) in exchanges
 
 
 def test_two_users_on_one_server_see_only_their_own_memory(mcp: McpSession) -> None:

@@ -1,6 +1,7 @@
 """The real-model tier (issue 37): the engine's consolidation, the worker's consolidation (Redis mode) and
-`get_response` against a real local model, `bench/llm/local_model.sh` (Qwen2.5-Coder-1.5B-Instruct
-Q4_K_M on llama.cpp's `llama-server`), through a recording proxy that keeps every exchange.
+`get_response` (the engine's, the API's `/response` and MCP's `get_response` tool) against a real local
+model, `bench/llm/local_model.sh` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M on llama.cpp's `llama-server`),
+through a recording proxy that keeps every exchange.
 
 Asserted: structure and bounds, never wording or latency (a 1.5B model on one thread of a shared 2-core
 machine runs at 2-15 tokens/s) — every request carries its task's `max_tokens` and temperature; every reply
@@ -16,6 +17,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, running_api
 from tests.support.fakes import HashEmbedder
+from tests.support.mcp_session import http_session
 from tests.support.queue_worker import Running
 from tests.support.recording_llm_proxy import Exchange, RecordingProxy
 from tests.support.redis_server import running_redis
@@ -204,4 +207,9 @@ def test_the_workers_consolidation_and_response_stay_within_bounds(
         check_facts(facts, page_ids)
         answered = http.post(f"{space}/response", json={"query": QUESTION})
         assert answered.status_code == 200 and answered.json()["response"].strip(), answered.text
-    record("worker (Redis mode) + API /response", proxy, config, started, before)
+    with ExitStack() as stack:  # the same answer path as an MCP client reaches it
+        mcp = http_session(running.url, running.data_dir, stack)
+        result = mcp.tool("get_response", query=QUESTION, user_id="caroline")
+        assert not result.is_error and result.structured_content is not None, result.content
+        assert result.structured_content["response"].strip()
+    record("worker (Redis mode) + API /response + MCP get_response", proxy, config, started, before)

@@ -5,12 +5,15 @@ groups require it); each test calls through the portal.
 """
 
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from anyio.from_thread import BlockingPortal
+import httpx2
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
 T = TypeVar("T")
@@ -35,3 +38,13 @@ class McpSession:
         content = self.portal.call(self.client.read_resource, uri).contents[0]
         assert isinstance(content, TextResourceContents), content
         return content.text
+
+
+def http_session(api_url: str, data_dir: Path, stack: ExitStack, key: str | None = None) -> McpSession:
+    """A client of the API's `/mcp` over streamable HTTP (with `key` as its Bearer key), open until
+    `stack` closes."""
+    portal = stack.enter_context(start_blocking_portal())
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=900)
+    client = Client(streamable_http_client(f"{api_url}/mcp", http_client=http), mode="legacy")
+    return McpSession(portal, stack.enter_context(portal.wrap_async_context_manager(client)), data_dir, 0.0)
