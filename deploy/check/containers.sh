@@ -226,9 +226,14 @@ remember write-before-restarts
 until_ok 180 "retrieve of the first write" all_retrieved
 record "keyed write, then retrieve finds it"
 
-call "$api/metrics" | grep -q '^memoryos_http_request_duration_seconds' || fail "API /metrics"
-podman exec "$(ctr worker)" python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=5).read().decode())" \
-    | grep -q '^memoryos_' || fail "worker /metrics"
+# Read whole, then searched: `producer | grep -q` fails under pipefail whenever grep exits at its match
+# before the producer's last write (SIGPIPE, 141): `podman exec` relays print's text and its newline as
+# two writes, and 12 of 40 such pipelines failed on a 2-core machine.
+metrics=$(call "$api/metrics") || fail "API /metrics"
+grep -q '^memoryos_http_request_duration_seconds' <<< "$metrics" || fail "API /metrics"
+metrics=$(podman exec "$(ctr worker)" python -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=5).read().decode())") \
+    || fail "worker /metrics"
+grep -q '^memoryos_' <<< "$metrics" || fail "worker /metrics"
 record "/metrics of the API and the worker"
 
 for service in redis api worker; do
