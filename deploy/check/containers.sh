@@ -100,10 +100,13 @@ python_version=$("$python" -c 'import platform; print(platform.python_version())
     || fail "$python is $python_version: the pinned sets need CPython 3.11.3 or later (set CHECK_PYTHON)"
 python_prefix=$("$python" -c 'import sys; print(sys.base_prefix)')
 digest() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
-# No recommended packages (debconf's would bring perl), documentation or translations. The interpreter
-# goes where the official image has it (/usr/local), stripped, without its site-packages (pip comes from
-# its own ensurepip), tests, Tk and static library.
+# No recommended packages (debconf's would bring perl), documentation or translations. /usr merged as
+# debootstrap and Debian's official images do it (directory symlinks, usr-is-merged): otherwise
+# init-system-helpers' `usrmerge | usr-is-merged` installs usrmerge, and with it perl (~50 MB) that
+# python:3.11-slim-bookworm lacks. The interpreter goes where the official image has it (/usr/local),
+# stripped, without its site-packages (pip comes from its own ensurepip), tests, Tk and static library.
 base_options=(--variant=minbase --aptopt='APT::Install-Recommends "false"'
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
     --dpkgopt=path-exclude=/usr/share/doc/* --dpkgopt=path-exclude=/usr/share/man/*
     --dpkgopt=path-exclude=/usr/share/info/* --dpkgopt=path-exclude=/usr/share/locale/*)
 base_hooks=(
