@@ -58,7 +58,12 @@ FROM build-base AS venv-api
 RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
     python -m venv /opt/venv && /requirements/install.sh api none
 COPY --from=wheel /wheels /wheels
-RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh api /wheels/memoryos-*.whl
+# Then what the API never runs leaves its venv (checked with pip first, by install.sh): pip and setuptools
+# (the venv's own, ~26 MB; the API imports neither, nothing in its set requires them, and the base's
+# python still has pip) and the packages' bundled test suites (~19 MB, numpy's mostly).
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh api /wheels/memoryos-*.whl \
+    && python -m pip uninstall --yes --quiet pip setuptools \
+    && find /opt/venv/lib/python3.11/site-packages -mindepth 2 -type d -name tests -prune -exec rm -rf {} +
 
 FROM build-base AS venv-cpu
 RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
