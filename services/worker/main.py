@@ -83,7 +83,7 @@ class Worker:
     def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         if len(ops) == 1 and isinstance(ops[0], ForgetSpace):
             return self._forget(key, ops[0])
-        # A reindex of the space (on the read thread) can hold it closed for minutes: the leases are
+        # A reindex of the space (on a read thread) can hold it closed for minutes: the leases are
         # renewed while this write waits for it, or they would lapse and let a second worker in.
         with self.spaces.writing(key, on_wait=self._renew_if_due) as memory:
             writes = [op for op in ops if isinstance(op, AddTurns)]
@@ -125,7 +125,7 @@ class Worker:
 
     def serving(self) -> list[int]:
         """The shards this worker may apply writes and answer calls for now: those it holds, and only
-        while its last renewal is trusted (the read thread asks; the main loop may be stuck on Redis)."""
+        while its last renewal is trusted (the read threads ask; the main loop may be stuck on Redis)."""
         return self._owned_snapshot if self._trusted() else []
 
     def _still_owned(self, shard: int) -> bool:
