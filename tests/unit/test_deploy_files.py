@@ -171,6 +171,24 @@ def test_torch_builds_per_target() -> None:
     assert {k: v for k, v in cpu.items() if k != "faiss-cpu"}.items() <= gpu.items()
 
 
+def test_the_pypi_gpu_set_loads_one_cuda_major() -> None:
+    """gpu-worker-pypi (the worker-gpu-pypi target, PyPI alone) is the gpu-worker set with PyPI's last CUDA 12
+    torch and its NVIDIA wheels: every NVIDIA/CUDA package is CUDA 12, like faiss-gpu-cu12's, and every
+    package both GPU sets hold has one version. Its torch departs from the `torch` extra's pin on purpose
+    (requirements/generate.py, GPU_PYPI_TORCH); everything else pyproject asks for is met."""
+    gpu, pypi = pins("gpu-worker"), pins("gpu-worker-pypi")
+    assert GENERATE.cuda_majors({name: str(version) for name, version in pypi.items()}) == {"12"}
+    assert pypi["torch"] == Version(GENERATE.GPU_PYPI_TORCH) and pypi["torch"].local is None
+    assert pypi["faiss-gpu-cu12"] == gpu["faiss-gpu-cu12"] and "faiss-cpu" not in pypi
+    shared = (gpu.keys() & pypi.keys()) - {"torch"}
+    assert {name: gpu[name] for name in shared} == {name: pypi[name] for name in shared}
+    assert gpu.keys() - pypi.keys() <= {"setuptools"}, "torch 2.13 requires setuptools, 2.10 does not"
+    for requirement in wanted("gpu-worker"):
+        name = canonicalize_name(requirement.name)
+        if name != "torch":
+            assert requirement.specifier.contains(pypi[name], prereleases=True), requirement
+
+
 def dockerfile_instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
     lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
@@ -201,14 +219,22 @@ def test_each_dockerfile_target_installs_its_own_set() -> None:
     text = DOCKERFILE.read_text()
     stages = {name: base for base, name in re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)}
     bodies = dict(zip(stages, re.split(r"^FROM \S+ AS \S+$", text, flags=re.M)[1:], strict=True))
-    for stage, target in (("venv-api", "api"), ("venv-cpu", "cpu-worker"), ("venv-gpu", "gpu-worker")):
+    for stage, target in (
+        ("venv-api", "api"),
+        ("venv-cpu", "cpu-worker"),
+        ("venv-gpu", "gpu-worker"),
+        ("venv-gpu-pypi", "gpu-worker-pypi"),
+    ):
         assert f"/requirements/install.sh {target} " in bodies[stage], stage
     copied = {stage: set(re.findall(r"COPY --from=(\S+)", body)) for stage, body in bodies.items()}
     assert copied["api"] == {"venv-api"}
     assert copied["worker-cpu"] == {"venv-cpu", "models"} and stages["mcp"] == "worker-cpu"
     assert copied["worker-gpu"] == {"python-dist", "venv-gpu", "models"}
+    assert copied["worker-gpu-pypi"] == {"venv-gpu-pypi", "models"}
+    assert stages["worker-gpu-pypi"] == "python-base"
+    assert list(stages)[-1] == "worker-gpu", "the default target (the last stage) is the CUDA-base GPU worker"
     assert stages["models"] == "build-base", "models must not start from a worker's environment"
-    assert "USER root" not in text and text.count("USER 10001:10001") == 3
+    assert "USER root" not in text and text.count("USER 10001:10001") == 4
 
 
 def test_the_python_floor_agrees_everywhere() -> None:
