@@ -5,8 +5,9 @@ The API's lag bound (`max_write_lag_s`) refuses every write once embedding (or, 
 falls behind, whoever caused it. One user written flat out then took about three times the writes of 64
 others together, since a well-behaved client waits out its `Retry-After` while a flat-out one is back at
 once, and every other user's reads slowed behind that user's pages (docs/reliability.md, "Reads under
-load"). So under pressure — from half of the bound, and for `WINDOW_S` after the bound refused a write
-(the lag swings past the bound and back between two samples, so the half-way mark alone was seldom seen) —
+load"). So under pressure — from half of the bound, and for `OVERLOADED_S` after the bound refused a
+write (the lag swings past the bound and back between two samples, so the half-way mark alone was seldom
+seen, and with 1 s the flat-out writer still took as much as 64 others together) —
 a space whose writes in the last `WINDOW_S` exceed `SLACK` times the mean of the spaces writing in that
 window is refused with the same 429 and `Retry-After`; the others go on. Without pressure nothing is
 refused here: a single busy user on an idle service gets all of it.
@@ -26,6 +27,9 @@ from services.api.access import BackpressureError
 WINDOW_S = 1.0
 """How far back a space's writes count: long enough to hold a few writes of a steady client, short enough
 that a space refused for a burst is admitted again within a second of slowing down."""
+OVERLOADED_S = 5.0
+"""How long after the lag bound refused a write the service counts as under pressure: the lag falls back
+below the bound within a sample or two of refusing, and a writer retrying flat out is then first back in."""
 SLACK = 2.0
 """A space may write this many times the mean share before it is refused under pressure: writers differ
 (a chat in full flow against one that pauses), and only the one far past the others should wait."""
@@ -42,13 +46,13 @@ class WriteShares:
         self._overloaded_until = float("-inf")
 
     def overloaded(self) -> None:
-        """The global bound refused a write: the next `WINDOW_S` count as pressure."""
+        """The global bound refused a write: the next `OVERLOADED_S` count as pressure."""
         with self._lock:
-            self._overloaded_until = self._clock() + WINDOW_S
+            self._overloaded_until = self._clock() + OVERLOADED_S
 
     def admit(self, key: SpaceKey, under_pressure: bool) -> bool:
         """Count a write of `key` and say True, or say False (count nothing) when the service is under
-        pressure (`under_pressure`, or the bound refused a write in the last `WINDOW_S`) and the space
+        pressure (`under_pressure`, or the bound refused a write in the last `OVERLOADED_S`) and the space
         already wrote more than `SLACK` times the mean of the spaces writing."""
         now = self._clock()
         with self._lock:
