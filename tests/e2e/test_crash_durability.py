@@ -124,8 +124,10 @@ def assert_every_acknowledged_page_is_back(root: Path, acks: dict[int, int]) -> 
             assert page.tier in ("stm", "mtm", "archived")
             assert page.tier == "stm" or page.segment_id is not None
             vector = embedder.encode([page.text()])
-            top_id, score = memory.space.page_index.search(vector, 1).hits(0)[0]
-            assert (top_id, score) == (page_id, pytest.approx(1.0, abs=5e-3))  # stored precision
+            # Its own vector is in the index (stored precision). Among the hits, not always first: the
+            # hash embedder gives some of these texts the same vector (kiwi9 and kiwi44 collide).
+            hits = dict(memory.space.page_index.search(vector, 5).hits(0))
+            assert hits.get(page_id) == pytest.approx(1.0, abs=5e-3), (page_id, hits)
             found = memory.retrieve(f"kiwi{i}", top_k=3).retrieved_pages
             assert page_id in [p.page_id for p in found], f"page {page_id} (kiwi{i}) not retrieved"
         # The space keeps working after the crash: the next write finishes any interrupted consolidation.
