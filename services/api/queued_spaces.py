@@ -50,8 +50,8 @@ class QueuedSpaces:
         self.reads = ReadClient(self.client, settings)
         self.max_bundle_bytes = settings.max_queued_bundle_mb * 1024 * 1024
         self.write_lag_s = 0.0
-        self._shares = WriteShares()
         """The age of the oldest write not yet applied, as last sampled by `maintain`."""
+        self._shares = WriteShares()
 
     async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
         timeout_s = self.settings.read_timeout_s if call.facade else self.settings.bundle_timeout_s
@@ -64,14 +64,11 @@ class QueuedSpaces:
             raise
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
-        try:
-            self.refuse_over_lag()
-        except BackpressureError:
-            self._shares.overloaded()
-            raise
         bound = self.api.max_write_lag_s
         under_pressure = bool(bound and self.write_lag_s * 2 >= bound)  # half the bound: `write_shares.py`
-        self._shares.refuse_past_share(key, under_pressure, self.api.backpressure_retry_after())
+        self._shares.admit_write(
+            key, self.refuse_over_lag, under_pressure, self.api.backpressure_retry_after()
+        )
 
         def plan_and_enqueue() -> AddTurns:
             op = plan()

@@ -114,12 +114,9 @@ class EmbeddedSpaces:
         return await self.run(key, lambda memory: run_call(memory, call, args), create=call.creates)
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
-        try:
-            self.refuse_over_backlog()
-        except BackpressureError:
-            self._shares.overloaded()
-            raise
-        self._shares.refuse_past_share(key, self._under_pressure(), self._settings.backpressure_retry_after())
+        self._shares.admit_write(
+            key, self.refuse_over_backlog, self._under_pressure(), self._settings.backpressure_retry_after()
+        )
         op, page_ids = await self._on_thread(self._write_threads, self._plan_and_apply, key, plan)
         self.acknowledged(key, page_ids)
         return op, page_ids

@@ -73,6 +73,22 @@ class WriteShares:
                 retry_after_s,
             )
 
+    def admit_write(
+        self,
+        key: SpaceKey,
+        refuse_over_bound: Callable[[], None],
+        under_pressure: bool,
+        retry_after_s: float,
+    ) -> None:
+        """A write's admission, the same in every mode: the global bound first (`refuse_over_bound` raises
+        its 429, which starts `OVERLOADED_S` of pressure), then the space's share."""
+        try:
+            refuse_over_bound()
+        except BackpressureError:
+            self.overloaded()
+            raise
+        self.refuse_past_share(key, under_pressure, retry_after_s)
+
     def _forget_before(self, cutoff: float) -> None:
         while self._recent and self._recent[0][0] < cutoff:
             _, key = self._recent.popleft()

@@ -90,9 +90,8 @@ class ReadServer:
                     continue
                 try:
                     popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
-                except (
-                    REDIS_UNAVAILABLE
-                ) as error:  # a call caught midway: its caller times out (503), retries
+                except REDIS_UNAVAILABLE as error:
+                    # A call caught midway: its caller times out (503) and retries.
                     free.release()
                     stop.wait(outage.failed(error))
                     continue

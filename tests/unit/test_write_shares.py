@@ -52,3 +52,18 @@ def test_after_the_bound_refused_a_write_the_shares_apply_for_a_while() -> None:
     assert sum(shares.admit(NOISY, under_pressure=False) for _ in range(100)) < 100
     clock.advance(OVERLOADED_S)
     assert all(shares.admit(NOISY, under_pressure=False) for _ in range(100))
+
+
+def test_a_write_the_bound_refuses_starts_the_pressure_for_every_space() -> None:
+    shares = WriteShares(FakeClock())
+    for space in QUIET:
+        assert shares.admit(space, under_pressure=False)
+
+    def over_bound() -> None:
+        raise BackpressureError("lag over its bound", 2)
+
+    with pytest.raises(BackpressureError, match="over its bound"):
+        shares.admit_write(NOISY, over_bound, under_pressure=False, retry_after_s=2)
+    with pytest.raises(BackpressureError, match="more than its share"):
+        for _ in range(100):
+            shares.admit_write(NOISY, lambda: None, under_pressure=False, retry_after_s=2)
