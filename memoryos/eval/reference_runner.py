@@ -6,9 +6,20 @@ model directory for its embeddings; the result holds, per question, the pages th
 (mid-term pages ranked by its score, and its short-term pages, which it always puts in the prompt),
 plus add_memory and retrieval latencies and its LLM calls while ingesting and while retrieving.
 
+Optional job keys, for the answer-quality bench (`bench/quality/answers.py`):
+- `answer`: `{relationship, style_hint, meta_data}`: each question goes through the reference's own
+  `get_response` (its prompt, its one LLM call) instead of `retrieve_context` alone, and the reply is
+  returned; the exchange is *not* stored back (its `add_memory` is blocked meanwhile), as our harness does
+  not store questions either: later questions must find the conversation, not earlier questions.
+- `temperature` / `max_tokens_cap`: every LLM call at this temperature and at most this many tokens (the
+  reference asks for 0.7 and up to 2,000 tokens), so both systems run the same model the same way.
+- `log_path`: a JSON-lines log of each pair added and each question answered, appended as they finish.
+  A rerun with the same job and data directory skips what the log holds (the reference keeps its memory in
+  files under `data_dir`), so a long run can stop and resume.
+
 This file is not part of our package's import graph: it runs where only `memoryos-pro` is installed (whose
 top-level package is also called `memoryos`), so it imports nothing of ours and only the standard
-library besides the reference, and keeps to syntax old Python versions accept. The reference prints on
+library besides the reference, and keeps to syntax Python 3.6+ accepts. The reference prints on
 every call; its output goes to this process's stdout, which the caller discards.
 """
 
@@ -26,6 +37,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 REFERENCE_EMBEDDING_NAME = "all-MiniLM-L6-v2"
 """The model name the reference passes to its embedding cache by default."""
 
+REFERENCE_LLM_ERROR = "Error: Could not get response from LLM."
+"""What the reference's client returns instead of raising when a call fails (kept as it is)."""
+
 
 def _page(page):
     return {"user_input": page.get("user_input", ""), "agent_response": page.get("agent_response", "")}
@@ -35,25 +49,94 @@ PHASES = ("ingest", "questions")
 
 
 class _CallCounter:
-    """Counts the reference's LLM calls and the characters sent and received, per phase; its client
-    drops the usage the server reports, so tokens are estimated from characters by the caller."""
+    """Counts the reference's LLM calls, the characters sent and received, and the tokens the server
+    reports, per phase. Its client drops the server's usage, so the counted call reads it from the
+    response itself (a server that sends none leaves the caller to estimate tokens from characters)."""
 
-    def __init__(self):
+    def __init__(self, temperature, max_tokens_cap):
         self.phase = "ingest"
-        self.usage = {phase: {"calls": 0, "prompt_chars": 0, "completion_chars": 0} for phase in PHASES}
+        self.temperature = temperature
+        self.max_tokens_cap = max_tokens_cap
+        self.usage = {phase: self._empty() for phase in PHASES}
         self._lock = threading.Lock()
 
-    def wrap(self, chat_completion):
-        def counted(client, model, messages, *args, **kwargs):
-            reply = chat_completion(client, model, messages, *args, **kwargs)
-            with self._lock:
-                entry = self.usage[self.phase]
+    @staticmethod
+    def _empty():
+        return {
+            "calls": 0,
+            "prompt_chars": 0,
+            "completion_chars": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cut_at_cap": 0,
+            "errors": 0,
+        }
+
+    def wrap(self, clean_output):
+        """A replacement for `OpenAIClient.chat_completion`: the same request and cleaning as the
+        reference's own, with the job's temperature and cap applied and the usage kept."""
+        counter = self
+
+        def counted(client, model, messages, temperature=0.7, max_tokens=2000):
+            if counter.temperature is not None:
+                temperature = counter.temperature
+            if counter.max_tokens_cap is not None:
+                max_tokens = min(max_tokens, counter.max_tokens_cap)
+            reply, usage, finish = None, None, None
+            try:
+                response = client.client.chat.completions.create(
+                    model=model, messages=messages, temperature=temperature, max_tokens=max_tokens
+                )
+                choice = response.choices[0]
+                reply = clean_output((choice.message.content or "").strip())
+                usage, finish = response.usage, choice.finish_reason
+            except Exception as error:  # the reference's client turns every failure into a reply
+                print(f"Error calling OpenAI API: {error}")
+            with counter._lock:
+                entry = counter.usage[counter.phase]
                 entry["calls"] += 1
                 entry["prompt_chars"] += sum(len(str(m.get("content", ""))) for m in messages)
                 entry["completion_chars"] += len(reply or "")
-            return reply
+                if usage is not None:
+                    entry["prompt_tokens"] += usage.prompt_tokens or 0
+                    entry["completion_tokens"] += usage.completion_tokens or 0
+                entry["cut_at_cap"] += finish == "length"
+                entry["errors"] += reply is None
+            return REFERENCE_LLM_ERROR if reply is None else reply
 
         return counted
+
+
+class _Log:
+    """The job's JSON-lines log: what earlier runs of the same job finished, and each new step appended
+    and flushed as it finishes. Without a log path nothing is kept."""
+
+    def __init__(self, path):
+        self.path = path
+        self.added = 0
+        self.answered = {}
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["kind"] == "added":
+                        self.added = max(self.added, event["pair"] + 1)
+                    elif event["kind"] == "answered":
+                        self.answered[event["question"]] = event
+
+    def write(self, event):
+        if not self.path:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(event) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def _usage_between(before, after):
+    return {key: after[key] - before[key] for key in after}
 
 
 def main(job_path, result_path):
@@ -68,13 +151,13 @@ def main(job_path, result_path):
     # Imported by name: in this interpreter `memoryos` is the reference, which type checkers of our
     # repository would otherwise take for ours.
     utils = import_module("memoryos.utils")
-    Memoryos = import_module("memoryos.facade.memoryos").Memoryos
+    Memoryos = import_module("memoryos.memoryos").Memoryos
 
     # The reference loads `SentenceTransformer("all-MiniLM-L6-v2")` from the Hub on first use; the cache
     # entry makes it use the local weights instead.
     utils._model_cache[REFERENCE_EMBEDDING_NAME] = SentenceTransformer(job["embedding_model_path"])
-    counter = _CallCounter()
-    utils.OpenAIClient.chat_completion = counter.wrap(utils.OpenAIClient.chat_completion)
+    counter = _CallCounter(job.get("temperature"), job.get("max_tokens_cap"))
+    utils.OpenAIClient.chat_completion = counter.wrap(utils.clean_reasoning_model_output)
     memory = Memoryos(
         user_id=job["user_id"],
         openai_api_key="stub-key",
@@ -84,26 +167,63 @@ def main(job_path, result_path):
         retrieval_queue_capacity=job["top_k"],
         llm_model=job["llm_model"],
     )
+    log = _Log(job.get("log_path"))
     add_ms = []
-    for pair in job["pairs"]:
+    for number, pair in enumerate(job["pairs"]):
+        if number < log.added:
+            continue
+        before = dict(counter.usage["ingest"])
         started = time.perf_counter()
         memory.add_memory(pair["user_input"], pair["agent_response"], timestamp=pair["timestamp"])
         add_ms.append((time.perf_counter() - started) * 1000)
+        log.write(
+            {
+                "kind": "added",
+                "pair": number,
+                "add_ms": add_ms[-1],
+                "llm": _usage_between(before, counter.usage["ingest"]),
+            }
+        )
     counter.phase = "questions"
+    answering = job.get("answer")
+    if answering:
+        # get_response stores its exchange through add_memory; the bench asks without storing.
+        memory.add_memory = lambda *args, **kwargs: None
     answers = []
     retrieve_ms = []
-    for question in job["questions"]:
+    for number, question in enumerate(job["questions"]):
+        if number in log.answered:
+            answers.append(log.answered[number]["result"])
+            continue
+        before = dict(counter.usage["questions"])
         started = time.perf_counter()
-        context = memory.retriever.retrieve_context(user_query=question, user_id=job["user_id"])
-        short_term = memory.short_term_memory.get_all()
-        retrieve_ms.append((time.perf_counter() - started) * 1000)
-        answers.append(
-            {
+        if answering:
+            reply = memory.get_response(
+                question,
+                relationship_with_user=answering["relationship"],
+                style_hint=answering["style_hint"],
+                user_conversation_meta_data=answering["meta_data"],
+            )
+            result = {"prediction": reply}
+        else:
+            context = memory.retriever.retrieve_context(user_query=question, user_id=job["user_id"])
+            short_term = memory.short_term_memory.get_all()
+            result = {
                 "retrieved": [_page(page) for page in context["retrieved_pages"]],
                 "short_term": [_page(page) for page in short_term],
             }
+        retrieve_ms.append((time.perf_counter() - started) * 1000)
+        answers.append(result)
+        log.write(
+            {
+                "kind": "answered",
+                "question": number,
+                "ms": retrieve_ms[-1],
+                "llm": _usage_between(before, counter.usage["questions"]),
+                "result": result,
+            }
         )
-    result = {
+    output = {
         "version": version("memoryos-pro"),
         "answers": answers,
         "add_ms": add_ms,
@@ -111,7 +231,7 @@ def main(job_path, result_path):
         "llm_usage": counter.usage,
     }
     with open(result_path, "w", encoding="utf-8") as handle:
-        json.dump(result, handle)
+        json.dump(output, handle)
 
 
 if __name__ == "__main__":
