@@ -91,7 +91,11 @@ class MemorySpace:
             if config.vector_backend == "chroma":
                 # Chroma's persistent files are not safe to write from two processes at once.
                 self._hold.claim("keep a Chroma-backed space open", wait_s=config.space_lock_timeout_s)
-            self.store = SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s)
+            self.store = SqliteStore(
+                directory / STORE_FILE,
+                config.store_busy_timeout_s,
+                new_store_meta=lambda: {"embedding_model": embedding_model, "embedding_dim": str(model_dim())},
+            )
         except BaseException:
             self._hold.release()
             raise

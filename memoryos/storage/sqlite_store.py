@@ -14,7 +14,7 @@ import os
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +48,23 @@ def _statements(script: str) -> Iterator[str]:
 
 
 @functools.cache
-def _empty_store() -> bytes:
-    """The file of a store with the current schema and nothing in it, made once per process the usual way
-    (SQLite treats an empty file as a new database; the schema is then created in it)."""
+def _empty_store(meta: tuple[tuple[str, str], ...]) -> bytes:
+    """The file of a store with the current schema, the `meta` rows and nothing else, made once per
+    process and `meta` the usual way (SQLite treats an empty file as a new database; the schema is then
+    created in it)."""
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "empty.sqlite"
         path.touch()
-        SqliteStore(path).close()  # checkpointed on close: the whole store is in the one file
+        store = SqliteStore(path)
+        with store.transaction():
+            for key, value in meta:
+                store.set_meta(key, value)
+        store.close()  # checkpointed on close: the whole store is in the one file
         return path.read_bytes()
 
 
-def _place_empty_store(path: Path) -> None:
-    """Put a copy of the empty store at `path`, which does not exist yet.
+def _place_empty_store(path: Path, meta: tuple[tuple[str, str], ...]) -> None:
+    """Put a copy of the empty store, holding the `meta` rows, at `path`, which does not exist yet.
 
     Creating a store's schema (its statements, the switch to WAL, their commits) took 2.9 ms of a new
     space's open here, most of a worker's cost for a new user's first write; placing the copy takes
@@ -70,7 +75,7 @@ def _place_empty_store(path: Path) -> None:
     scratch = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
     try:
         with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as file:
-            file.write(_empty_store())  # SQLite's own mode for a new database: 0644, less the umask
+            file.write(_empty_store(meta))  # SQLite's own mode for a new database: 0644, less the umask
             file.flush()
             os.fsync(file.fileno())
         with contextlib.suppress(FileExistsError):  # another process placed it first
@@ -90,13 +95,20 @@ def _place_empty_store(path: Path) -> None:
 class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     """One SQLite file per space. Not thread-safe by itself: `MemorySpace` serializes access with a lock."""
 
-    def __init__(self, path: Path, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        busy_timeout_s: float = 30.0,
+        new_store_meta: Callable[[], dict[str, str]] | None = None,
+    ) -> None:
         """Open the store, creating or migrating its schema. `busy_timeout_s`: how long a write waits for
-        another process's write transaction on the same space before failing."""
+        another process's write transaction on the same space before failing. `new_store_meta`: the meta
+        rows a store created now starts with (called only then): a new space's embedding fingerprint
+        comes in the placed file instead of a commit of its own, one fsync less per new user."""
         self.path = path
         self._busy_timeout_ms = int(busy_timeout_s * 1000)
         if not path.exists():
-            _place_empty_store(path)
+            _place_empty_store(path, tuple(sorted((new_store_meta or dict)().items())))
         try:
             self._db = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_s

@@ -82,3 +82,21 @@ def test_without_hard_links_sqlite_creates_the_store(tmp_path: Path, monkeypatch
     SqliteStore(path).close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["memory.sqlite"]
     assert dict(layout(path)["meta"])["schema_version"] == str(SCHEMA_VERSION)  # type: ignore[call-overload]
+
+
+def test_a_new_store_starts_with_its_meta_rows_and_commits_nothing_to_have_them(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def meta() -> dict[str, str]:
+        asked.append("meta")
+        return {"embedding_model": "m", "embedding_dim": "384"}
+
+    path = tmp_path / "memory.sqlite"
+    store = SqliteStore(path, new_store_meta=meta)
+    assert (store.get_meta("embedding_model"), store.get_meta("embedding_dim")) == ("m", "384")
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # no transaction (and no fsync) at open
+    store.close()
+
+    SqliteStore(path, new_store_meta=meta).close()  # an existing store: the meta is not asked for again
+    assert asked == ["meta"]
