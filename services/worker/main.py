@@ -149,7 +149,14 @@ class Worker:
         if not shards:  # nothing held, or the leases not vouched for: renew again after a period
             time.sleep(self.period_s)
             return 0
-        if self._embedding_behind():  # the writes wait in the streams, where the API sees the lag
+        if self._embedding_behind():
+            # The writes wait in the streams, where the API sees the lag; but not those a read waits for,
+            # which would wait out the whole hold (lifting the hold for every shard while any read waited
+            # moved the backlog into the worker: docs/reliability.md).
+            awaited = self._reads.shards_awaiting_writes()
+            waited_for = [shard for shard in shards if shard in awaited]
+            if waited_for:
+                return self.consumer.poll(waited_for, block_ms=int(EMBEDDING_HOLD_POLL_S * 1000))
             time.sleep(EMBEDDING_HOLD_POLL_S)
             return 0
         return self.consumer.poll(shards, block_ms=int(self.period_s * 1000))

@@ -66,6 +66,7 @@ class ReadServer:
         self.owned = owned
         self.reindexed = reindexed
         self._busy: Counter[int] = Counter()
+        self._awaiting: Counter[int] = Counter()
         self._busy_lock = threading.Lock()
 
     def busy_shards(self) -> frozenset[int]:
@@ -73,6 +74,13 @@ class ReadServer:
         an import runs for minutes, and the shard's next owner would open the space under it)."""
         with self._busy_lock:
             return frozenset(self._busy)
+
+    def shards_awaiting_writes(self) -> frozenset[int]:
+        """The shards where a call waits for writes still in the stream: the worker applies those even
+        while it holds new writes back for its embedding lag, or the call would wait out the whole hold
+        (then for the vectors, which go first once a reader waits for them)."""
+        with self._busy_lock:
+            return frozenset(self._awaiting)
 
     def serve(self, stop: threading.Event) -> None:
         """Take requests while a thread is free, until `stop`; then let the calls running finish."""
@@ -176,8 +184,18 @@ class ReadServer:
         if through == "0-0":
             return
         stream = self.keys.writes(shard)
-        while time.monotonic() < deadline:
-            if not streams.entries(self.client, stream, after=through, through=through, count=1):
-                return
-            time.sleep(APPLIED_POLL_S)
+        if not streams.entries(self.client, stream, after=through, through=through, count=1):
+            return
+        with self._busy_lock:
+            self._awaiting[shard] += 1
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(APPLIED_POLL_S)
+                if not streams.entries(self.client, stream, after=through, through=through, count=1):
+                    return
+        finally:
+            with self._busy_lock:
+                self._awaiting[shard] -= 1
+                if not self._awaiting[shard]:
+                    del self._awaiting[shard]
         raise TimeoutError(f"writes up to {through} not applied in time")
