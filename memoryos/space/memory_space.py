@@ -94,7 +94,10 @@ class MemorySpace:
             self.store = SqliteStore(
                 directory / STORE_FILE,
                 config.store_busy_timeout_s,
-                new_store_meta=lambda: {"embedding_model": embedding_model, "embedding_dim": str(model_dim())},
+                new_store_meta=lambda: {
+                    "embedding_model": embedding_model,
+                    "embedding_dim": str(model_dim()),
+                },
             )
         except BaseException:
             self._hold.release()
