@@ -25,6 +25,7 @@ import json
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from memoryos.eval.baselines import (
 from memoryos.eval.cli import CATEGORY_NAMES
 from memoryos.eval.harness import ANSWER_STYLE_HINT, SCORED_CATEGORIES
 from memoryos.eval.locomo import LocomoConversation
-from memoryos.eval.metrics import bleu1, token_f1
+from memoryos.eval.metrics import answer_tokens, bleu1, token_f1
 from memoryos.eval.results import UsageTotals
 from memoryos.facade.memoryos import Memoryos
 from memoryos.planning.generation import answer_request
@@ -248,6 +249,16 @@ def _cost(system: str, part: Path) -> dict[str, int]:
     return totals
 
 
+def gold_recall(prediction: str, answer: str) -> float:
+    """Share of the gold answer's tokens the prediction holds: F1 and BLEU-1 also charge for every extra
+    word, so a system asked for "at most 30 words" (the reference's prompt) is shown here whether its
+    answers hold the fact at all."""
+    gold = answer_tokens(answer)
+    if not gold:
+        return 1.0
+    return sum((Counter(answer_tokens(prediction)) & Counter(gold)).values()) / len(gold)
+
+
 def paired_interval(
     differences: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float]:
@@ -290,6 +301,8 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
                     "prediction": prediction,
                     "f1": token_f1(prediction, gold),
                     "bleu1": bleu1(prediction, gold),
+                    "recall": gold_recall(prediction, gold),
+                    "words": len(prediction.split()),
                 }
             rows.append(row)
     groups = {"overall": rows} | {
@@ -312,7 +325,7 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
 
 def _compare(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     figures: dict[str, Any] = {"questions": len(rows)}
-    for metric in ("f1", "bleu1"):
+    for metric in ("f1", "bleu1", "recall"):
         ours = [row["memoryos"][metric] for row in rows]
         theirs = [row["reference"][metric] for row in rows]
         differences = [a - b for a, b in zip(ours, theirs, strict=True)]
@@ -343,8 +356,8 @@ def _markdown(result: dict[str, Any]) -> str:
         f"{result['questions']} questions answered by both systems (sample: {result['sample']}).",
         "",
         "| questions | n | F1 ours | F1 reference | F1 difference [95% CI] | BLEU-1 ours | BLEU-1 reference "
-        "| BLEU-1 difference [95% CI] |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| BLEU-1 difference [95% CI] | gold tokens held, ours / reference |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, row in result["table"].items():
         f1, b1 = row["f1"], row["bleu1"]
@@ -352,7 +365,8 @@ def _markdown(result: dict[str, Any]) -> str:
             f"| {name} | {row['questions']} | {f1['memoryos']:.3f} | {f1['reference']:.3f} | "
             f"{f1['difference']:+.3f} [{f1['interval_95'][0]:+.3f}, {f1['interval_95'][1]:+.3f}] | "
             f"{b1['memoryos']:.3f} | {b1['reference']:.3f} | "
-            f"{b1['difference']:+.3f} [{b1['interval_95'][0]:+.3f}, {b1['interval_95'][1]:+.3f}] |"
+            f"{b1['difference']:+.3f} [{b1['interval_95'][0]:+.3f}, {b1['interval_95'][1]:+.3f}] | "
+            f"{row['recall']['memoryos']:.3f} / {row['recall']['reference']:.3f} |"
         )
     lines += [
         "",

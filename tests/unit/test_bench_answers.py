@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.quality.answers import paired_interval, report, sample
+from bench.quality.answers import gold_recall, paired_interval, report, sample
 from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion
 
 
@@ -103,3 +103,9 @@ def test_the_report_compares_the_questions_both_systems_answered(tmp_path: Path)
     assert (theirs["turns"], theirs["calls_per_turn"], theirs["calls_per_answer"]) == (4, 4.0, 2.0)
     assert result["misses"] == []
     assert "| overall | 1 | 1.000 | 0.000 | +1.000 [+1.000, +1.000]" in (tmp_path / "report.md").read_text()
+
+
+def test_gold_recall_counts_the_gold_tokens_a_long_answer_holds() -> None:
+    assert gold_recall("She moved from Sweden four years ago.", "Sweden") == 1.0
+    assert gold_recall("Counseling", "Psychology, counseling certification") == 1 / 3
+    assert gold_recall("Porto", "Lisbon") == 0.0
