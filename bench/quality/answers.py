@@ -63,6 +63,11 @@ MAX_TOKENS_CAP = 1024
 2,048 for the profile and facts): a looping reply at a few tokens/s would otherwise hold a part for many
 minutes. Replies cut at it are counted."""
 
+REFERENCE_PROMPT_TAIL = "be sure to check whether the timestamp of the referenced information"
+"""The last line of the reference's answer prompt, which ends in a colon with the format it names missing:
+a small model often answers with that line instead of an answer. Such replies are counted, and the
+comparison is also given without them."""
+
 RELATIONSHIP = "friend"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20261128
@@ -305,7 +310,8 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
                     "words": len(prediction.split()),
                 }
             rows.append(row)
-    groups = {"overall": rows} | {
+    answered = [row for row in rows if REFERENCE_PROMPT_TAIL not in row["reference"]["prediction"]]
+    groups = {"overall": rows, "overall, reference replies that answer": answered} | {
         f"{category} {CATEGORY_NAMES[category]}": [row for row in rows if row["category"] == category]
         for category in SCORED_CATEGORIES
     }
@@ -313,6 +319,7 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
     result = {
         "sample": SAMPLE_SESSIONS,
         "questions": len(rows),
+        "reference_prompt_echoes": len(rows) - len(answered),
         "table": table,
         "cost": {system: _per_unit(totals) for system, totals in costs.items()},
         "misses": [row for row in rows if row["memoryos"]["f1"] < 0.5],
@@ -353,7 +360,8 @@ def _per_unit(totals: dict[str, int]) -> dict[str, float]:
 
 def _markdown(result: dict[str, Any]) -> str:
     lines = [
-        f"{result['questions']} questions answered by both systems (sample: {result['sample']}).",
+        f"{result['questions']} questions answered by both systems (sample: {result['sample']}); "
+        f"{result['reference_prompt_echoes']} reference replies repeat its prompt's last line.",
         "",
         "| questions | n | F1 ours | F1 reference | F1 difference [95% CI] | BLEU-1 ours | BLEU-1 reference "
         "| BLEU-1 difference [95% CI] | gold tokens held, ours / reference |",

@@ -102,6 +102,8 @@ def test_the_report_compares_the_questions_both_systems_answered(tmp_path: Path)
     assert (ours["answers"], ours["calls_per_answer"], ours["prompt_tokens_per_answer"]) == (2, 1.0, 1100.0)
     assert (theirs["turns"], theirs["calls_per_turn"], theirs["calls_per_answer"]) == (4, 4.0, 2.0)
     assert result["misses"] == []
+    assert result["reference_prompt_echoes"] == 0
+    assert result["table"]["overall, reference replies that answer"]["questions"] == 1
     assert "| overall | 1 | 1.000 | 0.000 | +1.000 [+1.000, +1.000]" in (tmp_path / "report.md").read_text()
 
 
