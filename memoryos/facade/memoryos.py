@@ -293,7 +293,7 @@ class Memoryos(MemoryLifecycle):
         paying for it would lose the exchange and the answer both."""
         context = self.retrieve(query)
         request = answer_request(context, relationship_with_user, style_hint, user_conversation_meta_data)
-        response = self.llm.answer(request)
+        response = self._work.answer(request)
         limit = self.config.max_text_chars
         if len(response) > limit:
             log.warning(

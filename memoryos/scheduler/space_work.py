@@ -27,7 +27,7 @@ import numpy as np
 
 from memoryos.embedding.base import Embedder
 from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError
-from memoryos.llm.base import MemoryLLM
+from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.planning.consolidation import Consolidator
 from memoryos.planning.rebuild import next_expiry
 from memoryos.space.memory_space import MemorySpace
@@ -180,6 +180,13 @@ class SpaceWork:
         with self._changed:
             if not self._changed.wait_for(lambda: self._completed >= ticket or self._closed, timeout_s):
                 raise TimeoutError(f"consolidation did not finish within {timeout_s} s")
+
+    def answer(self, request: AnswerRequest) -> str:
+        """The answer to a caller's question, under the same bound of LLM calls in flight as the passes
+        (`llm_max_concurrency`, for the whole process): called outside it, answers and consolidation
+        together sent more requests than an endpoint's slots (seen with a one-slot local model). Waits
+        for a slot in turn with the passes' calls, as the endpoint's own queue would have."""
+        return self._scheduler.submit(self.consolidator.llm.answer(request)).result()
 
     # --- consolidation ------------------------------------------------------------------------------------
     def request_consolidation(self) -> int:

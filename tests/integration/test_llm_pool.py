@@ -2,6 +2,7 @@
 to `llm_max_concurrency`, through the real `openai` async client against a local OpenAI-compatible server
 that records how many requests it is handling at once."""
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,42 @@ def test_twenty_spaces_consolidating_keep_the_llm_bound_busy(
         for memory in memories:
             stats = memory.stats()
             assert (stats.short_term_pages, stats.mid_term_pages) == (2, 4)  # every overflow page filed
+        for memory in memories:
+            memory.close()
+    finally:
+        scheduler.close()
+
+
+def test_answers_share_the_bound_with_consolidation(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer
+) -> None:
+    """`get_response` from many callers while spaces consolidate: never more requests in flight than
+    `llm_max_concurrency`. Answers went around the bound, and a one-slot local model got two at once."""
+    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.2)
+    config = MemoryConfig(
+        data_dir=tmp_path,
+        faiss_use_gpu="never",
+        short_term_capacity=2,
+        openai_api_key="test-key",
+        openai_base_url=openai_server.base_url,
+        llm_max_concurrency=1,
+    )
+    scheduler = Scheduler(config, name="answer-bound-test")
+    embedder = HashEmbedder()
+    try:
+        memories = [
+            Memoryos.from_config(f"user{i}", config, embedder=embedder, scheduler=scheduler) for i in range(4)
+        ]
+        for i, memory in enumerate(memories):
+            memory.add_memories(
+                [{"user_input": f"user{i} turn {j} about topic{j}", "agent_response": "ok"} for j in range(4)]
+            )
+        with ThreadPoolExecutor(4) as pool:  # while the overflow of each space is being filed
+            answers = list(pool.map(lambda memory: memory.get_response("What do I like?"), memories))
+        for memory in memories:
+            memory.flush()
+        assert answers == [EVERY_TASK_REPLY] * 4
+        assert openai_server.max_in_flight == 1
         for memory in memories:
             memory.close()
     finally:
