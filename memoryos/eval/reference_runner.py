@@ -135,6 +135,17 @@ class _Log:
             os.fsync(handle.fileno())
 
 
+def _attempt(call, *args, **kwargs):
+    """Run one of the reference's calls: (its result, None), or (None, what it raised as text), and the
+    run goes on. A real model's reply can crash its ingest (a topic reply that is a JSON string:
+    `AttributeError` in its updater), and one such pair would otherwise end the whole part; the pair or
+    question is logged with the error and counted against the reference."""
+    try:
+        return call(*args, **kwargs), None
+    except Exception as error:
+        return None, f"{type(error).__name__}: {error}"[:500]
+
+
 def _usage_between(before, after):
     return {key: after[key] - before[key] for key in after}
 
@@ -174,7 +185,9 @@ def main(job_path, result_path):
             continue
         before = dict(counter.usage["ingest"])
         started = time.perf_counter()
-        memory.add_memory(pair["user_input"], pair["agent_response"], timestamp=pair["timestamp"])
+        _, failure = _attempt(
+            memory.add_memory, pair["user_input"], pair["agent_response"], timestamp=pair["timestamp"]
+        )
         add_ms.append((time.perf_counter() - started) * 1000)
         log.write(
             {
@@ -182,6 +195,7 @@ def main(job_path, result_path):
                 "pair": number,
                 "add_ms": add_ms[-1],
                 "llm": _usage_between(before, counter.usage["ingest"]),
+                "error": failure,
             }
         )
     counter.phase = "questions"
@@ -198,13 +212,14 @@ def main(job_path, result_path):
         before = dict(counter.usage["questions"])
         started = time.perf_counter()
         if answering:
-            reply = memory.get_response(
+            reply, failure = _attempt(
+                memory.get_response,
                 question,
                 relationship_with_user=answering["relationship"],
                 style_hint=answering["style_hint"],
                 user_conversation_meta_data=answering["meta_data"],
             )
-            result = {"prediction": reply}
+            result = {"prediction": reply or "", "error": failure}
         else:
             context = memory.retriever.retrieve_context(user_query=question, user_id=job["user_id"])
             short_term = memory.short_term_memory.get_all()

@@ -69,7 +69,7 @@ def test_the_reference_answers_through_its_get_response_and_resumes(
 
     assert [event["pair"] for event in _events(log, "added")] == list(range(len(conversation.pairs)))
     answers = _events(log, "answered")
-    assert [event["result"] for event in answers] == [{"prediction": "Marta"}] * 2
+    assert [event["result"] for event in answers] == [{"prediction": "Marta", "error": None}] * 2
     assert all(body["temperature"] == 0 for body in (r.body for r in openai_server.requests))
     asked = len(openai_server.requests)
 
@@ -84,3 +84,27 @@ def test_the_reference_answers_through_its_get_response_and_resumes(
     assert len(_events(log, "added")) == len(conversation.pairs)
     assert [event["question"] for event in _events(log, "answered")] == [0, 1]
     assert len(openai_server.requests) > asked
+
+
+@pytest.mark.skipif(
+    not REFERENCE_PYTHON, reason="set MEMORYOS_REFERENCE_PYTHON to a python with memoryos-pro"
+)
+def test_a_reference_call_that_raises_is_logged_and_its_part_goes_on(
+    openai_server: ScriptedOpenAIServer, tmp_path: Path
+) -> None:
+    """A topic reply that is a JSON string makes the reference's updater raise `AttributeError` once its
+    short-term memory (10 pairs) overflows; it ended a real run at pair 31 of conv-26."""
+    openai_server.respond_always('"Marta"')
+    conversation = sample(hand_built(), sessions=3)
+    extra = [
+        pair.model_copy(update={"index": 7 + i, "user_input": f"{pair.user_input} ({i})"})
+        for i, pair in enumerate(conversation.pairs[:6])
+    ]
+    conversation = conversation.model_copy(update={"pairs": [*conversation.pairs, *extra]})
+
+    run_reference(conversation, tmp_path, openai_server.base_url, "local", Path(str(REFERENCE_PYTHON)))
+
+    added = _events(tmp_path / "log.jsonl", "added")
+    assert len(added) == len(conversation.pairs) == 13
+    assert any("AttributeError" in str(event["error"]) for event in added)
+    assert len(_events(tmp_path / "log.jsonl", "answered")) == 2
