@@ -23,19 +23,24 @@ EVERY_TASK_REPLY = (
 chain summary and profile take the text."""
 
 
+def pool_config(tmp_path: Path, server: ScriptedOpenAIServer, concurrency: int) -> MemoryConfig:
+    """Short-term memory of 2, so every few writes file pages and call the LLM, at most `concurrency` at once."""
+    return MemoryConfig(
+        data_dir=tmp_path,
+        faiss_use_gpu="never",
+        short_term_capacity=2,
+        openai_api_key="test-key",
+        openai_base_url=server.base_url,
+        llm_max_concurrency=concurrency,
+    )
+
+
 def test_twenty_spaces_consolidating_keep_the_llm_bound_busy(
     tmp_path: Path, openai_server: ScriptedOpenAIServer
 ) -> None:
     concurrency = 8
     openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.3)
-    config = MemoryConfig(
-        data_dir=tmp_path,
-        faiss_use_gpu="never",
-        short_term_capacity=2,
-        openai_api_key="test-key",
-        openai_base_url=openai_server.base_url,
-        llm_max_concurrency=concurrency,
-    )
+    config = pool_config(tmp_path, openai_server, concurrency)
     scheduler = Scheduler(config, name="pool-test")
     embedder = HashEmbedder()
     try:
@@ -65,14 +70,7 @@ def test_answers_share_the_bound_with_consolidation(
     """`get_response` from many callers while spaces consolidate: never more requests in flight than
     `llm_max_concurrency`. Answers went around the bound, and a one-slot local model got two at once."""
     openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.2)
-    config = MemoryConfig(
-        data_dir=tmp_path,
-        faiss_use_gpu="never",
-        short_term_capacity=2,
-        openai_api_key="test-key",
-        openai_base_url=openai_server.base_url,
-        llm_max_concurrency=1,
-    )
+    config = pool_config(tmp_path, openai_server, 1)
     scheduler = Scheduler(config, name="answer-bound-test")
     embedder = HashEmbedder()
     try:
