@@ -163,6 +163,12 @@ class RetrievedContext(BaseModel):
     retrieved_assistant_knowledge: list[RetrievedKnowledge]
     user_profile: str
     user_profile_version: int | None = Field(None, description="The profile version shown (None: none yet).")
+    pages_without_vectors: int = Field(
+        0,
+        description="Pages stored before this read that still had no vector when it answered (its wait for "
+        "them was bounded): ranked by their words and date alone, and shown in short_term_memory when "
+        "recent. 0: every page was searchable by meaning.",
+    )
 
 
 class WriteStatus(BaseModel):

@@ -174,14 +174,17 @@ class _calls:
         knowledge_top_k: int | None = None,
         wait_for_write_ids: list[str] | None = None,
         wait_timeout_s: float | None = None,
+        max_vector_wait_s: float | None = None,
     ) -> Call[RetrievedContext]:
-        """Context for `query`; naming write ids waits until they are searchable (504 after the timeout)."""
+        """Context for `query`; naming write ids waits until they are stored (504 after the timeout), then
+        for their vectors up to `max_vector_wait_s` (the server's default when None)."""
         body = _drop_none(
             query=query,
             top_k=top_k,
             knowledge_top_k=knowledge_top_k,
             wait_for_write_ids=wait_for_write_ids,
             wait_timeout_s=wait_timeout_s,
+            max_vector_wait_s=max_vector_wait_s,
         )
         return Call("POST", f"{_space(user_id, assistant_id)}/retrieve", _model(RetrievedContext), json=body)
 

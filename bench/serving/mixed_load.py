@@ -1,7 +1,7 @@
 """Reads under load: many clients writing and reading their own writes at once, both modes.
 
     python -m bench.serving.mixed_load [--mode embedded|redis|both] [--clients 64] [--seconds 60]
-        [--writes-per-read 4] [--noisy-writers 16] [--out FILE]
+        [--writes-per-read 4] [--noisy-writers 16] [--max-vector-wait S] [--out FILE]
 
 Each client is one user: it writes `--writes-per-read` turns, then retrieves with `wait_for_write_ids`
 naming its last accepted write (read-your-writes), and again. A write refused with 429 is retried after
@@ -10,8 +10,9 @@ its Retry-After, as a well-behaved client does; the refusals are counted apart f
 429s after 50 ms), and reports the other users' read latency beside the quiet phase's.
 
 What it reports per mode and phase: requests/s, accepted writes/s, writes refused (429) and their share,
-reads refused (any 4xx/5xx on a retrieve: the target is none), other 5xx, retrieve p50/p99 (seconds,
-answered reads), write p50/p99. The embedded mode is `memoryos serve` with its shipped bounds; the Redis
+reads refused (any 4xx/5xx on a retrieve: the target is none), reads answered before all their pages
+had vectors (their bounded wait, the server's `read_vector_wait_s`, ended first: `pages_without_vectors`)
+and their share, other 5xx, retrieve p50/p99 (seconds, answered reads), write p50/p99. The embedded mode is `memoryos serve` with its shipped bounds; the Redis
 mode is a `redis-server`, `memoryos serve --redis-url` and one `memoryos worker`. Both embed with the
 bundled MiniLM on the CPU and the offline LLM. Figures go to docs/reliability.md ("Reads under load").
 """
@@ -19,6 +20,7 @@ bundled MiniLM on the CPU and the offline LLM. Figures go to docs/reliability.md
 import argparse
 import asyncio
 import contextlib
+import json
 import subprocess
 import tempfile
 import time
@@ -47,6 +49,8 @@ class Tally:
     read_s: list[float] = field(default_factory=list)
     writes_refused: int = 0
     reads_refused: int = 0
+    reads_without_vectors: int = 0
+    """Answered reads whose bounded wait for vectors ended first (`pages_without_vectors` > 0)."""
     other_5xx: int = 0
     other_4xx: int = 0
     requests: int = 0
@@ -79,6 +83,10 @@ def summary(tally: Tally, seconds: float) -> dict[str, Any]:
         "refused_share": round(tally.writes_refused / writes_tried, 3) if writes_tried else 0.0,
         "reads_answered": len(tally.read_s),
         "reads_refused": tally.reads_refused,
+        "reads_without_vectors": tally.reads_without_vectors,
+        "reads_without_vectors_share": (
+            round(tally.reads_without_vectors / len(tally.read_s), 3) if tally.read_s else 0.0
+        ),
         "other_5xx": tally.other_5xx,
         "other_4xx": tally.other_4xx,
         "retrieve_p50_s": percentile(tally.read_s, 0.50),
@@ -111,32 +119,38 @@ async def write(session: aiohttp.ClientSession, user: str, n: int, tally: Tally,
             await asyncio.sleep(NOISY_RETRY_S if noisy else float(reply.headers.get("Retry-After", "1")))
 
 
-async def read(session: aiohttp.ClientSession, user: str, last_write: str, tally: Tally) -> None:
-    body = {
+async def read(
+    session: aiohttp.ClientSession, user: str, last_write: str, vector_wait_s: float | None, tally: Tally
+) -> None:
+    body: dict[str, Any] = {
         "query": "What did I buy at the market?",
         "wait_for_write_ids": [last_write],
         "wait_timeout_s": 30,
     }
+    if vector_wait_s is not None:
+        body["max_vector_wait_s"] = vector_wait_s
     started = time.perf_counter()
     async with session.post(f"/v1/users/{user}/assistants/bench/retrieve", json=body) as reply:
-        await reply.read()
+        answer = await reply.read()
         tally.count(reply.status, is_read=True)
         if reply.status == 200:
             tally.read_s.append(time.perf_counter() - started)
+            if json.loads(answer)["pages_without_vectors"]:
+                tally.reads_without_vectors += 1
 
 
 async def client(
-    session: aiohttp.ClientSession, user: str, writes_per_read: int, until: float, tally: Tally
+    session: aiohttp.ClientSession, user: str, args: argparse.Namespace, until: float, tally: Tally
 ) -> None:
     n = 0
     while time.monotonic() < until:
         last = None
-        for _ in range(writes_per_read):
+        for _ in range(args.writes_per_read):
             if await write(session, user, n, tally, noisy=False):
                 last = f"{user}-{n}"
             n += 1
         if last is not None and time.monotonic() < until:
-            await read(session, user, last, tally)
+            await read(session, user, last, args.max_vector_wait, tally)
 
 
 async def noisy_writer(
@@ -155,9 +169,7 @@ async def phase(url: str, args: argparse.Namespace, noisy: int, tag: str) -> dic
         url, connector=aiohttp.TCPConnector(limit=0), timeout=timeout
     ) as session:
         until = time.monotonic() + args.seconds
-        tasks = [
-            client(session, f"{tag}u{i}", args.writes_per_read, until, quiet) for i in range(args.clients)
-        ]
+        tasks = [client(session, f"{tag}u{i}", args, until, quiet) for i in range(args.clients)]
         tasks += [noisy_writer(session, f"{tag}noisy", i, until, loud) for i in range(noisy)]
         await asyncio.gather(*tasks)
     result = {"clients": summary(quiet, args.seconds)}
@@ -207,6 +219,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--writes-per-read", type=int, default=4)
     parser.add_argument("--noisy-writers", type=int, default=16, help="0: no noisy-neighbour phase")
+    parser.add_argument(
+        "--max-vector-wait",
+        type=float,
+        default=None,
+        help="each read's max_vector_wait_s (default: the server's read_vector_wait_s; 30: wait for all)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     modes = ["embedded", "redis"] if args.mode == "both" else [args.mode]

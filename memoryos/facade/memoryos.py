@@ -8,6 +8,7 @@ vectors of the writes before it, not for consolidation. One instance may be shar
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -253,18 +254,32 @@ class Memoryos(MemoryLifecycle):
 
     # --- reading --------------------------------------------------------------------------------------
     def retrieve(
-        self, query: str, top_k: int | None = None, knowledge_top_k: int | None = None
+        self,
+        query: str,
+        top_k: int | None = None,
+        knowledge_top_k: int | None = None,
+        max_vector_wait_s: float | None = None,
     ) -> RetrievedContext:
-        """Context for `query` from every tier. Segments of the returned pages get a visit (heat)."""
+        """Context for `query` from every tier. Segments of the returned pages get a visit (heat).
+
+        The read sees every write stored before it. It waits for those pages' vectors, so that they are
+        found by meaning too — without end by default, or at most `max_vector_wait_s`: a service under a
+        backlog of writes must still answer within its latency bound. Pages still without a vector then are
+        ranked by their words and date alone (recent ones are in `short_term_memory` anyway), and the
+        result counts them in `pages_without_vectors`, so the weaker read is never silent."""
         text = validate_text("query", query, self.config.max_text_chars)
-        self._work.wait_embedded(self.space.max_page_id())  # every write before this read, searchable
-        self.space.refresh()  # vectors other processes stored since the last look
+        wait_s = _vector_wait("max_vector_wait_s", max_vector_wait_s)
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
+        through = self.space.max_page_id()  # every write before this read
+        with contextlib.suppress(TimeoutError):  # then answered without the missing vectors, counted
+            self._work.wait_embedded(through, wait_s)
+        self.space.refresh()  # vectors other processes stored since the last look
         search = self._rewriter.search_text(text) if self._rewriter else text
         query_vector = self._work.encode_query(dense_query_text(self.space, search))
         now = self.clock()
         context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search)
+        context.pages_without_vectors = self.space.pending_page_count(through)
         visited = sorted(
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )
@@ -454,3 +469,12 @@ def forget_space(
     if embedder is not None:
         embedder.forget_texts(None)  # keyed by text alone and shared: emptied whole
     return contents
+
+
+def _vector_wait(field: str, value: float | None) -> float | None:
+    """A read's bound on waiting for vectors: None (wait until embedded) or seconds, at least 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidInputError(field, f"must be a finite number of seconds, at least 0, got {value!r}")
+    return float(value)

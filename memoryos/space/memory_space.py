@@ -286,8 +286,9 @@ class MemorySpace:
         return None if logged is None else [int(pid) for pid in logged.get("created", [])]
 
     @_locked
-    def pending_page_count(self) -> int:
-        return self.store.count_pending()
+    def pending_page_count(self, through_page_id: int | None = None) -> int:
+        """Pages still waiting for their vector (those with an id up to `through_page_id`, when given)."""
+        return self.store.count_pending(through_page_id)
 
     @_locked
     def max_page_id(self) -> int:

@@ -151,9 +151,14 @@ class PageQueries(StoreQueries):
             tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
         ]
 
-    def count_pending(self) -> int:
-        """Pages stored but not yet embedded (read off the partial index of pending pages)."""
-        return int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NULL"))
+    def count_pending(self, through_page_id: int | None = None) -> int:
+        """Pages stored but not yet embedded, up to `through_page_id` when given (read off the partial
+        index of pending pages)."""
+        if through_page_id is None:
+            return int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NULL"))
+        return int(
+            self._one("SELECT COUNT(*) FROM pages WHERE vector IS NULL AND page_id <= ?", (through_page_id,))
+        )
 
     def pending_page_ids(self, limit: int) -> list[int]:
         rows = self._db.execute(

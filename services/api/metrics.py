@@ -11,16 +11,22 @@ not collide).
   from the batcher's counters; `memoryos_embed_batch_largest`: the largest batch so far. (The batcher keeps
   totals only, so there are no per-batch buckets.)
 - `memoryos_open_spaces`: spaces held open by this process.
+- `memoryos_retrieves_total` and `memoryos_retrieves_without_vectors_total`: retrieves answered, and those
+  that answered before every page stored before them had its vector (their bounded wait ended; those pages
+  were ranked by words and date alone). The second over the first is the share the read-latency bound
+  costs (docs/api.md, Read-your-writes).
 """
 
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memoryos.types import RetrievedContext
 
 if TYPE_CHECKING:
     from services.api.access import Spaces
@@ -78,7 +84,19 @@ class ApiMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.retrieves = Counter("memoryos_retrieves", "Retrieves answered.", registry=self.registry)
+        self.retrieves_without_vectors = Counter(
+            "memoryos_retrieves_without_vectors",
+            "Retrieves answered while pages stored before them still had no vector (bounded wait).",
+            registry=self.registry,
+        )
         self.registry.register(_EngineCollector(spaces))
+
+    def read_answered(self, context: RetrievedContext) -> None:
+        """Count a retrieve, and apart the ones that answered without some of their pages' vectors."""
+        self.retrieves.inc()
+        if context.pages_without_vectors:
+            self.retrieves_without_vectors.inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

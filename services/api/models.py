@@ -176,6 +176,14 @@ class RetrieveRequest(BaseModel):
         description="How long to wait for those writes to be stored; then 504. The read then waits for "
         "their vectors as for any write acknowledged before it.",
     )
+    max_vector_wait_s: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="How long to wait for the vectors of the pages stored before this read (default: the "
+        "server's read_vector_wait_s, 0.5 s). Pages still without one are ranked by their words and date "
+        "alone, and counted in pages_without_vectors. A large value asks for every page by meaning.",
+    )
 
 
 class ResponseRequest(BaseModel):

@@ -81,7 +81,19 @@ class ApiSettings(BaseSettings):
         "refused again together (docs/reliability.md, 1,000 users x 50 turns).",
     )
     max_wait_for_writes_s: float = Field(
-        30.0, gt=0, description="Longest `wait_timeout_s` a read may ask for while waiting on write ids."
+        30.0,
+        gt=0,
+        description="Longest `wait_timeout_s` (or `max_vector_wait_s`) a read may ask for while waiting on "
+        "write ids (or on vectors).",
+    )
+    read_vector_wait_s: float = Field(
+        0.5,
+        ge=0,
+        allow_inf_nan=False,
+        description="How long a retrieve waits, unless it names its own `max_vector_wait_s`, for the vectors "
+        "of the pages stored before it; pages still without one are then ranked by their words and date "
+        "alone and counted in the answer's `pages_without_vectors`. Bounds a read's latency under a "
+        "backlog of writes (docs/api.md, Read-your-writes).",
     )
     memory_budget_mb: int = Field(
         1024, gt=0, description="Estimated resident memory of open spaces; least recently used close beyond."

@@ -31,6 +31,8 @@ class MemoryAccess:
     spaces: Spaces
     caller_of: CallerOf
     defaults: Defaults
+    read_vector_wait_s: float | None = None
+    """How long a retrieve waits for vectors (None: until embedded); over HTTP, the API's setting."""
 
     def key(self, ctx: Context, user_id: str | None, assistant_id: str | None) -> SpaceKey:
         return space_key(self.caller_of(ctx), self.defaults, user_id, assistant_id)

@@ -76,7 +76,9 @@ def mount_mcp(app: FastAPI, path: str = "/mcp") -> None:
     """Serve MCP at `path` of an app from `create_app`, with its keys, rate limits and spaces. Its
     session manager runs inside the app's lifespan."""
     state: ApiState = app.state.api
-    access = MemoryAccess(state.spaces, caller_of_request, Defaults())
+    access = MemoryAccess(
+        state.spaces, caller_of_request, Defaults(), read_vector_wait_s=state.settings.read_vector_wait_s
+    )
     server = build_server(access)
     # DNS-rebinding protection (Host and Origin checks) guards a loopback server without keys, as the SDK
     # sets it up; with keys a rebound page has no key, and the checks would refuse a reverse proxy's Host.

@@ -33,6 +33,7 @@ REMOTE_CALLS: dict[str, Send] = {
         assistant_id=key.assistant_id,
         top_k=args.get("top_k"),
         knowledge_top_k=args.get("knowledge_top_k"),
+        max_vector_wait_s=args.get("max_vector_wait_s"),
     ),
     calls.STATS.method: lambda api, key, _: api.stats(key.user_id, assistant_id=key.assistant_id),
     calls.PROFILE.method: lambda api, key, _: api.profile(key.user_id, assistant_id=key.assistant_id),

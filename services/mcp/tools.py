@@ -178,7 +178,14 @@ def register_memory_tools(server: MCPServer, access: MemoryAccess) -> None:
         with reported_as(ToolError, "retrieve_memory"):
             key = access.key(ctx, user_id, assistant_id)
             facts = min(max_results, access.spaces.config.knowledge_top_k)
-            context = await access.read(key, RETRIEVE, query=query, top_k=max_results, knowledge_top_k=facts)
+            context = await access.read(
+                key,
+                RETRIEVE,
+                query=query,
+                top_k=max_results,
+                knowledge_top_k=facts,
+                max_vector_wait_s=access.read_vector_wait_s,
+            )
         return retrieve_result(
             context, query, key.user_id, key.assistant_id, relationship_with_user, style_hint
         )

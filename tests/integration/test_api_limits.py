@@ -202,9 +202,10 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
             space = api.space_url("reader")
             first = {"user_input": "the first exchange", "agent_response": "noted"}
             assert httpx.post(f"{space}/memories", json=first).status_code == 201
+            strict_read = {"query": "first", "max_vector_wait_s": 30}  # waits for the stuck embedder
             with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS + 5) as readers:
                 reads = [
-                    readers.submit(httpx.post, f"{space}/retrieve", json={"query": "first"}, timeout=120)
+                    readers.submit(httpx.post, f"{space}/retrieve", json=strict_read, timeout=120)
                     for _ in range(REQUEST_THREADS + 5)
                 ]
                 time.sleep(2)  # every read has reached the server and waits for the stuck embedder
@@ -251,5 +252,37 @@ def test_writes_get_429_while_the_oldest_unembedded_write_is_older_than_the_boun
                 assert time.monotonic() < deadline, "still refused once embedded"
                 time.sleep(0.1)
             assert answer.status_code == 201
+    finally:
+        embedder.release.set()
+
+
+def test_a_read_answers_within_its_vector_wait_says_what_it_lacked_and_is_counted(tmp_path: Path) -> None:
+    """With the embedder stuck, a retrieve waits `read_vector_wait_s` for the vectors of the writes before
+    it, then answers 200: the page found by its words, `pages_without_vectors` saying how many pages had
+    none, and /metrics counting such reads apart. A bound over the limit, or below 0, is 422."""
+    embedder = BlockedEmbedder()
+    try:
+        settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=0.2, max_wait_for_writes_s=5)
+        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
+            space = api.space_url("reader")
+            turn = {"user_input": "My zeppelin model is painted red.", "agent_response": "Lovely."}
+            assert httpx.post(f"{space}/memories", json=turn).status_code == 201
+            read = httpx.post(f"{space}/retrieve", json={"query": "zeppelin"}, timeout=20)
+            assert read.status_code == 200, read.text
+            context = read.json()
+            assert context["pages_without_vectors"] == 1
+            assert [p["user_input"] for p in context["short_term_memory"]] == [turn["user_input"]]
+            metrics = httpx.get(f"{api.url}/metrics").text
+            assert "memoryos_retrieves_without_vectors_total 1.0" in metrics
+            assert "memoryos_retrieves_total 1.0" in metrics
+            for bad in (6, -1):
+                refused = httpx.post(
+                    f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": bad}
+                )
+                assert refused.status_code == 422 and "max_vector_wait_s" in refused.text
+            embedder.release.set()
+            complete = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
+            assert complete.status_code == 200 and complete.json()["pages_without_vectors"] == 0
+            assert complete.json()["retrieved_pages"][0]["user_input"] == turn["user_input"]
     finally:
         embedder.release.set()

@@ -328,3 +328,29 @@ def test_a_worker_behind_on_embedding_leaves_new_writes_queued_so_the_api_refuse
     finally:
         embedder.release.set()
         worker.stop()
+
+
+def test_a_read_of_a_page_the_worker_cannot_embed_yet_answers_within_its_vector_wait(
+    queue: QueueSettings, config: MemoryConfig, tmp_path: Path
+) -> None:
+    """Redis mode: the owning worker's read waits `read_vector_wait_s` for the vectors (the embedder is
+    stuck), then answers with the page in short-term memory and `pages_without_vectors` 1 — not the 503
+    of a read that waited past the API's timeout for the owner."""
+    embedder = BlockedEmbedder()
+    settings = ApiSettings(keys=KEYS, port=0, max_write_lag_s=0, read_vector_wait_s=0.2)
+    acme = {"Authorization": "Bearer key-acme"}
+    turn = {"user_input": "My zeppelin model is painted red.", "agent_response": "Lovely."}
+    worker = Running(queue, config, "w-vector-wait", embedder=embedder)
+    try:
+        with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as running:
+            space = running.space_url("ann")
+            written = httpx.post(f"{space}/memories", json=turn, headers=acme)
+            assert written.status_code == 201
+            body = {"query": "zeppelin", "wait_for_write_ids": [written.json()["write_id"]]}
+            read = httpx.post(f"{space}/retrieve", json=body, headers=acme, timeout=30)
+            assert read.status_code == 200, read.text
+            assert read.json()["pages_without_vectors"] == 1
+            assert [p["user_input"] for p in read.json()["short_term_memory"]] == [turn["user_input"]]
+    finally:
+        embedder.release.set()
+        worker.stop()
