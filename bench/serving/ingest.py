@@ -23,7 +23,7 @@ call at its best batch size), and the ingest is given as a share of each.
 
     python -m bench.serving.ingest [--users 100 --turns 20] [--processes 1] [--seconds 30] [--instant-embedder]
         [--model NAME|PATH] [--device auto|cpu|cuda] [--speed-only] [--write-run 64] [--shards 64]
-        [--raw-texts 2000] [--profile FILE] [--out FILE]
+        [--raw-texts 2000] [--worker-env MEMORYOS_NAME=VALUE ...] [--profile FILE] [--out FILE]
 
 `--speed-only` lets the workers load a model directory marked as random weights (`python -m
 bench.gpu.models save`): the bge-m3-sized and Qwen3-0.6B-sized stand-ins, whose vectors mean nothing and
@@ -447,9 +447,22 @@ def main() -> None:
         type=float,
         help="MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S for the workers (default: the setting's own)",
     )
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="MEMORYOS_NAME=VALUE",
+        help="a worker setting to try (repeatable); the bench's own MEMORYOS_* environment is not passed on",
+    )
     parser.add_argument("--profile", type=Path, help="py-spy raw stacks of the workers, written here")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    tried: dict[str, str] = {}
+    for setting in args.worker_env:
+        name, equals, value = setting.partition("=")
+        if not name.startswith("MEMORYOS_") or not equals:
+            parser.error(f"--worker-env must be MEMORYOS_NAME=VALUE, got {setting!r}")
+        tried[name] = value
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for flag, value in (("--users", args.users), ("--turns", args.turns), ("--processes", args.processes)):
         if value < 1:
@@ -471,9 +484,10 @@ def main() -> None:
         )
         if args.max_embedding_lag is not None:
             env["MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S"] = str(args.max_embedding_lag)
+        env |= tried
         log = Path(workdir) / "worker.log"
         try:
-            report = run_from_args(args, settings, env, log)
+            report = run_from_args(args, settings, env, log) | {"worker_env": tried}
         finally:
             if log.exists():  # the workers' last words, for a run that failed
                 sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))

@@ -130,11 +130,14 @@ class QueueSettings(BaseSettings):
         "for it; held in the streams, it is the lag the API's MEMORYOS_API_MAX_WRITE_LAG_S bounds.",
     )
     worker_mmap_threshold_kb: int = Field(
-        64,
+        128,
         ge=0,
         le=32768,
         description="glibc's mmap threshold, fixed at worker start (services/allocator.py): freed "
-        "spaces' buffers go back to the system; 0 keeps glibc's rising default.",
+        "spaces' buffers go back to the system; 0 keeps glibc's rising default. At 64, SQLite's page "
+        "cache of each temporary b-tree (~88 KiB) and its statement journals (64 KiB) were mapped and "
+        "unmapped per query, each unmap a TLB flush on every core: 16% more worker CPU a turn "
+        "(docs/service.md, Where a worker's time per write goes).",
     )
     worker_allocator_trim_interval_s: float = Field(
         30.0,

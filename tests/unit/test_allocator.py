@@ -59,9 +59,9 @@ def test_a_fixed_threshold_serves_mid_sized_blocks_by_mmap() -> None:
     assert mmapped_blocks_of_100_kib("fixed") > 0  # their own mappings: returned when freed
 
 
-def test_zero_keeps_glibcs_default_the_worker_fixes_64_kib_and_the_embedded_api_nothing() -> None:
+def test_zero_keeps_glibcs_default_the_worker_fixes_128_kib_and_the_embedded_api_nothing() -> None:
     assert fix_mmap_threshold(0) is False
-    assert QueueSettings().worker_mmap_threshold_kb == 64
+    assert QueueSettings().worker_mmap_threshold_kb == 128  # over SQLite's per-query blocks
     assert ApiSettings().mmap_threshold_kb == 0  # measured worse under the embedded soak
     assert ApiSettings().allocator_trim_interval_s == QueueSettings().worker_allocator_trim_interval_s == 30
 
