@@ -272,14 +272,18 @@ class Memoryos(MemoryLifecycle):
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
         through = self.space.max_page_id()  # every write before this read
-        with contextlib.suppress(TimeoutError):  # then answered without the missing vectors, counted
+        try:
             self._work.wait_embedded(through, wait_s)
+            waited_out = False
+        except TimeoutError:  # answered without the vectors still missing, and counted below
+            waited_out = True
         self.space.refresh()  # vectors other processes stored since the last look
         search = self._rewriter.search_text(text) if self._rewriter else text
         query_vector = self._work.encode_query(dense_query_text(self.space, search))
         now = self.clock()
         context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search)
-        context.pages_without_vectors = self.space.pending_page_count(through)
+        if waited_out:  # a read whose wait completed had every vector: no count query on that path
+            context.pages_without_vectors = self.space.pending_page_count(through)
         visited = sorted(
             {p.segment_id for p in context.retrieved_pages if p.segment_id is not None and p.tier == "mtm"}
         )

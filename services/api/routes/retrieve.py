@@ -54,16 +54,15 @@ async def wait_for_writes(state: ApiState, key: SpaceKey, write_ids: list[str], 
 async def retrieve(body: RetrieveRequest, key: SpaceDep, state: StateDep) -> RetrievedContext:
     """Short-term pages, the best mid-term pages, facts and the profile, each item with its id."""
     limit = state.settings.max_wait_for_writes_s
-    waits = {"wait_timeout_s": body.wait_timeout_s if body.wait_for_write_ids else None}
-    waits["max_vector_wait_s"] = body.max_vector_wait_s
-    for field, asked in waits.items():
-        if asked is not None and asked > limit:
-            raise InvalidInputError(field, f"must be at most {limit} s, got {asked}")
+    if body.wait_for_write_ids and body.wait_timeout_s > limit:
+        raise InvalidInputError("wait_timeout_s", f"must be at most {limit} s, got {body.wait_timeout_s}")
+    vector_wait = body.max_vector_wait_s
+    if vector_wait is None:
+        vector_wait = state.settings.read_vector_wait_s
+    elif vector_wait > limit:
+        raise InvalidInputError("max_vector_wait_s", f"must be at most {limit} s, got {vector_wait}")
     if body.wait_for_write_ids:
         await wait_for_writes(state, key, body.wait_for_write_ids, body.wait_timeout_s)
-    vector_wait = (
-        state.settings.read_vector_wait_s if body.max_vector_wait_s is None else body.max_vector_wait_s
-    )
     context = await state.spaces.call(
         key,
         RETRIEVE,
