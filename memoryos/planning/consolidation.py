@@ -49,6 +49,28 @@ as its sources (a fact per page over a 2,816-page slice wrote 8 M source rows an
 minutes, so reads waited)."""
 
 
+MOVE_MAX_PAGES = 32
+"""Pages leaving short-term memory per commit. After embedding lagged, thousands of pages may be due at
+once; each filing scans the space's active segments under its lock, so slices keep reads from waiting
+behind one long transaction."""
+
+
+def _slices_of_runs(
+    runs: list[tuple[bool, list[Page]]], max_pages: int
+) -> list[list[tuple[bool, list[Page]]]]:
+    """Consecutive runs grouped into commits of at most `max_pages` pages (a longer run is a commit alone:
+    a run is filed under one topic, so it is not cut)."""
+    slices: list[list[tuple[bool, list[Page]]]] = []
+    pages_in_last = 0
+    for run in runs:
+        if not slices or pages_in_last + len(run[1]) > max_pages:
+            slices.append([])
+            pages_in_last = 0
+        slices[-1].append(run)
+        pages_in_last += len(run[1])
+    return slices
+
+
 def _moment(page: Page) -> datetime:
     return datetime.strptime(page.timestamp, TIMESTAMP_FORMAT)
 
@@ -149,7 +171,13 @@ class Consolidator:
         Consecutive pages of one chain move as a run: one chain summary and one topic per run, not per page.
         A page already linked (a crash came between linking and filing) is filed without linking again.
         Every page's continuity check is asked at once (each compares a page with the one before it, known
-        before any answer), and a run's chain summary together with its topic.
+        before any answer), and then the summaries of every run together.
+
+        The runs' links and filings are applied together, up to `MOVE_MAX_PAGES` pages a commit. Why: with
+        a commit per run, a pass moving a few pages that do not continue each other (most of a busy
+        worker's passes) paid a transaction, an fsync and a store-thread handoff per page — a third of a
+        service worker's CPU was such handoffs. Where a run's summary fails, the runs before it are still
+        applied, as when each run had its own commit, and the failure is raised.
         """
         overflow = space.short_term_overflow()
         if not overflow:
@@ -166,27 +194,50 @@ class Consolidator:
                 runs[-1][1].append(page)
             else:
                 runs.append((continues, [page]))
-        for continues, pages in runs:
-            unlinked = [p for p in pages if p.chain_id is None]
-            earlier = self._chain_so_far(space) if unlinked and continues else []
-            topic, summary = await asyncio.gather(
-                self.llm.summarize_topic(pages),
-                self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages]) if unlinked else _none(),
+        for commit in _slices_of_runs(runs, MOVE_MAX_PAGES):
+            # Only the first run can continue a chain already stored (each later run begins where a page
+            # did not continue), so no run's summary waits for an earlier run's links to be applied.
+            summaries = await asyncio.gather(
+                *(self._summaries(space, continues, pages) for continues, pages in commit),
+                return_exceptions=True,
             )
-            links = []
-            for position, page in enumerate(unlinked):
-                first = position == 0 and page is pages[0]
-                links.append(
-                    LinkChain(
-                        page_id=page.page_id,
-                        continues_previous=continues if first else True,
-                        chain_summary=summary or "",
-                        previous_page_id=last_linked,
-                        at=self.clock(),
+            ops: list[AnyOp] = []
+            failure: BaseException | None = None
+            for (continues, pages), summarized in zip(commit, summaries, strict=True):
+                if isinstance(summarized, BaseException):
+                    failure = summarized
+                    break
+                topic, summary = summarized
+                for position, page in enumerate(p for p in pages if p.chain_id is None):
+                    first = position == 0 and page is pages[0]
+                    ops.append(
+                        LinkChain(
+                            page_id=page.page_id,
+                            continues_previous=continues if first else True,
+                            chain_summary=summary or "",
+                            previous_page_id=last_linked,
+                            at=self.clock(),
+                        )
                     )
-                )
-                last_linked = page.page_id
-            await self.apply(space, *links, self._filing(space, pages, topic))  # one commit per run
+                    last_linked = page.page_id
+                ops.append(self._filing(space, pages, topic))
+            if ops:
+                await self.apply(space, *ops)  # the slice's links and filings: one commit
+            if failure is not None:
+                raise failure
+
+    async def _summaries(
+        self, space: MemorySpace, continues: bool, pages: Sequence[Page]
+    ) -> tuple[TopicSummary, str | None]:
+        """A run's topic, and the summary of the chain it joins or starts (None when every page of the run
+        was linked before a crash)."""
+        unlinked = any(p.chain_id is None for p in pages)
+        earlier = self._chain_so_far(space) if unlinked and continues else []
+        topic, summary = await asyncio.gather(
+            self.llm.summarize_topic(pages),
+            self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages]) if unlinked else _none(),
+        )
+        return topic, summary
 
     async def _continues(self, space: MemorySpace, previous: Page | None, page: Page) -> bool:
         if page.chain_id is not None:

@@ -1,7 +1,8 @@
-"""Consolidation applies each step's ops together, in one transaction: a run's chain links with its
-filing under a topic, and an analysed slice's profile, facts and mark. A commit per op was an fsync per
-page moved out of short-term memory; a step applied together is also all done or not begun after a crash.
-(Hashed fake embedder, the offline LLM, inline ingest: consolidation runs inside each write.)"""
+"""Consolidation applies each step's ops together, in one transaction: the chain links and filings of
+the runs of pages leaving short-term memory in a pass, and an analysed slice's profile, facts and mark. A
+commit per op was an fsync per page moved out of short-term memory, and a commit per run still one per
+page where pages do not continue each other; a step applied together is also all done or not begun after
+a crash. (Hashed fake embedder, the offline LLM, inline ingest: consolidation runs inside each write.)"""
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from memoryos import Memoryos
+from memoryos.errors import LLMError
+from memoryos.llm.base import TopicSummary
+from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.space.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from memoryos.types import Page
 from tests.unit.test_facade import make
 
 
@@ -68,3 +73,54 @@ def test_an_analysed_slices_profile_facts_and_mark_commit_together(consolidated:
         assert kinds[0] is UpdateProfile and kinds[-1] is MarkAnalyzed
         assert set(kinds[1:-1]) <= {AddKnowledge}
     assert any(AddKnowledge in kinds for kinds in analysed)  # the facts went in with their mark
+
+
+UNRELATED_TURNS = [
+    {"user_input": user_input, "agent_response": "Noted."}
+    for user_input in (
+        "Volcanoes erupt near Iceland.",
+        "Penguins waddle across glaciers.",
+        "Saxophones sound mellow tonight.",
+        "Marathon training starts Monday.",
+        "Quantum computers factor primes.",
+        "Sourdough needs patient kneading.",
+        "Lighthouses guide sailors home.",
+        "Origami cranes fold easily.",
+    )
+]
+"""Turns sharing no content word: the offline LLM starts a new chain at each, so each page is a run."""
+
+
+def test_runs_leaving_short_term_memory_in_one_pass_commit_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make(tmp_path, short_term_capacity=2) as memory:
+        transactions = record_transactions(memory, monkeypatch)
+        memory.add_memories(UNRELATED_TURNS)
+        memory.flush()
+        pages = memory.space.pages(list(range(1, 9)))
+        chains = {p.chain_id for p in pages[:6]}
+    assert [p.tier for p in pages] == ["mtm"] * 6 + ["stm"] * 2
+    assert len(chains) == 6  # six runs: no page continued the one before it
+    moved = [kinds for kinds in transactions if LinkChain in kinds or FileTopic in kinds]
+    assert moved == [
+        [LinkChain, FileTopic] * 6
+    ]  # one commit for the pass, each run's links before its filing
+
+
+class FailingTopicLLM(OfflineLLM):
+    """The offline LLM, except that a topic summary of the page about quantum computers fails."""
+
+    def summarize_topic(self, pages: Sequence[Page]) -> TopicSummary:
+        if any("Quantum" in page.user_input for page in pages):
+            raise LLMError("the endpoint failed")
+        return super().summarize_topic(pages)
+
+
+def test_the_runs_before_a_failed_summary_still_leave_short_term_memory(tmp_path: Path) -> None:
+    """Runs after a run whose summary failed wait for the retry; the runs before it do not."""
+    with make(tmp_path, short_term_capacity=2, llm=FailingTopicLLM()) as memory:
+        memory.add_memories(UNRELATED_TURNS)
+        memory.flush()
+        tiers = [p.tier for p in memory.space.pages(list(range(1, 9)))]
+    assert tiers == ["mtm"] * 4 + ["stm"] * 4  # turns 1-4 filed; the failing fifth and those after wait
