@@ -161,22 +161,23 @@ class OpApplier:
             raise InvalidInputError(field, f"expected shape ({rows}, {self.dim}), got {vectors.shape}")
 
     def _link_chain(self, op: LinkChain) -> None:
-        previous = last_chained_page(self.store)
         chain_id = op.page_id
-        if op.continues_previous and previous is not None and previous.chain_id is not None:
-            chain_id = previous.chain_id
+        if op.continues_previous:
+            previous = last_chained_page(self.store)
+            if previous is not None and previous.chain_id is not None:
+                chain_id = previous.chain_id
         self.store.upsert_chain(chain_id, op.chain_summary)
         self.store.set_page_fields([op.page_id], chain_id=chain_id)
         self.store.set_meta("last_chained_page", str(op.page_id))
 
     def _file_topic(self, op: FileTopic) -> int:
-        segments = self.store.active_segments()
+        segments, vectors = self.store.active_segments_with_vectors(self.dim)
         ids = [s.segment_id for s in segments]
         target = policy.choose_segment(
             op.vector,
             op.keywords,
             ids,
-            self.store.segment_vectors(ids, self.dim),
+            vectors,
             [s.keywords for s in segments],
             self.config.mid_term_similarity_threshold,
         )
@@ -184,22 +185,23 @@ class OpApplier:
             target = self.store.insert_segment(
                 op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at
             )
+            active = len(segments) + 1
         else:
-            segment = next(s for s in segments if s.segment_id == target)
+            position = ids.index(target)
             topics = self.store.segment_topic_count(target)
             self.store.update_segment(
                 target,
-                summary=policy.merged_summary(segment.summary, op.summary),
-                keywords=policy.merged_keywords(segment.keywords, op.keywords),
-                vector=policy.merged_vector(
-                    self.store.segment_vectors([target], self.dim)[0], topics, op.vector
-                ),
+                summary=policy.merged_summary(segments[position].summary, op.summary),
+                keywords=policy.merged_keywords(segments[position].keywords, op.keywords),
+                vector=policy.merged_vector(vectors[position], topics, op.vector),
                 topic_count=topics + 1,
                 updated_at=op.at,
             )
+            active = len(segments)
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
         self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
-        self._evict_cold_segments(op.at, keep=target)
+        if active > self.config.mid_term_capacity:  # else no heat needs reading: nothing is evicted
+            self._evict_cold_segments(op.at, keep=target)
         return target
 
     def _evict_cold_segments(self, now: float, keep: int) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from memoryos.storage.store_queries import StoreQueries
-from memoryos.storage.store_rows import segment_from_row
-from memoryos.storage.vector_blobs import to_blob
+from memoryos.storage.store_rows import SEGMENT_COLUMNS, segment_from_row
+from memoryos.storage.vector_blobs import from_blobs, to_blob
 from memoryos.types import Segment
 
 
@@ -52,9 +52,19 @@ class SegmentQueries(StoreQueries):
         `stats` asks for it; heat and placement do not need it."""
         count = "(SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id)" if count_pages else "0"
         rows = self._db.execute(
-            f"SELECT s.*, {count} AS page_count FROM segments s WHERE s.archived = 0 ORDER BY s.segment_id"
+            f"SELECT {SEGMENT_COLUMNS}, {count} AS page_count FROM segments s WHERE s.archived = 0 "
+            "ORDER BY s.segment_id"
         )
         return [segment_from_row(row) for row in rows]
+
+    def active_segments_with_vectors(self, dim: int) -> tuple[list[Segment], np.ndarray]:
+        """The active segments and their vectors (row i is segment i's), in one read: filing a topic
+        compares it with every one of them, once per page run leaving short-term memory."""
+        rows = self._db.execute(
+            f"SELECT {SEGMENT_COLUMNS}, 0 AS page_count, s.vector FROM segments s WHERE s.archived = 0 "
+            "ORDER BY s.segment_id"
+        ).fetchall()
+        return [segment_from_row(row) for row in rows], from_blobs([row["vector"] for row in rows], dim)
 
     def all_segment_ids(self) -> list[int]:
         return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]

@@ -38,8 +38,15 @@ def page_from_row(row: sqlite3.Row) -> Page:
     )
 
 
+SEGMENT_COLUMNS = (
+    "s.segment_id, s.summary, s.keywords, s.visit_count, s.interaction_count, s.last_visit_at, "
+    "s.created_at, s.archived, s.updated_at"
+)
+"""What `segment_from_row` reads, selected from `segments s` (not its vector: most readers never use it)."""
+
+
 def segment_from_row(row: sqlite3.Row) -> Segment:
-    """A `SELECT s.*, <count> AS page_count FROM segments s` row."""
+    """A `SELECT {SEGMENT_COLUMNS}, <count> AS page_count FROM segments s` row."""
     return Segment(
         segment_id=row["segment_id"],
         summary=row["summary"],
