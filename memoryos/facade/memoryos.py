@@ -264,8 +264,9 @@ class Memoryos(MemoryLifecycle):
 
         The read sees every write stored before it. It waits for those pages' vectors, so that they are
         found by meaning too — without end by default, or at most `max_vector_wait_s`: a service under a
-        backlog of writes must still answer within its latency bound. Pages still without a vector then are
-        ranked by their words and date alone (recent ones are in `short_term_memory` anyway), and the
+        backlog of writes must still answer within its latency bound; a bounded read stops waiting at once
+        when the embedding batches ahead of its pages would outlast the bound (`vectors_due_in_s`). Pages
+        still without a vector then are ranked by their words and date alone (recent ones are in `short_term_memory` anyway), and the
         result counts them in `pages_without_vectors`, so the weaker read is never silent."""
         text = validate_text("query", query, self.config.max_text_chars)
         wait_s = _vector_wait("max_vector_wait_s", max_vector_wait_s)
@@ -273,7 +274,7 @@ class Memoryos(MemoryLifecycle):
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
         through = self.space.max_page_id()  # every write before this read
         try:
-            self._work.wait_embedded(through, wait_s)
+            self._work.wait_embedded(through, wait_s, stop_when_futile=True)
             waited_out = False
         except TimeoutError:  # answered without the vectors still missing, and counted below
             waited_out = True

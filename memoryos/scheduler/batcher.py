@@ -82,6 +82,8 @@ RETRY_FIRST_S = 0.1
 """Wait before retrying a source whose batch failed once; doubled per consecutive failure."""
 RETRY_MAX_S = 30.0
 """Longest wait between retries of a failing source: a model that recovers is used again soon."""
+TEXT_TIME_WEIGHT = 0.3
+"""Weight of the latest batch in the moving mean of a text's time (encoding and storing its vector)."""
 
 
 class BatcherClosedError(MemoryOSError):
@@ -172,6 +174,8 @@ class EmbeddingBatcher(BatchFilling):
         self._closing = False
         self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
         self._largest = self._tokens = 0
+        self._text_s: float | None = None  # moving mean of a text's share of its batch's time
+        self._in_flight: tuple[float, int, frozenset[int]] | None = None  # started, texts, source keys
         self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -269,6 +273,30 @@ class EmbeddingBatcher(BatchFilling):
             ]
         return max(0.0, time.monotonic() - min(waiting)) if waiting else 0.0
 
+    def vectors_due_in_s(self, source: PageSource) -> float | None:
+        """About how soon `source`'s pending pages can have vectors, by the recent batches' time a text:
+        what is left of the batch in flight, then — unless the source is in it — one more batch of a text
+        for each queued source (a source a reader waits for is at the front, and every waiting source gets
+        at least a text of the next batch). None before the first batch: nothing to go by.
+
+        Why: a bounded read (`SpaceWork.wait_embedded(stop_when_futile=True)`) stops waiting as soon as
+        this says its vectors cannot come in time. Under a backlog on the CPU a batch takes over a second,
+        and reads sat out their whole bound for vectors that came after it. The estimate leans early —
+        a small batch costs more a text than the large ones it is learned from, and a source with many
+        pending pages needs more than one batch — so an error costs a wait, as before, not a read's vectors.
+        """
+        with self._cond:
+            if self._text_s is None:
+                return None
+            ahead = 0.0
+            if self._in_flight is not None:
+                started, texts, sources = self._in_flight
+                ahead = max(0.0, self._text_s * texts - (time.monotonic() - started))
+                if id(source) in sources:
+                    return ahead
+            queued = sum(1 for entry in self._queue.values() if isinstance(entry, QueuedSource))
+            return ahead + self._text_s * min(self._max_size, max(1, queued))
+
     def stats(self) -> BatcherStats:
         with self._cond:
             return BatcherStats(
@@ -302,7 +330,7 @@ class EmbeddingBatcher(BatchFilling):
                 batch = self._collect()
                 if batch is None:
                     return
-                self._process(batch)
+                self._process_timed(batch)
         except Exception as error:  # a bug here must not leave futures unresolved forever
             log.error("embedding batcher stopped by an internal error (%s)", type(error).__name__)
             with self._cond:
@@ -366,6 +394,22 @@ class EmbeddingBatcher(BatchFilling):
     def _wait_for_arrival(self, seen: int, timeout_s: float) -> None:
         """With the lock held: wait until something arrives after `seen`, close, or the timeout."""
         self._cond.wait_for(lambda: self._closing or self._arrivals != seen, timeout_s)
+
+    def _process_timed(self, batch: Batch) -> None:
+        """`_process`, with the batch shown in flight meanwhile and its time a text learned after."""
+        started = time.monotonic()
+        with self._cond:
+            self._in_flight = (started, len(batch.texts), frozenset(batch.sources))
+        try:
+            self._process(batch)
+        finally:
+            took = time.monotonic() - started
+            with self._cond:
+                self._in_flight = None
+                if batch.texts:
+                    latest = took / len(batch.texts)
+                    mean = self._text_s
+                    self._text_s = latest if mean is None else mean + TEXT_TIME_WEIGHT * (latest - mean)
 
     def _process(self, batch: Batch) -> None:
         """Encode the batch (after any waiting query), hand the vectors out, then requeue or drop each

@@ -133,13 +133,16 @@ class SpaceWork:
         pending when the space opens are not."""
         self._batcher.notify(self, acknowledged=acknowledged)
 
-    def wait_embedded(self, through_page_id: int, timeout_s: float | None = None) -> None:
+    def wait_embedded(
+        self, through_page_id: int, timeout_s: float | None = None, stop_when_futile: bool = False
+    ) -> None:
         """Block until every page with an id up to `through_page_id` has its vector.
 
         Each wait asks the batcher for the space's pending pages at once (pages another process stored
         are embedded here too if it has not done it yet), and raises the embedding error if a batch holding
         them fails meanwhile: a reader must not be served a partial state silently, and the next read tries
-        again. `TimeoutError` after `timeout_s`.
+        again. `TimeoutError` after `timeout_s` — or, with `stop_when_futile` (a bounded read), as soon as
+        the batcher's estimate puts the vectors beyond what is left of it (`vectors_due_in_s`).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         asked = False
@@ -163,6 +166,12 @@ class SpaceWork:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"pages not embedded within {timeout_s} s")
+                if stop_when_futile and remaining is not None:
+                    due = self._batcher.vectors_due_in_s(self)
+                    if due is not None and due > remaining:
+                        raise TimeoutError(
+                            f"pages not embedded within {timeout_s} s: about {due:.2f} s ahead"
+                        )
                 self._changed.wait(0.5 if remaining is None else min(remaining, 0.5))
 
     def note_visits(self, segment_ids: list[int], at: float) -> None:

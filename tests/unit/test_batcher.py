@@ -249,6 +249,34 @@ def test_a_source_a_reader_waits_for_goes_ahead_of_earlier_ones(make_batcher: Ma
     read.assert_vectors_right()
 
 
+def test_a_sources_vectors_are_due_after_the_batch_in_flight_and_one_more_unless_it_is_in_it(
+    make_batcher: MakeBatcher,
+) -> None:
+    """`vectors_due_in_s` (a bounded read stops waiting when it says its vectors come too late): nothing
+    to go by before the first batch; a source in the batch in flight is due before one behind it; and one
+    behind more queued sources is due later, since each of them takes a text of the next batch."""
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, size=8, wait_ms=0)
+    learned = FakeSource(["a page to learn a batch's time from"])
+    assert batcher.vectors_due_in_s(learned) is None
+    batcher.notify(learned)
+    wait(learned.done)
+    in_flight = FakeSource(["page in flight"])
+    embedder.gate.clear()
+    embedder.page_batch_entered.clear()
+    batcher.notify(in_flight)
+    wait(embedder.page_batch_entered)
+    alone = FakeSource(["a queued page"])
+    batcher.notify(alone)
+    due_in_flight, due_alone = batcher.vectors_due_in_s(in_flight), batcher.vectors_due_in_s(alone)
+    for i in range(5):
+        batcher.notify(FakeSource([f"another queued page {i}"]))
+    due_behind_more = batcher.vectors_due_in_s(alone)
+    embedder.gate.set()
+    assert due_in_flight is not None and due_alone is not None and due_behind_more is not None
+    assert 0 <= due_in_flight < due_alone < due_behind_more
+
+
 def test_texts_in_a_batch_are_sorted_longest_first(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, size=5, wait_ms=60_000)

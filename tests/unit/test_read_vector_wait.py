@@ -72,6 +72,30 @@ def test_a_bounded_read_answers_without_the_missing_vectors_finds_the_page_by_it
     assert [p.user_input for p in complete.retrieved_pages] == ["My zeppelin model is painted red."]
 
 
+def test_a_bounded_read_stops_waiting_at_once_when_the_batches_ahead_would_outlast_its_bound(
+    gated: tuple[Memoryos, GatedEmbedder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a backlog a page batch on the CPU takes longer than a read's bound: the read answers now
+    instead of sitting out a wait its vectors cannot end (`EmbeddingBatcher.vectors_due_in_s`)."""
+    memory, embedder = gated
+    batcher = memory._work._batcher
+    monkeypatch.setattr(batcher, "vectors_due_in_s", lambda source: STUCK_S)  # far past the bound
+    embedder.open.clear()
+    memory.add_memory("My zeppelin model is painted red.", "Lovely.")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        read = pool.submit(memory.retrieve, "zeppelin", 1, None, STUCK_S / 2)
+        context = read.result(timeout=STUCK_S / 4)  # a read sitting out its bound would still wait
+    assert context.pages_without_vectors == 1
+    assert [p.user_input for p in context.retrieved_pages] == ["My zeppelin model is painted red."]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the vectors due in time: it waits for them
+        monkeypatch.setattr(batcher, "vectors_due_in_s", lambda source: 0.0)
+        read = pool.submit(memory.retrieve, "zeppelin", 1, None, STUCK_S / 2)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            read.result(timeout=0.5)
+        embedder.open.set()
+        assert read.result(timeout=STUCK_S / 4).pages_without_vectors == 0
+
+
 def test_a_read_without_a_bound_still_waits_for_the_vectors_of_the_writes_before_it(
     gated: tuple[Memoryos, GatedEmbedder],
 ) -> None:
