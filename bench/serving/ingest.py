@@ -83,8 +83,8 @@ PIPELINE_WRITES = 500
 READY_TIMEOUT_S = 300.0
 """Longest wait for the workers to load their model and divide the shards."""
 SETTLE_IDLE_CORES = 0.05
-"""The workers count as settled once they use less than this share of a core over `SETTLE_WINDOW_S`: the
-consolidation that trails the searchable pages (chains, topics, promotion) is done."""
+"""The workers count as settled once each uses less than this share of a core (on average) over
+`SETTLE_WINDOW_S`: the consolidation that trails the searchable pages (chains, topics, promotion) is done."""
 SETTLE_WINDOW_S = 1.0
 SETTLE_TIMEOUT_S = 120.0
 """Longest wait for the workers to settle after the last write is searchable."""
@@ -366,7 +366,7 @@ def run_ingest(
                 time.sleep(SEARCHABLE_POLL_S)
         elapsed = time.perf_counter() - started
         worker_cpu = workers.cpu_seconds() - cpu_before
-        settled_s, settled_cpu = settle(workers.cpu_seconds)
+        settled_s, settled_cpu = settle(workers.cpu_seconds, processes)
         settled_cpu -= cpu_before
         if spy:
             spy.finish()
@@ -398,16 +398,17 @@ def run_ingest(
     }
 
 
-def settle(cpu_seconds: Callable[[], float]) -> tuple[float, float]:
-    """Wait until the workers go idle (`SETTLE_IDLE_CORES`) after the last write is searchable: the
-    consolidation trailing the pages is part of a turn's cost. Seconds waited and the workers' CPU seconds
-    then; a run that does not settle within `SETTLE_TIMEOUT_S` says so in the figures (its backlog)."""
+def settle(cpu_seconds: Callable[[], float], processes: int = 1) -> tuple[float, float]:
+    """Wait until the `processes` workers go idle (`SETTLE_IDLE_CORES` each) after the last write is
+    searchable: the consolidation trailing the pages is part of a turn's cost. Seconds waited and the
+    workers' CPU seconds then; a run that does not settle within `SETTLE_TIMEOUT_S` says so in the figures
+    (its backlog)."""
     started = time.perf_counter()
     cpu = cpu_seconds()
     while time.perf_counter() - started < SETTLE_TIMEOUT_S:
         time.sleep(SETTLE_WINDOW_S)
         now = cpu_seconds()
-        if now - cpu < SETTLE_IDLE_CORES * SETTLE_WINDOW_S:
+        if now - cpu < processes * SETTLE_IDLE_CORES * SETTLE_WINDOW_S:
             return time.perf_counter() - started - SETTLE_WINDOW_S, now
         cpu = now
     return time.perf_counter() - started, cpu_seconds()

@@ -266,8 +266,9 @@ class Memoryos(MemoryLifecycle):
         found by meaning too — without end by default, or at most `max_vector_wait_s`: a service under a
         backlog of writes must still answer within its latency bound; a bounded read stops waiting at once
         when the embedding batches ahead of its pages would outlast the bound (`vectors_due_in_s`). Pages
-        still without a vector then are ranked by their words and date alone (recent ones are in `short_term_memory` anyway), and the
-        result counts them in `pages_without_vectors`, so the weaker read is never silent."""
+        still without a vector then are ranked by their words and date alone (recent ones are in
+        `short_term_memory` anyway), and the result counts them in `pages_without_vectors`, so the weaker
+        read is never silent."""
         text = validate_text("query", query, self.config.max_text_chars)
         wait_s = _vector_wait("max_vector_wait_s", max_vector_wait_s)
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)

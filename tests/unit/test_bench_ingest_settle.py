@@ -44,3 +44,11 @@ def test_settling_waits_while_the_workers_use_cpu_and_returns_their_cpu_once_idl
     workers = BusyThenIdle(busy_looks=5)
     _, cpu = ingest.settle(workers.cpu_seconds)
     assert workers.looks == 6 and cpu == 5.0  # five busy windows, then one idle
+
+
+def test_several_workers_settle_when_each_is_about_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sixteen idle workers renewing leases use more than one idle worker: the bound is per process."""
+    monkeypatch.setattr(ingest, "SETTLE_WINDOW_S", 0.01)
+    looks = iter(float(n) * 0.01 * 0.5 for n in range(1000))  # half a core in all, every window
+    _, cpu = ingest.settle(lambda: next(looks), processes=16)
+    assert cpu == 0.01 * 0.5  # idle at the first window: under 16 x 5% of a core
