@@ -198,7 +198,7 @@ class Consolidator:
             # Only the first run can continue a chain already stored (each later run begins where a page
             # did not continue), so no run's summary waits for an earlier run's links to be applied.
             summaries = await asyncio.gather(
-                *(self._summaries(space, continues, pages) for continues, pages in commit),
+                *(self._summaries(space, previous, continues, pages) for continues, pages in commit),
                 return_exceptions=True,
             )
             ops: list[AnyOp] = []
@@ -227,12 +227,13 @@ class Consolidator:
                 raise failure
 
     async def _summaries(
-        self, space: MemorySpace, continues: bool, pages: Sequence[Page]
+        self, space: MemorySpace, previous: Page | None, continues: bool, pages: Sequence[Page]
     ) -> tuple[TopicSummary, str | None]:
         """A run's topic, and the summary of the chain it joins or starts (None when every page of the run
-        was linked before a crash)."""
+        was linked before a crash). `previous`: the last page chained before this pass, which only the
+        pass's first run can continue."""
         unlinked = any(p.chain_id is None for p in pages)
-        earlier = self._chain_so_far(space) if unlinked and continues else []
+        earlier = _chain_of(space, previous) if unlinked and continues else []
         topic, summary = await asyncio.gather(
             self.llm.summarize_topic(pages),
             self.llm.summarize_chain([*earlier[-CHAIN_CONTEXT_PAGES:], *pages]) if unlinked else _none(),
@@ -248,13 +249,6 @@ class Consolidator:
         if gap_hours > space.config.chain_max_gap_hours:
             return False
         return await self.llm.is_continuation(previous, page)
-
-    def _chain_so_far(self, space: MemorySpace) -> list[Page]:
-        """The pages of the chain the next page would continue (the last linked page's chain)."""
-        previous = space.last_chained_page()
-        if previous is None or previous.chain_id is None:
-            return []
-        return space.chain_pages(previous.chain_id)
 
     def _filing(self, space: MemorySpace, pages: Sequence[Page], topic: TopicSummary) -> FileTopic:
         """The op filing a run under its topic. The topic's vector is the mean of the pages' vectors: it
@@ -334,6 +328,13 @@ class Consolidator:
                 )
         ops.append(MarkAnalyzed(segment_id=segment_id, page_ids=sources, at=self.clock()))
         await self.apply(space, *ops)  # the slice's profile, facts and mark: one commit, all or none
+
+
+def _chain_of(space: MemorySpace, page: Page | None) -> list[Page]:
+    """The pages of `page`'s chain (none when it is in none): the chain the next page would continue."""
+    if page is None or page.chain_id is None:
+        return []
+    return space.chain_pages(page.chain_id)
 
 
 async def _none() -> None:

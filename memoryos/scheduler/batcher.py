@@ -294,8 +294,12 @@ class EmbeddingBatcher(BatchFilling):
                 ahead = max(0.0, self._text_s * texts - (time.monotonic() - started))
                 if id(source) in sources:
                     return ahead
-            queued = sum(1 for entry in self._queue.values() if isinstance(entry, QueuedSource))
-            return ahead + self._text_s * min(self._max_size, max(1, queued))
+            queued = 0
+            for entry in self._queue.values():  # counted up to a batch: thousands may wait
+                queued += isinstance(entry, QueuedSource)
+                if queued == self._max_size:
+                    break
+            return ahead + self._text_s * max(1, queued)
 
     def stats(self) -> BatcherStats:
         with self._cond:

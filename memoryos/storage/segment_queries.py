@@ -1,6 +1,7 @@
 """`SqliteStore`'s queries over mid-term memory: dialogue chains and topic segments."""
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,26 +52,22 @@ class SegmentQueries(StoreQueries):
         """Segments in mid-term memory. Counting their pages reads every page's index entry, so only
         `stats` asks for it; heat and placement do not need it."""
         count = "(SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id)" if count_pages else "0"
-        rows = self._db.execute(
-            f"SELECT {SEGMENT_COLUMNS}, {count} AS page_count FROM segments s WHERE s.archived = 0 "
-            "ORDER BY s.segment_id"
-        )
-        return [segment_from_row(row) for row in rows]
+        return [segment_from_row(row) for row in self._active_segment_rows(f"{count} AS page_count")]
 
     def active_segments_with_vectors(self, dim: int) -> tuple[list[Segment], np.ndarray]:
         """The active segments and their vectors (row i is segment i's), in one read: filing a topic
         compares it with every one of them, once per page run leaving short-term memory."""
-        rows = self._db.execute(
-            f"SELECT {SEGMENT_COLUMNS}, 0 AS page_count, s.vector FROM segments s WHERE s.archived = 0 "
+        rows = self._active_segment_rows("0 AS page_count, s.vector")
+        return [segment_from_row(row) for row in rows], from_blobs([row["vector"] for row in rows], dim)
+
+    def _active_segment_rows(self, extra_columns: str) -> list[sqlite3.Row]:
+        return self._db.execute(
+            f"SELECT {SEGMENT_COLUMNS}, {extra_columns} FROM segments s WHERE s.archived = 0 "
             "ORDER BY s.segment_id"
         ).fetchall()
-        return [segment_from_row(row) for row in rows], from_blobs([row["vector"] for row in rows], dim)
 
     def all_segment_ids(self) -> list[int]:
         return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]
-
-    def segment_vectors(self, segment_ids: Sequence[int], dim: int) -> np.ndarray:
-        return self._vectors_by_id("segments", "segment_id", segment_ids, dim)
 
     def segment_topic_count(self, segment_id: int) -> int:
         return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))

@@ -233,7 +233,7 @@ def test_file_topic_merges_a_matching_topic_and_refreshes_the_segment(space: Mem
     assert merged.keywords == ["scones", "tea", "cake"]
     assert merged.interaction_count == 2 and merged.page_count == 2
     assert merged.last_visit_at == T0 + HOUR
-    vector = space.store.segment_vectors([s1], DIM)[0]
+    vector = space.store.active_segments_with_vectors(DIM)[1][0]  # s1, the only segment
     assert np.linalg.norm(vector) == pytest.approx(1.0, abs=STORED_ATOL)
     np.testing.assert_allclose(
         vector, unit(DIM, (0, 1 + 3 / math.sqrt(10)), (1, 1 / math.sqrt(10))), atol=STORED_ATOL
@@ -512,9 +512,7 @@ def observable_state(space: MemorySpace) -> dict[str, object]:
     return {
         "pages": all_pages(space),
         "segments": space.segments(),
-        "segment_vectors": space.store.segment_vectors(
-            [s.segment_id for s in space.segments()], DIM
-        ).tolist(),
+        "segment_vectors": space.store.active_segments_with_vectors(DIM)[1].tolist(),
         "last_chained": space.last_chained_page(),
         "user": space.knowledge("user"),
         "assistant": space.knowledge("assistant"),
