@@ -46,6 +46,7 @@ from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
 from services.worker.held import HeldWrites, UnreadableHeldWrite
 from services.worker.runs import Delivered, space_runs
+from services.worker.stream_progress import StreamProgress
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ class ShardConsumer:
         worker_id: str,
         apply: ApplyOps,
         still_owned: StillOwned = lambda shard: True,
+        progress: StreamProgress | None = None,
     ) -> None:
+        """`progress` is told each time entries leave a shard's stream: the worker's read threads wait
+        on it for a read's writes (`stream_progress.py`)."""
         self.client = client
         self.settings = settings
         self.worker_id = worker_id
@@ -105,6 +109,7 @@ class ShardConsumer:
         self.held = HeldWrites(client, self.keys)
         self._apply = apply
         self._still_owned = still_owned
+        self.progress = progress or StreamProgress()
         self._failures: dict[bytes, int] = {}
         self._fenced_read = client.register_script(streams.FENCED_READ)
         self._forgotten_script = client.register_script(FORGOTTEN)
@@ -208,6 +213,7 @@ class ShardConsumer:
             return done
         finally:
             acks.flush()
+            self.progress.left(shard)  # dead-lettered or held entries left too
 
     def _forgotten(self, shard: int, entry: Delivered) -> None:
         """After a forget applied, what Redis still holds of the space goes, owner side: its held writes,
@@ -309,6 +315,7 @@ class ShardConsumer:
         pipe.xack(stream, CONSUMER_GROUP, *entry_ids)
         pipe.xdel(stream, *entry_ids)
         pipe.execute()
+        self.progress.left(int(stream.rsplit(":", 1)[1]))
         for entry_id in entry_ids:
             self._failures.pop(entry_id, None)
 

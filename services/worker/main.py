@@ -64,7 +64,12 @@ class Worker:
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
         self._reads = ReadServer(
-            connect(settings), settings, self.spaces, self.serving, self.consumer.held.ask_release
+            connect(settings),
+            settings,
+            self.spaces,
+            self.serving,
+            self.consumer.held.ask_release,
+            self.consumer.progress,
         )
         self.period_s = min(0.5, settings.lease_ttl_s / 4)
         self.trusted_s = settings.lease_ttl_s - self.period_s

@@ -32,12 +32,14 @@ from services.worker.bundles import run_bundle_call
 from services.worker.outage import RedisOutage
 from services.worker.reindex import run_reindex_call
 from services.worker.spaces import WorkerSpaces
+from services.worker.stream_progress import StreamProgress
 
 log = logging.getLogger(__name__)
 
 REPLY_TTL_S = 60
 """A reply nobody collected (the API timed out) expires from Redis after this."""
 APPLIED_POLL_S = 0.01
+"""How often a call waits to be served again on a shard whose lease the main loop is renewing."""
 
 
 def run_read(memory: Memoryos, kind: str, args: dict[str, Any]) -> Any:
@@ -56,15 +58,17 @@ class ReadServer:
         spaces: WorkerSpaces,
         owned: Callable[[], list[int]],
         reindexed: Callable[[SpaceKey], None],
+        progress: StreamProgress,
     ) -> None:
         """`reindexed` is told each space a reindex call moved to this worker's model: its held writes
-        (`held.py`) can apply now."""
+        (`held.py`) can apply now. `progress` says when entries left a shard's stream: the consumer's."""
         self.client = client
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
         self.spaces = spaces
         self.owned = owned
         self.reindexed = reindexed
+        self.progress = progress
         self._busy: Counter[int] = Counter()
         self._awaiting: Counter[int] = Counter()
         self._busy_lock = threading.Lock()
@@ -179,18 +183,21 @@ class ReadServer:
         settled (applied, held for a reindex or dead-lettered), and a space's entries settle in the order
         accepted, so none of the space's earlier writes is left either: one lookup, however deep the
         stream. (Scanning the stream for the space's entries read its oldest 1,000 only, and a read
-        behind a deeper backlog went ahead of its own writes.)"""
+        behind a deeper backlog went ahead of its own writes.) It looks again when the consumer says the
+        shard's entries left (`stream_progress.py`), not on a timer."""
         deadline = time.monotonic() + self.settings.read_timeout_s
         if through == "0-0":
             return
         stream = self.keys.writes(shard)
+        seen = self.progress.seen(shard)
         if not streams.entries(self.client, stream, after=through, through=through, count=1):
             return
         with self._busy_lock:
             self._awaiting[shard] += 1
         try:
-            while time.monotonic() < deadline:
-                time.sleep(APPLIED_POLL_S)
+            while (left := deadline - time.monotonic()) > 0:
+                self.progress.wait(shard, seen, left)  # told when the shard's entries leave
+                seen = self.progress.seen(shard)
                 if not streams.entries(self.client, stream, after=through, through=through, count=1):
                     return
         finally:

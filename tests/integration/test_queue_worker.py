@@ -14,6 +14,7 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.errors import InvalidInputError
 from memoryos.scheduler import shared_scheduler
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space.pool import SpaceKey
@@ -27,6 +28,7 @@ from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
+from services.worker.stream_progress import StreamProgress
 from tests.support.fakes import BlockedEmbedder
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
@@ -262,6 +264,33 @@ def test_applied_entries_are_acknowledged_together(settings: QueueSettings) -> N
     assert applied == ["maya"] * 8
     assert xack_calls() - before == 1
     assert queue.depth() == 0
+
+
+def test_the_consumer_tells_the_read_threads_when_a_shards_entries_leave(settings: QueueSettings) -> None:
+    """Applied and dead-lettered entries alike: a read waiting for its writes looks in Redis again when
+    told (`stream_progress.py`), so one left untold would wait for the read's own timer."""
+    client = connect(settings)
+    queue = WriteQueue(client, settings)
+    shard = queue.shard(MAYA)
+    progress = StreamProgress()
+    failing = True
+
+    def apply(key: SpaceKey, ops: list[AnyOp]) -> None:
+        if failing:
+            raise InvalidInputError("turns", "cannot apply")  # dead-lettered at once, never retried
+
+    consumer = ShardConsumer(client, settings, "w-told", apply, progress=progress)
+    client.set(Keys(settings.redis_namespace).lease(shard), "w-told", px=30_000)
+    consumer.take_over(shard)
+    write(queue, MAYA, "A note that cannot apply.")
+    seen = progress.seen(shard)
+    assert consumer.poll([shard], block_ms=100) == 1 and consumer.dead_letters == 1
+    assert progress.seen(shard) != seen
+    failing = False
+    write(queue, MAYA, "A note that applies.")
+    seen = progress.seen(shard)
+    assert consumer.poll([shard], block_ms=100) == 1 and queue.depth() == 0
+    assert progress.seen(shard) != seen
 
 
 def test_a_run_that_fails_is_applied_entry_by_entry_and_only_its_space_waits(
