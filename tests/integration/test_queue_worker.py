@@ -5,7 +5,7 @@ runs the real `memoryos worker` process."""
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -291,6 +291,40 @@ def test_the_consumer_tells_the_read_threads_when_a_shards_entries_leave(setting
     seen = progress.seen(shard)
     assert consumer.poll([shard], block_ms=100) == 1 and queue.depth() == 0
     assert progress.seen(shard) != seen
+
+
+def test_a_lease_lost_mid_batch_leaves_the_rest_to_the_next_owner_in_order_and_once(
+    settings: QueueSettings,
+) -> None:
+    """A round can outlast a lease: the consumer asks before each run, stops the shard at the first no,
+    and the entries it did not apply stay pending until the shard's next owner claims them — applied
+    there after the ones applied here, none twice, in the space's order."""
+    settings = settings.model_copy(update={"write_run": 1})  # a run an entry: asked before each
+    client = connect(settings)
+    queue = WriteQueue(client, settings)
+    shard = queue.shard(MAYA)
+    lease = Keys(settings.redis_namespace).lease(shard)
+    for i in range(6):
+        write(queue, MAYA, f"Note {i}.", write_id=f"n{i}")
+    applied: list[tuple[str, str]] = []
+    answers = iter([True, True, True, False])  # the round's first ask, then one before each run
+
+    def apply_as(owner: str) -> Callable[[SpaceKey, list[AnyOp]], None]:
+        return lambda key, ops: applied.extend((owner, op.write_id) for op in ops if isinstance(op, AddTurns))
+
+    first = ShardConsumer(client, settings, "w-first", apply_as("first"), lambda shard: next(answers, False))
+    client.set(lease, "w-first", px=30_000)
+    first.take_over(shard)
+    assert first.poll([shard], block_ms=100) == 2  # the lease was lost before the third entry
+    assert queue.depth() == 4
+
+    client.set(lease, "w-next", px=30_000)  # the lease lapsed and another worker won it
+    following = ShardConsumer(client, settings, "w-next", apply_as("next"))
+    following.take_over(shard)  # claims what the first left pending
+    assert following.poll([shard], block_ms=100) == 4
+
+    assert applied == [("first", "n0"), ("first", "n1")] + [("next", f"n{i}") for i in range(2, 6)]
+    assert queue.depth() == 0
 
 
 def test_a_run_that_fails_is_applied_entry_by_entry_and_only_its_space_waits(
