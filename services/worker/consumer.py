@@ -180,7 +180,7 @@ class ShardConsumer:
             except (KeyError, ValueError, ValidationError) as error:
                 self._dead_letter(stream, entry_id, fields, f"malformed entry: {reason_of(error)}")
                 done += 1
-        acks = _Acknowledgements(self._acknowledge, stream)
+        acks = _Acknowledgements(self._acknowledge, stream, lambda: self.progress.left(shard))
         waiting: set[SpaceKey] = set()  # spaces whose entry must be retried: their later entries wait
         try:
             for run in space_runs(delivered, self.settings.write_run):
@@ -213,7 +213,7 @@ class ShardConsumer:
             return done
         finally:
             acks.flush()
-            self.progress.left(shard)  # dead-lettered or held entries left too
+            self.progress.left(shard)  # the batch's entries left: acknowledged, dead-lettered or held
 
     def _forgotten(self, shard: int, entry: Delivered) -> None:
         """After a forget applied, what Redis still holds of the space goes, owner side: its held writes,
@@ -315,7 +315,6 @@ class ShardConsumer:
         pipe.xack(stream, CONSUMER_GROUP, *entry_ids)
         pipe.xdel(stream, *entry_ids)
         pipe.execute()
-        self.progress.left(int(stream.rsplit(":", 1)[1]))
         for entry_id in entry_ids:
             self._failures.pop(entry_id, None)
 
@@ -346,11 +345,15 @@ class ShardConsumer:
 
 class _Acknowledgements:
     """Applied entries of one shard's batch, acknowledged together at most `ACK_EVERY_S` after the first
-    of them and when the batch ends."""
+    of them and when the batch ends. `left` is told after each acknowledgement within the batch (the
+    batch's end tells it once, for every entry that left)."""
 
-    def __init__(self, acknowledge: Callable[[str, list[bytes]], None], stream: str) -> None:
+    def __init__(
+        self, acknowledge: Callable[[str, list[bytes]], None], stream: str, left: Callable[[], None]
+    ) -> None:
         self._acknowledge = acknowledge
         self._stream = stream
+        self._left = left
         self._entry_ids: list[bytes] = []
         self._oldest = 0.0
 
@@ -360,6 +363,7 @@ class _Acknowledgements:
         self._entry_ids += entry_ids
         if time.monotonic() - self._oldest >= ACK_EVERY_S:
             self.flush()
+            self._left()  # reads waiting on the shard need not wait for the batch's end
 
     def flush(self) -> None:
         if self._entry_ids:
