@@ -156,7 +156,7 @@ def choose_route(
     - "manifest-or-torch": on CPU with PyTorch installed, a verified torch-free manifest when one fits, else
       PyTorch, which makes and checks the export for the next process.
     - "manifest-or-build": on CPU without PyTorch, a verified manifest when one fits, else the export and
-      manifest built without it (`onnx_torch_free.py`). Without torch, "auto" can only mean the CPU.
+      manifest built without it (`onnx/torch_free.py`). Without torch, "auto" can only mean the CPU.
 
     Raises MemoryOSError when the configuration needs PyTorch and it is not installed.
     """

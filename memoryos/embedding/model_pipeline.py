@@ -1,6 +1,6 @@
 """What a sentence-transformers model directory computes, read from its files without loading the model.
 
-With PyTorch, `onnx_queries._pipeline` asks the loaded `SentenceTransformer` for its tokenizer, pooling,
+With PyTorch, `onnx.queries._pipeline` asks the loaded `SentenceTransformer` for its tokenizer, pooling,
 normalization, prompt and limits. Without it, the same facts come from the files sentence-transformers
 itself reads: `modules.json` (which modules, where), the Transformer's `sentence_bert_config.json`, the
 Pooling module's `config.json`, `config_sentence_transformers.json` (prompts), `tokenizer.json` and
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memoryos.embedding.onnx_build import UnsupportedModelError, input_names
-from memoryos.embedding.onnx_manifest import POOLING_MODES
+from memoryos.embedding.onnx.build import UnsupportedModelError, input_names
+from memoryos.embedding.onnx.manifest import POOLING_MODES
 
 TORCH_FREE_KWARGS = frozenset({"device", "revision", "cache_folder", "truncate_dim"})
 """`embedding_model_kwargs` a torch-free build honours: where the model is, and the dimension cut.

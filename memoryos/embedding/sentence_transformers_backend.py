@@ -2,11 +2,11 @@
 
 sentence-transformers and torch take ~5 s to import, so nothing here imports them at module level, and on
 CPU they are not imported at all once the model's ONNX export has been checked against PyTorch: the
-embedder then runs the export with the model's tokenizer alone (`onnx_encoder.py`, `onnx_manifest.py`).
+embedder then runs the export with the model's tokenizer alone (`onnx/encoder.py`, `onnx/manifest.py`).
 PyTorch is loaded when there is no verified export yet (the first run makes one), when the model's files
 changed, on a GPU, or when `embedding_runtime="torch"`. Where PyTorch is not installed (the default install;
 it is the `torch` extra), the first run on CPU builds the export and manifest from the model's files instead
-and checks them against PyTorch's recorded vectors (`onnx_torch_free.py`); what only PyTorch can do is then
+and checks them against PyTorch's recorded vectors (`onnx/torch_free.py`); what only PyTorch can do is then
 an error naming the extra (`device.choose_route`). Weights are never downloaded at runtime; a model
 missing locally is a configuration error with the fix in its message.
 """
@@ -37,9 +37,9 @@ from memoryos.embedding.device import (
     use_onnx_queries,
 )
 from memoryos.embedding.model_location import resolve_model_location
-from memoryos.embedding.onnx_build import UnsupportedModelError
-from memoryos.embedding.onnx_encoder import OnnxEncoder, TorchFreeUnavailableError, runtime_versions
-from memoryos.embedding.onnx_manifest import (
+from memoryos.embedding.onnx.build import UnsupportedModelError
+from memoryos.embedding.onnx.encoder import OnnxEncoder, TorchFreeUnavailableError, runtime_versions
+from memoryos.embedding.onnx.manifest import (
     ExportManifest,
     directory_fingerprint,
     manifest_path,
@@ -54,7 +54,7 @@ from memoryos.errors import MemoryOSError
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from memoryos.embedding.onnx_queries import OnnxQueryEncoder
+    from memoryos.embedding.onnx.queries import OnnxQueryEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -285,10 +285,10 @@ class SentenceTransformerEmbedder:
         return encoder
 
     def _build_torch_free(self) -> OnnxEncoder:
-        """Without PyTorch: build the export and manifest from the model's files (`onnx_torch_free.py`) and
+        """Without PyTorch: build the export and manifest from the model's files (`onnx/torch_free.py`) and
         open them. Raises MemoryOSError, saying how to install PyTorch, when this model cannot be built or
         its build does not reproduce PyTorch's recorded vectors."""
-        from memoryos.embedding.onnx_torch_free import build_torch_free
+        from memoryos.embedding.onnx.torch_free import build_torch_free
 
         model_dir = model_directory(resolve_model_location(self._name), self._model_kwargs)
         if model_dir is None:
@@ -367,7 +367,7 @@ class SentenceTransformerEmbedder:
     def _build_query_encoder(self, model: "SentenceTransformer") -> "OnnxQueryEncoder | None":
         """On CPU: the ONNX query encoder (exporting the model first if needed) and the manifest that lets
         the next process go without PyTorch. None when PyTorch serves queries."""
-        from memoryos.embedding.onnx_queries import OnnxQueryEncoder, OnnxUnavailableError
+        from memoryos.embedding.onnx.queries import OnnxQueryEncoder, OnnxUnavailableError
 
         device = str(model.device)
         if not use_onnx_queries(self._runtime, device, _onnx_importable(), use_fp16(device)):
@@ -393,7 +393,7 @@ class SentenceTransformerEmbedder:
     ) -> None:
         """Write the torch-free manifest unless a verified one already describes these files and this
         export, and did not fail in this process."""
-        from memoryos.embedding.onnx_queries import record_manifest
+        from memoryos.embedding.onnx.queries import record_manifest
 
         model_dir = model_directory(resolve_model_location(self._name), self._model_kwargs)
         if model_dir is None:

@@ -1,4 +1,4 @@
-"""The export and manifest built without PyTorch (`onnx_torch_free.py`) with the real bundled
+"""The export and manifest built without PyTorch (`onnx/torch_free.py`) with the real bundled
 all-MiniLM-L6-v2: PyTorch's vectors for the probes and a conversation's texts, the manifest PyTorch would
 write, a process where torch cannot be imported building from an empty cache and the next one reusing it,
 and every model the builder cannot check refused with the way out."""
@@ -17,9 +17,9 @@ import pytest
 from memoryos.config import MemoryConfig
 from memoryos.embedding import sentence_transformers_backend
 from memoryos.embedding.model_location import resolve_model_location
-from memoryos.embedding.onnx_build import build_graph
-from memoryos.embedding.onnx_encoder import OnnxEncoder
-from memoryos.embedding.onnx_manifest import (
+from memoryos.embedding.onnx.build import build_graph
+from memoryos.embedding.onnx.encoder import OnnxEncoder
+from memoryos.embedding.onnx.manifest import (
     LOAD_TOLERANCE,
     PROBES,
     ExportManifest,
@@ -27,7 +27,7 @@ from memoryos.embedding.onnx_manifest import (
     manifest_path,
     read_manifest,
 )
-from memoryos.embedding.onnx_torch_free import build_torch_free
+from memoryos.embedding.onnx.torch_free import build_torch_free
 from memoryos.embedding.sentence_transformers_backend import (
     SentenceTransformerEmbedder,
 )

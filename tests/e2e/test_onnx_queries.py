@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.embedding import onnx_queries
 from memoryos.embedding.device import gpu_may_be_present
 from memoryos.embedding.model_location import resolve_model_location
+from memoryos.embedding.onnx import queries as onnx_queries
 from memoryos.embedding.sentence_transformers_backend import (
     SentenceTransformerEmbedder,
 )

@@ -10,7 +10,7 @@ import pytest
 
 from memoryos.embedding.model_location import resolve_model_location
 from memoryos.embedding.model_pipeline import read_pipeline
-from memoryos.embedding.onnx_build import UnsupportedModelError, build_graph, input_names
+from memoryos.embedding.onnx.build import UnsupportedModelError, build_graph, input_names
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from memoryos.cli.session import config_of, pending_message
 from memoryos.config import MemoryConfig
 from memoryos.embedding.device import cpu_without_torch, gpu_may_be_present
-from memoryos.embedding.onnx_encoder import pool
-from memoryos.embedding.onnx_manifest import (
+from memoryos.embedding.onnx.encoder import pool
+from memoryos.embedding.onnx.manifest import (
     FORMAT,
     POOLING_MODES,
     ExportManifest,

@@ -10,7 +10,7 @@ more than the arithmetic. The export serves two encoders:
 - `record_manifest` describes the whole pipeline (tokenizer, pooling, normalization, prompt, dimension)
   and checks the torch-free encoder built from that description against PyTorch, once, when the export
   is made or the model's files changed; later processes then embed without importing PyTorch
-  (`onnx_manifest.py`, `onnx_encoder.py`).
+  (`onnx/manifest.py`, `onnx/encoder.py`).
 
 Only the transformer is exported. The export is cached under a fingerprint of the weights and library
 versions: a stale, foreign or wrongly traced export is never used.
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from memoryos.embedding.onnx_encoder import cpu_session_options, runtime_versions, verify_manifest
-from memoryos.embedding.onnx_manifest import (
+from memoryos.embedding.onnx.encoder import cpu_session_options, runtime_versions, verify_manifest
+from memoryos.embedding.onnx.manifest import (
     FORMAT,
     POOLING_MODES,
     PROBES,

@@ -5,9 +5,9 @@ A manifest made with PyTorch loaded is `verified` because the torch-free encoder
 vectors in that process. A process without PyTorch cannot compute those, so they are recorded ahead of
 time, with PyTorch, by
 
-    python -m memoryos.embedding.onnx_reference [MODEL_NAME]   # default: the bundled all-MiniLM-L6-v2
+    python -m memoryos.embedding.onnx.reference [MODEL_NAME]   # default: the bundled all-MiniLM-L6-v2
 
-into `onnx_references.json` beside this module, keyed by a digest of the model's *contents* (its weights
+into `references.json` beside this module, keyed by a digest of the model's *contents* (its weights
 and every JSON file: config, tokenizer, modules, pooling, prompts), which unlike the manifest's
 fingerprint (sizes and mtimes) is the same in every installation of the same files. A torch-free build
 whose vectors match a reference within `LOAD_TOLERANCE` is verified "against the recorded reference";
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from memoryos.embedding.onnx_manifest import model_directory, vectors_text
+from memoryos.embedding.onnx.manifest import model_directory, vectors_text
 
-REFERENCES_PATH = Path(__file__).with_name("onnx_references.json")
+REFERENCES_PATH = Path(__file__).with_name("references.json")
 
 
 class Reference(BaseModel):
@@ -83,8 +83,8 @@ def record_reference(model_name: str, path: Path = REFERENCES_PATH) -> str:
     from sentence_transformers import SentenceTransformer
 
     from memoryos.embedding.model_location import resolve_model_location
-    from memoryos.embedding.onnx_manifest import PROBES
-    from memoryos.embedding.onnx_queries import probe_vectors
+    from memoryos.embedding.onnx.manifest import PROBES
+    from memoryos.embedding.onnx.queries import probe_vectors
 
     location = resolve_model_location(model_name)
     model = SentenceTransformer(location, device="cpu", local_files_only=True)
@@ -114,7 +114,7 @@ def record_reference(model_name: str, path: Path = REFERENCES_PATH) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m memoryos.embedding.onnx_reference",
+        prog="python -m memoryos.embedding.onnx.reference",
         description="Record PyTorch's probe vectors for a model, so torch-free installs can verify their "
         "ONNX build of it (needs torch and sentence-transformers).",
     )

@@ -6,11 +6,11 @@ uses, how its modules pool and normalize, the query prompt, the dimension, the l
 matter, a few probe texts with the vectors PyTorch and the torch-free pipeline gave for them, and
 `verified` once those agreed. A later process on CPU reads it, checks the fingerprint and versions, opens
 the export with ONNX Runtime and the tokenizer with `tokenizers`, reproduces the recorded probe vectors
-(a few ms) and never imports torch, transformers or sentence-transformers (`onnx_encoder.py`).
+(a few ms) and never imports torch, transformers or sentence-transformers (`onnx/encoder.py`).
 
 The manifest is named after the configuration (model directory and `embedding_model_kwargs`), not after
 the export: the export's own name is a fingerprint of the loaded weights, which takes PyTorch to compute.
-Where PyTorch is not installed, `onnx_torch_free.py` writes the same manifest from the model's files, its
+Where PyTorch is not installed, `onnx/torch_free.py` writes the same manifest from the model's files, its
 probes checked against PyTorch's vectors recorded beforehand (`checked_against`).
 This module imports nothing heavy: it runs at every start.
 """
@@ -40,7 +40,7 @@ same runtime on the same files, so only thread-count rounding (measured: 0 to 1e
 
 PoolingMode = Literal["cls", "mean", "max", "lasttoken", "mean_sqrt_len_tokens"]
 POOLING_MODES: tuple[str, ...] = ("cls", "mean", "max", "lasttoken", "mean_sqrt_len_tokens")
-"""What `onnx_encoder.pool` implements (sentence-transformers' padded-batch definitions)."""
+"""What `onnx.encoder.pool` implements (sentence-transformers' padded-batch definitions)."""
 
 PROBES: tuple[tuple[str, bool], ...] = (
     ("When did she start the pottery class?", True),
@@ -72,8 +72,8 @@ class ExportManifest(BaseModel):
     reason: str = ""
     checked_against: str = "pytorch"
     """What `verified` was decided against: "pytorch" (the model loaded in the process that wrote the
-    manifest) or "reference <digest>" (PyTorch's vectors recorded in `onnx_references.json`, for an
-    export built without PyTorch: `onnx_torch_free.py`)."""
+    manifest) or "reference <digest>" (PyTorch's vectors recorded in `onnx/references.json`, for an
+    export built without PyTorch: `onnx/torch_free.py`)."""
     model_name: str
     model_dir: str
     model_kwargs: dict[str, Any]

@@ -1,9 +1,9 @@
 """The export and its manifest made without PyTorch: a plain install's first run on CPU.
 
-`onnx_queries.record_manifest` needs the model loaded in PyTorch; this makes the same pair of files from
-the model directory alone: the graph from its safetensors (`onnx_build.py`), the pipeline from its
+`onnx.queries.record_manifest` needs the model loaded in PyTorch; this makes the same pair of files from
+the model directory alone: the graph from its safetensors (`onnx/build.py`), the pipeline from its
 sentence-transformers files (`model_pipeline.py`), and the check against PyTorch's vectors for the probes
-recorded ahead of time for these exact files (`onnx_reference.py`). The manifest written is the one a
+recorded ahead of time for these exact files (`onnx/reference.py`). The manifest written is the one a
 PyTorch process would read, so every later process, with or without PyTorch, opens it the same way.
 """
 
@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from memoryos.embedding.model_pipeline import read_pipeline
-from memoryos.embedding.onnx_build import UnsupportedModelError, write_graph
-from memoryos.embedding.onnx_encoder import runtime_versions, verify_manifest
-from memoryos.embedding.onnx_manifest import (
+from memoryos.embedding.onnx.build import UnsupportedModelError, write_graph
+from memoryos.embedding.onnx.encoder import runtime_versions, verify_manifest
+from memoryos.embedding.onnx.manifest import (
     FORMAT,
     LOAD_TOLERANCE,
     ExportManifest,
     vectors_text,
     write_manifest,
 )
-from memoryos.embedding.onnx_reference import content_digest, read_references
+from memoryos.embedding.onnx.reference import content_digest, read_references
 from memoryos.storage.atomic import atomic_write_bytes
 
 

@@ -6,7 +6,7 @@ package from `config.json` and `model.safetensors`, the same graph `torch.onnx.e
 tokenizer names them, int64; one output `hidden`, the last hidden state, float32; batch and token axes
 dynamic; opset 17). Only the arithmetic is spelled out: ONNX Runtime's default optimizations fuse it
 (attention, GELU, LayerNorm) as they do the exported graph. Whether it computes what PyTorch computes is
-not decided here: `onnx_torch_free.py` compares its vectors with PyTorch's recorded ones.
+not decided here: `onnx/torch_free.py` compares its vectors with PyTorch's recorded ones.
 
 Anything in `config.json` this graph does not implement is refused, naming the setting: a graph that
 ignores part of a model would give plausible, wrong vectors.
@@ -22,7 +22,7 @@ import numpy as np
 from memoryos.errors import MemoryOSError
 
 OPSET = 17
-"""As the PyTorch export (`onnx_queries.OPSET`); LayerNormalization is standard from 17."""
+"""As the PyTorch export (`onnx.queries.OPSET`); LayerNormalization is standard from 17."""
 
 INPUT_NAMES: dict[str, tuple[str, ...]] = {
     "bert": ("input_ids", "token_type_ids", "attention_mask"),

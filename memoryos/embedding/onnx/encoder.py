@@ -2,7 +2,7 @@
 
 Importing torch and sentence-transformers takes seconds; a CLI `retrieve` needs only a tokenizer
 (`tokenizers`, Rust), the exported transformer (ONNX Runtime) and a pooling step. Everything this encoder
-does was recorded, and checked against PyTorch, when the manifest was written (`onnx_manifest.py`); at
+does was recorded, and checked against PyTorch, when the manifest was written (`onnx/manifest.py`); at
 open it re-encodes a few probe texts and compares them with the recorded vectors, so a changed runtime or
 a damaged file is caught before any vector is used. Neither this module nor what it imports loads torch.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.embedding.onnx_manifest import LOAD_PROBES, LOAD_TOLERANCE, ExportManifest, vectors_text
+from memoryos.embedding.onnx.manifest import LOAD_PROBES, LOAD_TOLERANCE, ExportManifest, vectors_text
 from memoryos.errors import MemoryOSError
 
 
