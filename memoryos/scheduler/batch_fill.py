@@ -1,13 +1,14 @@
 """The embedding batcher's next batch: the work waiting for it, and how much of each piece goes in.
 
 `EmbeddingBatcher` (`batcher.py`) owns a thread that waits, encodes and hands vectors back; what goes
-into a batch is decided here: a fair share of the room for every waiting source or request, then the
-room left to those that had more, in FIFO order, within `max_batch_size` texts and `max_batch_tokens`
+into a batch is decided here: first every source a reader waits for, all it has; then a fair share of
+the room for every waiting source or request, then the room left to those that had more, in FIFO order, within `max_batch_size` texts and `max_batch_tokens`
 estimated tokens (the rules are in `batcher.py`'s docstring). `BatchFilling` is the part of the batcher
 that decides it; it reads the batcher's queue and limits under the batcher's lock.
 """
 
 import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -114,19 +115,22 @@ class BatchFilling:
 
     _cond: threading.Condition
     _queue: "OrderedDict[int, QueuedWork]"
+    _readers: "OrderedDict[int, int]"
     _closing: bool
     _max_size: int
     _max_tokens: int
     _apply_failures: int
 
     def _fill(self, batch: Batch) -> None:
-        """Take texts into `batch`: a fair share for each entry not yet in it (or notified again since),
-        then the room left to entries that had more, in FIFO order."""
+        """Take texts into `batch`: all they have for the sources readers wait for, then a fair share for
+        each other entry not yet in it (or notified again since), then the room left to entries that had
+        more, in FIFO order."""
         while True:
             with self._cond:
                 if self._closing:
                     return
                 first, complete = self._new_entries(batch)
+                read = {id(entry) for entry in first if self._is_read(entry)}
             waiting = len(first)
             for entry in first:
                 if batch.full or self._is_closing():
@@ -138,6 +142,8 @@ class BatchFilling:
                 elif entry.failures:  # retried after a failure: alone (`_new_entries` offers it only then)
                     self._take_source(batch, entry, self._max_size)
                     batch.full = bool(batch.texts)
+                elif id(entry) in read:
+                    self._take_source(batch, entry, self._max_size)
                 else:
                     self._take_source(batch, entry, share)
             if complete or batch.full:
@@ -155,14 +161,21 @@ class BatchFilling:
             else:
                 self._take_request(batch, entry, room)
 
+    def _is_read(self, entry: QueuedWork) -> bool:
+        """With the lock held: whether a reader waits for this source's vectors now."""
+        return isinstance(entry, QueuedSource) and id(entry.source) in self._readers
+
     def _new_entries(self, batch: Batch) -> tuple[list[QueuedWork], bool]:
-        """With the lock held: ready entries with nothing in `batch` yet (or notified again since), in FIFO
-        order, and whether that is all of them. At most the batch's room is listed: beyond it every share
-        is one text anyway, and a queue of thousands of spaces is not walked for each batch."""
+        """With the lock held: ready entries with nothing in `batch` yet (or notified again since) — the
+        sources readers wait for first, in the order they began to wait, then the rest in FIFO order —
+        and whether that is all of them. At most the batch's room is listed: beyond it every share is one
+        text anyway, and a queue of thousands of spaces is not walked for each batch."""
         now = time.monotonic()
         room = self._max_size - len(batch.texts)
         found: list[QueuedWork] = []
-        for entry in self._queue.values():
+        read = [self._queue[key] for key in self._readers if key in self._queue]
+        others = (entry for entry in self._queue.values() if not self._is_read(entry))
+        for entry in itertools.chain(read, others):
             if len(found) >= room:
                 return found, False
             if entry.ready_at > now:

@@ -8,8 +8,12 @@ model pools the pending pages of every space (`PageSource`) and the texts consol
 **Building a batch.** The thread sleeps until work arrives. It then takes texts in hand as they come, and
 encodes as soon as it holds `max_batch_size` texts or `max_batch_tokens` estimated tokens, or once
 `max_wait_ms` have passed since the oldest waiting item became ready — whichever is first. Work is taken
-in FIFO order of notification (a space a reader waits for goes to the front: `notify(awaited=True)`), in two rounds: first every waiting source or request gets a fair share of
-the room left (`room // waiting`, at least one text), then whoever had more fills the rest in turn. Work
+in FIFO order of notification, in two rounds: first every waiting source or request gets a fair share of
+the room left (`room // waiting`, at least one text), then whoever had more fills the rest in turn. A
+space a reader waits for (`awaited(source)`) comes before all of them, in the order its readers began to
+wait, and takes all its pending pages the room holds, not a share: with 64 spaces queued a share was one
+text, and a reader whose space had 6 pages pending waited for 6 batches (seen in the service under load:
+reads sat out their whole bound and still answered without their newest vectors). Work
 that was served and has more goes to the back of the queue, so one space with 10,000 pending pages cannot
 starve a space with one: a space notified while a batch is being built is in it if one text of each
 waiting space fits, else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are sorted longest first (see `_encode`) and sent
@@ -171,6 +175,7 @@ class EmbeddingBatcher(BatchFilling):
         self._yield_max_s = yield_max_s
         self._last_write = float("-inf")  # when the last acknowledged write notified
         self._awaited = 0  # readers and flushes waiting for vectors now
+        self._readers: OrderedDict[int, int] = OrderedDict()  # id(source) -> its readers, first waited first
         self._closing = False
         self._batches = self._texts = self._queries = self._failures = self._apply_failures = 0
         self._largest = self._tokens = 0
@@ -212,17 +217,25 @@ class EmbeddingBatcher(BatchFilling):
                 del self._queue[id(source)]
 
     @contextmanager
-    def awaited(self) -> Iterator[None]:
+    def awaited(self, source: PageSource | None = None) -> Iterator[None]:
         """Held by whoever waits for pages to be embedded (a read, a flush): page batches do not give way
-        to writes meanwhile, so a reader never waits behind the writes' priority."""
+        to writes meanwhile, so a reader never waits behind the writes' priority. With `source`, the
+        pages waited for are its: it goes first in the batches built meanwhile, with all its pages."""
+        key = None if source is None else id(source)
         with self._cond:
             self._awaited += 1
+            if key is not None:
+                self._readers[key] = self._readers.get(key, 0) + 1
             self._cond.notify_all()
         try:
             yield
         finally:
             with self._cond:
                 self._awaited -= 1
+                if key is not None:
+                    self._readers[key] -= 1
+                    if not self._readers[key]:
+                        del self._readers[key]
 
     def encode_texts(self, texts: Sequence[str]) -> "concurrent.futures.Future[np.ndarray]":
         """Vectors (len(texts), dim) of texts that are not pages, in input order, pooled into the page

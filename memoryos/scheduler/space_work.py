@@ -146,7 +146,7 @@ class SpaceWork:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         asked = False
-        with self._batcher.awaited(), self._changed:
+        with self._batcher.awaited(self), self._changed:
             failures_before = self._embed_failures
             while True:
                 oldest = self.space.pending_page_ids(1)

@@ -249,6 +249,41 @@ def test_a_source_a_reader_waits_for_goes_ahead_of_earlier_ones(make_batcher: Ma
     read.assert_vectors_right()
 
 
+def test_the_sources_readers_wait_for_take_all_their_pages_first_in_the_order_the_readers_came(
+    make_batcher: MakeBatcher,
+) -> None:
+    """Ten other spaces queued with three pages each leave a fair share of one text per space in a batch of
+    eight; a space a reader waits for gets all five of its pages into the next batch instead (it had one
+    a batch, and its reader waited for five), and of two such spaces the one whose reader came first goes
+    first."""
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, size=8, wait_ms=0)
+    in_flight = FakeSource(["page in flight"])
+    embedder.gate.clear()
+    batcher.notify(in_flight)
+    wait(embedder.page_batch_entered)
+    others = [FakeSource([f"space {i} page {p}" for p in range(3)]) for i in range(10)]
+    for source in others:
+        batcher.notify(source)
+    first = FakeSource([f"first reader's page {p}" for p in range(5)])
+    second = FakeSource([f"second reader's page {p}" for p in range(5)])
+    with batcher.awaited(first), batcher.awaited(second):
+        batcher.notify(first, awaited=True)
+        batcher.notify(second, awaited=True)  # now at the front of the queue, ahead of `first`
+        embedder.gate.set()
+        for source in [first, second, *others]:
+            wait(source.done)
+
+    batches = [call.texts for call in embedder.page_calls()]
+    assert batches[0] == ["page in flight"]
+    first_texts, second_texts = set(first.texts.values()), set(second.texts.values())
+    assert first_texts <= set(batches[1]), f"the first reader's pages were spread over batches: {batches}"
+    assert len(second_texts & set(batches[1])) == 3, "the second reader's space did not fill the room left"
+    assert second_texts <= set(batches[1]) | set(batches[2])
+    first.assert_vectors_right()
+    second.assert_vectors_right()
+
+
 def test_a_sources_vectors_are_due_after_the_batch_in_flight_and_one_more_unless_it_is_in_it(
     make_batcher: MakeBatcher,
 ) -> None:
