@@ -181,8 +181,9 @@ class RetrieveRequest(BaseModel):
         ge=0,
         allow_inf_nan=False,
         description="How long to wait for the vectors of the pages stored before this read (default: the "
-        "server's read_vector_wait_s, 0.5 s). Pages still without one are ranked by their words and date "
-        "alone, and counted in pages_without_vectors. A large value asks for every page by meaning.",
+        "server's read_vector_wait_s, 0.5 s), counting the wait for wait_for_write_ids: it bounds the read's "
+        "latency. Pages still without one are ranked by their words and date alone, and counted in "
+        "pages_without_vectors. A large value asks for every page by meaning.",
     )
 
 

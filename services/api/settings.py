@@ -91,9 +91,10 @@ class ApiSettings(BaseSettings):
         ge=0,
         allow_inf_nan=False,
         description="How long a retrieve waits, unless it names its own `max_vector_wait_s`, for the vectors "
-        "of the pages stored before it; pages still without one are then ranked by their words and date "
-        "alone and counted in the answer's `pages_without_vectors`. Bounds a read's latency under a "
-        "backlog of writes (docs/api.md, Read-your-writes).",
+        "of the pages stored before it (the wait for its `wait_for_write_ids` counts against it); pages "
+        "still without one are then ranked by their words and date alone and counted in the answer's "
+        "`pages_without_vectors`. Bounds a read's latency under a backlog of writes (docs/api.md, "
+        "Read-your-writes).",
     )
     memory_budget_mb: int = Field(
         1024, gt=0, description="Estimated resident memory of open spaces; least recently used close beyond."

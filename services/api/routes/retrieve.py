@@ -5,8 +5,11 @@ once searchable — the engine waits for those pages' vectors. `wait_for_write_i
 this read did not see acknowledged (another client's, or, in service mode, a queued one): the read first
 waits until each named write is stored, and answers 504 if that takes over `wait_timeout_s`; the read
 itself then waits for the vectors of every page stored before it, those writes' included, as the engine
-does for any read. Waiting here for the vectors too cost a poll interval and left the pages behind other
-spaces' in the embedding queue, where the engine's own wait moves them ahead (`EmbeddingBatcher.notify`).
+does for any read, for what is left of its vector bound (`max_vector_wait_s`): the wait for the writes
+spends it. The bound keeps a read's latency under a backlog, and a read that had waited 0.5 s for its
+writes then waited another 0.5 s for vectors (the Redis-mode tail under load, docs/reliability.md).
+Waiting here for the vectors too cost a poll interval and left the pages behind other spaces' in the
+embedding queue, where the engine's own wait moves them ahead (`EmbeddingBatcher.notify`).
 """
 
 import time
@@ -62,7 +65,9 @@ async def retrieve(body: RetrieveRequest, key: SpaceDep, state: StateDep) -> Ret
     elif vector_wait > limit:
         raise InvalidInputError("max_vector_wait_s", f"must be at most {limit} s, got {vector_wait}")
     if body.wait_for_write_ids:
+        began = time.monotonic()
         await wait_for_writes(state, key, body.wait_for_write_ids, body.wait_timeout_s)
+        vector_wait = max(0.0, vector_wait - (time.monotonic() - began))
     context = await state.spaces.call(
         key,
         RETRIEVE,
