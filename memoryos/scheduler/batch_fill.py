@@ -2,8 +2,9 @@
 
 `EmbeddingBatcher` (`batcher.py`) owns a thread that waits, encodes and hands vectors back; what goes
 into a batch is decided here: first every source a reader waits for, all it has; then a fair share of
-the room for every waiting source or request, then the room left to those that had more, in FIFO order, within `max_batch_size` texts and `max_batch_tokens`
-estimated tokens (the rules are in `batcher.py`'s docstring). `BatchFilling` is the part of the batcher
+the room for every other waiting source or request, then the room left to those that had more, in FIFO
+order, within `max_batch_size` texts and `max_batch_tokens` estimated tokens (the rules are in
+`batcher.py`'s docstring). `BatchFilling` is the part of the batcher
 that decides it; it reads the batcher's queue and limits under the batcher's lock.
 """
 

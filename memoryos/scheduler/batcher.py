@@ -13,11 +13,11 @@ the room left (`room // waiting`, at least one text), then whoever had more fill
 space a reader waits for (`awaited(source)`) comes before all of them, in the order its readers began to
 wait, and takes all its pending pages the room holds, not a share: with 64 spaces queued a share was one
 text, and a reader whose space had 6 pages pending waited for 6 batches (seen in the service under load:
-reads sat out their whole bound and still answered without their newest vectors). Work
-that was served and has more goes to the back of the queue, so one space with 10,000 pending pages cannot
-starve a space with one: a space notified while a batch is being built is in it if one text of each
-waiting space fits, else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are sorted longest first (see `_encode`) and sent
-in ONE `embedder.encode` call; the vectors go back per source (`apply_vectors`) and per request (its
+reads sat out their whole bound and still answered without their newest vectors). Work that was served
+and has more goes to the back of the queue, so one space with 10,000 pending pages cannot starve a space
+with one: a space notified while a batch is being built is in it if one text of each waiting space fits,
+else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are
+sorted longest first (see `_encode`) and sent in ONE `embedder.encode` call; the vectors go back per source (`apply_vectors`) and per request (its
 future, in input order).
 
 **Queries go ahead of pages.** `encode_query` encodes on the caller's thread, never waiting for a batch
@@ -190,9 +190,9 @@ class EmbeddingBatcher(BatchFilling):
         """`source` has (new) pending pages. Cheap and idempotent while it is queued; ignored after close
         (the pages stay pending in the store). `acknowledged`: they are a write being acknowledged now,
         which page batches give way to for `yield_s`. `awaited`: a reader waits for them, so the source
-        goes to the front of the queue — its pages are in the next batch, ahead of spaces nobody reads
-        (under a steady write load the queue holds about the write-lag bound's worth of pages, which a
-        read would otherwise wait behind)."""
+        goes to the front of the queue — its pages are in the next batch (all of them while the reader
+        holds `awaited(source)`), ahead of spaces nobody reads (under a steady write load the queue holds
+        about the write-lag bound's worth of pages, which a read would otherwise wait behind)."""
         with self._cond:
             if self._closing:
                 return
