@@ -13,8 +13,10 @@ the room left (`room // waiting`, at least one text), then whoever had more fill
 space a reader waits for (`awaited(source)`) comes before all of them, in the order its readers began to
 wait, and takes all its pending pages the room holds, not a share: with 64 spaces queued a share was one
 text, and a reader whose space had 6 pages pending waited for 6 batches (seen in the service under load:
-reads sat out their whole bound and still answered without their newest vectors). Work that was served
-and has more goes to the back of the queue, so one space with 10,000 pending pages cannot starve a space
+reads sat out their whole bound and still answered without their newest vectors). A reader's space with
+more than a batch goes behind the other readers' spaces once served, so a flush of a big backlog takes
+turns with them rather than every batch until it drains. Work that was served and has more goes to the
+back of the queue, so one space with 10,000 pending pages cannot starve a space
 with one: a space notified while a batch is being built is in it if one text of each waiting space fits,
 else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are
 sorted longest first (see `_encode`) and sent in ONE `embedder.encode` call; the vectors go back per source (`apply_vectors`) and per request (its
@@ -542,6 +544,8 @@ class EmbeddingBatcher(BatchFilling):
                     del self._queue[key]
                 elif part.page_ids:
                     self._queue.move_to_end(key)  # served: to the back
+                    if key in self._readers:  # and behind the other readers' spaces
+                        self._readers.move_to_end(key)
             for request_part in batch.requests.values():
                 request = request_part.request
                 key = id(request)

@@ -284,6 +284,34 @@ def test_the_sources_readers_wait_for_take_all_their_pages_first_in_the_order_th
     second.assert_vectors_right()
 
 
+def test_a_readers_space_with_more_than_a_batch_takes_turns_with_the_other_readers(
+    make_batcher: MakeBatcher,
+) -> None:
+    """A reader waiting for a space with 20 pages (batches of 8) does not hold every batch until it drains:
+    served once, its space goes behind the space another reader waits for, whose 3 pages are in the next
+    batch."""
+    embedder = RecordingEmbedder()
+    batcher = make_batcher(embedder, size=8, wait_ms=0)
+    in_flight = FakeSource(["page in flight"])
+    embedder.gate.clear()
+    batcher.notify(in_flight)
+    wait(embedder.page_batch_entered)
+    big = FakeSource([f"big backlog page {p}" for p in range(20)])
+    small = FakeSource([f"small space page {p}" for p in range(3)])
+    with batcher.awaited(big), batcher.awaited(small):
+        batcher.notify(big, awaited=True)
+        batcher.notify(small, awaited=True)
+        embedder.gate.set()
+        for source in [big, small]:
+            wait(source.done)
+
+    batches = [call.texts for call in embedder.page_calls()]
+    assert batches[1] == [big.texts[p] for p in range(1, 9)], batches
+    assert set(small.texts.values()) <= set(batches[2]), f"the small space waited for the big one: {batches}"
+    big.assert_vectors_right()
+    small.assert_vectors_right()
+
+
 def test_a_sources_vectors_are_due_after_the_batch_in_flight_and_one_more_unless_it_is_in_it(
     make_batcher: MakeBatcher,
 ) -> None:
