@@ -16,11 +16,11 @@ text, and a reader whose space had 6 pages pending waited for 6 batches (seen in
 reads sat out their whole bound and still answered without their newest vectors). A reader's space with
 more than a batch goes behind the other readers' spaces once served, so a flush of a big backlog takes
 turns with them rather than every batch until it drains. Work that was served and has more goes to the
-back of the queue, so one space with 10,000 pending pages cannot starve a space
-with one: a space notified while a batch is being built is in it if one text of each waiting space fits,
-else (a full batch goes at once) in the next few batches, ahead of whatever was served. The texts are
-sorted longest first (see `_encode`) and sent in ONE `embedder.encode` call; the vectors go back per source (`apply_vectors`) and per request (its
-future, in input order).
+back of the queue, so one space with 10,000 pending pages cannot starve a space with one: a space
+notified while a batch is being built is in it if one text of each waiting space fits, else (a full
+batch goes at once) in the next few batches, ahead of whatever was served. The texts are sorted longest
+first (see `_encode`) and sent in ONE `embedder.encode` call; the vectors go back per source
+(`apply_vectors`) and per request (its future, in input order).
 
 **Queries go ahead of pages.** `encode_query` encodes on the caller's thread, never waiting for a batch
 to fill nor for `max_wait_ms`. While it runs it holds a "queries waiting" count up, and the batcher
