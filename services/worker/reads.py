@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 REPLY_TTL_S = 60
 """A reply nobody collected (the API timed out) expires from Redis after this."""
-APPLIED_POLL_S = 0.01
+SERVED_POLL_S = 0.01
 """How often a call waits to be served again on a shard whose lease the main loop is renewing."""
 
 
@@ -175,7 +175,7 @@ class ReadServer:
         while shard not in self.owned():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"shard {shard} moved to another worker; retry")
-            time.sleep(APPLIED_POLL_S)
+            time.sleep(SERVED_POLL_S)
 
     def _wait_applied(self, shard: int, through: str) -> None:
         """Until the space's write `through` (its newest when the read was asked) has left the shard's

@@ -2,6 +2,7 @@
 outside the data directory; and backpressure when the embedding backlog is over its bound."""
 
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from memoryos import MemoryConfig
 from services.api.settings import ApiSettings
 from services.api.spaces import REQUEST_THREADS
 from tests.support.api_server import RunningApi, offline_config, running_api
@@ -17,6 +19,20 @@ from tests.support.fakes import BlockedEmbedder, HashEmbedder
 pytestmark = pytest.mark.integration
 
 JSON = {"content-type": "application/json"}
+
+
+@contextlib.contextmanager
+def stuck_embedder_api(
+    settings: ApiSettings, config: MemoryConfig
+) -> Iterator[tuple[RunningApi, BlockedEmbedder]]:
+    """An API whose page batches wait until the test sets `embedder.release`. Released before the server
+    stops, whatever the test did: stopping waits for the batch inside the embedder."""
+    embedder = BlockedEmbedder()
+    with running_api(settings, config, embedder=embedder) as api:
+        try:
+            yield api, embedder
+        finally:
+            embedder.release.set()
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +179,6 @@ def test_paging_bounds_are_422(api: RunningApi) -> None:
 
 
 def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) -> None:
-    embedder = BlockedEmbedder()
     settings = ApiSettings(
         port=0,
         max_pending_pages=3,
@@ -171,59 +186,51 @@ def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) 
         backpressure_retry_spread_s=0,
         sampler_interval_s=0.05,
     )
-    try:
-        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
-            space = api.space_url("flood")
-            turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(3)]
-            assert httpx.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
-            refused = httpx.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
-            assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
-            assert refused.json()["error"] == "overloaded"
-            deadline = time.monotonic() + 5  # the sampler's next figure: the 3 pages stuck in the embedder
-            while "memoryos_queue_depth 3.0" not in httpx.get(f"{api.url}/metrics").text:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            embedder.release.set()
-            status = httpx.get(f"{space}/memories")  # reads go on meanwhile
-            assert status.status_code == 200 and status.json()["total"] == 3
-    finally:
+    with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
+        space = api.space_url("flood")
+        turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(3)]
+        assert httpx.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
+        refused = httpx.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
+        assert refused.json()["error"] == "overloaded"
+        deadline = time.monotonic() + 5  # the sampler's next figure: the 3 pages stuck in the embedder
+        while "memoryos_queue_depth 3.0" not in httpx.get(f"{api.url}/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         embedder.release.set()
+        status = httpx.get(f"{space}/memories")  # reads go on meanwhile
+        assert status.status_code == 200 and status.json()["total"] == 3
 
 
 def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Path) -> None:
     """Reads wait on their threads for the writes before them to be searchable; with the embedder stuck,
     more waiting reads than the API has request threads must not hold up the next write's acknowledgement
     (`services/api/spaces.py`, `WRITE_THREADS`)."""
-    embedder = BlockedEmbedder()
-    try:
-        # No lag bound here: with the embedder stuck it would refuse the write this test acknowledges.
-        settings = ApiSettings(port=0, max_write_lag_s=0)
-        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
-            space = api.space_url("reader")
-            first = {"user_input": "the first exchange", "agent_response": "noted"}
-            assert httpx.post(f"{space}/memories", json=first).status_code == 201
-            strict_read = {"query": "first", "max_vector_wait_s": 30}  # waits for the stuck embedder
-            with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS + 5) as readers:
-                reads = [
-                    readers.submit(httpx.post, f"{space}/retrieve", json=strict_read, timeout=120)
-                    for _ in range(REQUEST_THREADS + 5)
-                ]
-                time.sleep(2)  # every read has reached the server and waits for the stuck embedder
-                assert not any(read.done() for read in reads)
-                later = {"user_input": "written while reads wait", "agent_response": "noted"}
-                written = httpx.post(f"{api.space_url('writer')}/memories", json=later, timeout=20)
-                assert written.status_code == 201
-                embedder.release.set()
-                assert all(read.result().status_code == 200 for read in reads)
-    finally:
-        embedder.release.set()
+    # No lag bound here: with the embedder stuck it would refuse the write this test acknowledges.
+    settings = ApiSettings(port=0, max_write_lag_s=0)
+    with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
+        space = api.space_url("reader")
+        first = {"user_input": "the first exchange", "agent_response": "noted"}
+        assert httpx.post(f"{space}/memories", json=first).status_code == 201
+        strict_read = {"query": "first", "max_vector_wait_s": 30}  # waits for the stuck embedder
+        with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS + 5) as readers:
+            reads = [
+                readers.submit(httpx.post, f"{space}/retrieve", json=strict_read, timeout=120)
+                for _ in range(REQUEST_THREADS + 5)
+            ]
+            time.sleep(2)  # every read has reached the server and waits for the stuck embedder
+            assert not any(read.done() for read in reads)
+            later = {"user_input": "written while reads wait", "agent_response": "noted"}
+            written = httpx.post(f"{api.space_url('writer')}/memories", json=later, timeout=20)
+            assert written.status_code == 201
+            embedder.release.set()
+            assert all(read.result().status_code == 200 for read in reads)
 
 
 def test_writes_get_429_while_the_oldest_unembedded_write_is_older_than_the_bound(tmp_path: Path) -> None:
     """The lag bound: reads wait for the writes before them, so writes are refused while the embedder is
     that far behind, and accepted again once it catches up. Refused writes are told to come back at
     different times (3 to 7 s), not all in the same second."""
-    embedder = BlockedEmbedder()
     settings = ApiSettings(
         port=0,
         max_write_lag_s=0.5,
@@ -231,99 +238,85 @@ def test_writes_get_429_while_the_oldest_unembedded_write_is_older_than_the_boun
         backpressure_retry_spread_s=4,
         sampler_interval_s=0.05,
     )
-    try:
-        config = offline_config(tmp_path, embedding_yield_max_s=0.2)  # below the lag bound, as required
-        with running_api(settings, config, embedder=embedder) as api:
-            space = api.space_url("lagging")
-            turn = {"user_input": "stuck in the embedder", "agent_response": "noted"}
-            assert httpx.post(f"{space}/memories", json=turn).status_code == 201
-            deadline = time.monotonic() + 10
-            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
-                assert time.monotonic() < deadline, "never refused"
-                time.sleep(0.1)
-            assert answer.status_code == 429 and "acknowledged" in answer.json()["message"]
-            refusals = [httpx.post(f"{space}/memories", json=turn) for _ in range(20)]
-            assert {r.status_code for r in refusals} == {429}
-            waits = {int(r.headers["retry-after"]) for r in [*refusals, answer]}
-            assert len(waits) > 1 and waits <= set(range(3, 8))
-            embedder.release.set()
-            deadline = time.monotonic() + 10
-            while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 429:
-                assert time.monotonic() < deadline, "still refused once embedded"
-                time.sleep(0.1)
-            assert answer.status_code == 201
-    finally:
+    config = offline_config(tmp_path, embedding_yield_max_s=0.2)  # below the lag bound, as required
+    with stuck_embedder_api(settings, config) as (api, embedder):
+        space = api.space_url("lagging")
+        turn = {"user_input": "stuck in the embedder", "agent_response": "noted"}
+        assert httpx.post(f"{space}/memories", json=turn).status_code == 201
+        deadline = time.monotonic() + 10
+        while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
+            assert time.monotonic() < deadline, "never refused"
+            time.sleep(0.1)
+        assert answer.status_code == 429 and "acknowledged" in answer.json()["message"]
+        refusals = [httpx.post(f"{space}/memories", json=turn) for _ in range(20)]
+        assert {r.status_code for r in refusals} == {429}
+        waits = {int(r.headers["retry-after"]) for r in [*refusals, answer]}
+        assert len(waits) > 1 and waits <= set(range(3, 8))
         embedder.release.set()
+        deadline = time.monotonic() + 10
+        while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 429:
+            assert time.monotonic() < deadline, "still refused once embedded"
+            time.sleep(0.1)
+        assert answer.status_code == 201
 
 
 def test_a_read_answers_within_its_vector_wait_says_what_it_lacked_and_is_counted(tmp_path: Path) -> None:
     """With the embedder stuck, a retrieve waits `read_vector_wait_s` for the vectors of the writes before
     it, then answers 200: the page found by its words, `pages_without_vectors` saying how many pages had
     none, and /metrics counting such reads apart. A bound over the limit, or below 0, is 422."""
-    embedder = BlockedEmbedder()
-    try:
-        settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=0.2, max_wait_for_writes_s=5)
-        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
-            space = api.space_url("reader")
-            turn = {"user_input": "My zeppelin model is painted red.", "agent_response": "Lovely."}
-            assert httpx.post(f"{space}/memories", json=turn).status_code == 201
-            read = httpx.post(f"{space}/retrieve", json={"query": "zeppelin"}, timeout=20)
-            assert read.status_code == 200, read.text
-            context = read.json()
-            assert context["pages_without_vectors"] == 1
-            assert [p["user_input"] for p in context["short_term_memory"]] == [turn["user_input"]]
-            metrics = httpx.get(f"{api.url}/metrics").text
-            assert "memoryos_retrieves_without_vectors_total 1.0" in metrics
-            assert "memoryos_retrieves_total 1.0" in metrics
-            for bad in (6, -1):
-                refused = httpx.post(
-                    f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": bad}
-                )
-                assert refused.status_code == 422 and "max_vector_wait_s" in refused.text
-            embedder.release.set()
-            complete = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
-            assert complete.status_code == 200 and complete.json()["pages_without_vectors"] == 0
-            assert complete.json()["retrieved_pages"][0]["user_input"] == turn["user_input"]
-    finally:
+    settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=0.2, max_wait_for_writes_s=5)
+    with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
+        space = api.space_url("reader")
+        turn = {"user_input": "My zeppelin model is painted red.", "agent_response": "Lovely."}
+        assert httpx.post(f"{space}/memories", json=turn).status_code == 201
+        read = httpx.post(f"{space}/retrieve", json={"query": "zeppelin"}, timeout=20)
+        assert read.status_code == 200, read.text
+        context = read.json()
+        assert context["pages_without_vectors"] == 1
+        assert [p["user_input"] for p in context["short_term_memory"]] == [turn["user_input"]]
+        metrics = httpx.get(f"{api.url}/metrics").text
+        assert "memoryos_retrieves_without_vectors_total 1.0" in metrics
+        assert "memoryos_retrieves_total 1.0" in metrics
+        for bad in (6, -1):
+            refused = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": bad})
+            assert refused.status_code == 422 and "max_vector_wait_s" in refused.text
         embedder.release.set()
+        complete = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
+        assert complete.status_code == 200 and complete.json()["pages_without_vectors"] == 0
+        assert complete.json()["retrieved_pages"][0]["user_input"] == turn["user_input"]
 
 
 def test_a_reads_wait_for_its_writes_spends_its_vector_wait(tmp_path: Path) -> None:
     """A read naming a write another client sends 1.5 s later waits for it to be stored, then — the
     embedder stuck — answers at once with the pages found by their words: the wait for the write spent the
     1.5 s vector bound. Before, it waited the whole bound again after the write (3 s in all)."""
-    embedder = BlockedEmbedder()
-    try:
-        settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=1.5, max_wait_for_writes_s=10)
-        with running_api(settings, offline_config(tmp_path), embedder=embedder) as api:
-            space = api.space_url("reader")
-            first = {"user_input": "I live in Lisbon.", "agent_response": "Noted."}
-            later = {
-                "user_input": "My zeppelin model is painted red.",
-                "agent_response": "Lovely.",
-                "write_id": "w1",
-            }
-            assert httpx.post(f"{space}/memories", json=first).status_code == 201
+    settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=1.5, max_wait_for_writes_s=10)
+    with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, _):
+        space = api.space_url("reader")
+        first = {"user_input": "I live in Lisbon.", "agent_response": "Noted."}
+        later = {
+            "user_input": "My zeppelin model is painted red.",
+            "agent_response": "Lovely.",
+            "write_id": "w1",
+        }
+        assert httpx.post(f"{space}/memories", json=first).status_code == 201
 
-            def write_later() -> int:
-                time.sleep(1.5)
-                return httpx.post(f"{space}/memories", json=later).status_code
+        def write_later() -> int:
+            time.sleep(1.5)
+            return httpx.post(f"{space}/memories", json=later).status_code
 
-            with concurrent.futures.ThreadPoolExecutor(1) as writer:
-                began = time.monotonic()
-                written = writer.submit(write_later)
-                read = httpx.post(
-                    f"{space}/retrieve",
-                    json={"query": "zeppelin", "wait_for_write_ids": ["w1"], "wait_timeout_s": 8},
-                    timeout=20,
-                )
-                took = time.monotonic() - began
-                assert written.result() == 201
-            assert read.status_code == 200, read.text
-            assert read.json()["pages_without_vectors"] == 2
-            newest = [p["user_input"] for p in read.json()["short_term_memory"]]
-            assert newest == [first["user_input"], later["user_input"]]
-            assert 1.5 <= took < 2.75, f"the read took {took:.2f} s: it waited for vectors after its writes"
-            embedder.release.set()  # before the server stops: its batcher finishes the batch in flight
-    finally:
-        embedder.release.set()
+        with concurrent.futures.ThreadPoolExecutor(1) as writer:
+            began = time.monotonic()
+            written = writer.submit(write_later)
+            read = httpx.post(
+                f"{space}/retrieve",
+                json={"query": "zeppelin", "wait_for_write_ids": ["w1"], "wait_timeout_s": 8},
+                timeout=20,
+            )
+            took = time.monotonic() - began
+            assert written.result() == 201
+        assert read.status_code == 200, read.text
+        assert read.json()["pages_without_vectors"] == 2
+        newest = [p["user_input"] for p in read.json()["short_term_memory"]]
+        assert newest == [first["user_input"], later["user_input"]]
+        assert 1.5 <= took < 2.75, f"the read took {took:.2f} s: it waited for vectors after its writes"

@@ -158,6 +158,17 @@ def wait(event: threading.Event) -> None:
     assert event.wait(HANG_GUARD_S), "the batcher never got there"
 
 
+def hold_a_batch_in_flight(embedder: RecordingEmbedder, batcher: EmbeddingBatcher) -> FakeSource:
+    """A page batch held inside the model until `embedder.gate` is set, and its source: what is notified
+    now queues behind it."""
+    in_flight = FakeSource(["page in flight"])
+    embedder.gate.clear()
+    embedder.page_batch_entered.clear()
+    batcher.notify(in_flight)
+    wait(embedder.page_batch_entered)
+    return in_flight
+
+
 def batcher_threads(name: str) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == name]
 
@@ -230,10 +241,7 @@ def test_a_big_source_does_not_starve_small_ones(make_batcher: MakeBatcher) -> N
 def test_a_source_a_reader_waits_for_goes_ahead_of_earlier_ones(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, size=2, wait_ms=0)
-    in_flight = FakeSource(["page in flight"])
-    embedder.gate.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    hold_a_batch_in_flight(embedder, batcher)
     earlier = [FakeSource([f"nobody reads space {i}"]) for i in range(4)]
     for source in earlier:
         batcher.notify(source)
@@ -258,10 +266,7 @@ def test_the_sources_readers_wait_for_take_all_their_pages_first_in_the_order_th
     first."""
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, size=8, wait_ms=0)
-    in_flight = FakeSource(["page in flight"])
-    embedder.gate.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    hold_a_batch_in_flight(embedder, batcher)
     others = [FakeSource([f"space {i} page {p}" for p in range(3)]) for i in range(10)]
     for source in others:
         batcher.notify(source)
@@ -292,10 +297,7 @@ def test_a_readers_space_with_more_than_a_batch_takes_turns_with_the_other_reade
     batch."""
     embedder = RecordingEmbedder()
     batcher = make_batcher(embedder, size=8, wait_ms=0)
-    in_flight = FakeSource(["page in flight"])
-    embedder.gate.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    hold_a_batch_in_flight(embedder, batcher)
     big = FakeSource([f"big backlog page {p}" for p in range(20)])
     small = FakeSource([f"small space page {p}" for p in range(3)])
     with batcher.awaited(big), batcher.awaited(small):
@@ -324,11 +326,7 @@ def test_a_sources_vectors_are_due_after_the_batch_in_flight_and_one_more_unless
     assert batcher.vectors_due_in_s(learned) is None
     batcher.notify(learned)
     wait(learned.done)
-    in_flight = FakeSource(["page in flight"])
-    embedder.gate.clear()
-    embedder.page_batch_entered.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    in_flight = hold_a_batch_in_flight(embedder, batcher)
     alone = FakeSource(["a queued page"])
     batcher.notify(alone)
     due_in_flight, due_alone = batcher.vectors_due_in_s(in_flight), batcher.vectors_due_in_s(alone)
@@ -397,10 +395,8 @@ def test_encode_texts_larger_than_a_batch_are_split_and_reassembled(make_batcher
 def test_a_query_goes_ahead_of_the_next_page_batch(make_batcher: MakeBatcher) -> None:
     embedder = RecordingEmbedder(serialize=True)  # one model lock, as PyTorch on a GPU
     batcher = make_batcher(embedder, size=1, wait_ms=0)
-    in_flight, waiting = FakeSource(["page in flight"]), FakeSource(["page waiting"])
-    embedder.gate.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    hold_a_batch_in_flight(embedder, batcher)
+    waiting = FakeSource(["page waiting"])
     batcher.notify(waiting)
     result: list[np.ndarray] = []
     query = threading.Thread(target=lambda: result.append(batcher.encode_query("what does she like?")))
@@ -568,10 +564,8 @@ def test_close_finishes_the_batch_in_flight_and_stops_the_thread(make_batcher: M
     batcher = make_batcher(embedder, size=1, wait_ms=0, name=name)
     [thread] = batcher_threads(name)
     assert thread.daemon
-    in_flight, queued = FakeSource(["page in flight"]), FakeSource(["page still queued"])
-    embedder.gate.clear()
-    batcher.notify(in_flight)
-    wait(embedder.page_batch_entered)
+    in_flight = hold_a_batch_in_flight(embedder, batcher)
+    queued = FakeSource(["page still queued"])
     batcher.notify(queued)
     queued_texts = batcher.encode_texts(["queued fact"])
     closer = threading.Thread(target=batcher.close)
