@@ -299,7 +299,10 @@ class MemoryConfig(BaseSettings):
         "is tolerated, a list of invented ones ('Age: 25, has a partner, two children') is not.",
     )
     scheduler_store_threads: int = Field(
-        4, gt=0, description="Threads that apply consolidation ops (each commit waits for an fsync)."
+        4,
+        gt=0,
+        description="Threads that apply the consolidation ops the scheduler's loop does not wait on: those "
+        "of a space another process is writing, and those after which a space's files are scrubbed.",
     )
     background_nice: int = Field(
         10,

@@ -32,6 +32,11 @@ class StorageError(MemoryOSError):
     """The canonical store is unreadable or was written by an incompatible version."""
 
 
+class StoreBusyError(MemoryOSError):
+    """Another connection (another process) holds the store's write lock, and the caller asked not to
+    wait for it (`MemorySpace.apply_ops(..., wait_for_writers=False)`). Nothing was changed."""
+
+
 class LLMError(MemoryOSError):
     """An LLM call failed after its retries; callers keep the previous memory state."""
 

@@ -7,8 +7,9 @@ embedded process with many `Memoryos` instances should not run a thread per spac
   the fact texts consolidation needs, encoded in shared batches; queries go ahead of pages;
 - one asyncio event-loop thread running every space's consolidation passes (`space_work.py`), whose LLM
   calls share one bound of `llm_max_concurrency` calls in flight, with a timeout each;
-- a small pool of `scheduler_store_threads` threads that apply consolidation ops (a commit waits for an
-  fsync, which must not stall the loop).
+- a small pool of `scheduler_store_threads` threads for the consolidation ops the loop must not wait on:
+  those whose space another process is writing, and those after which the space's files are scrubbed
+  (the loop applies the others itself: `space_work._apply_ops`).
 
 All of them run `background_nice` lower than the caller's threads (`priority.py`).
 
@@ -161,7 +162,8 @@ class Scheduler:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     async def in_store_pool(self, function: Callable[..., T], *args: Any) -> T:
-        """Run blocking store work (an op's commit) off the loop, on the store threads.
+        """Run store work that may wait long (another process's write transaction) off the loop, on the
+        store threads.
 
         Raises `SchedulerClosedError` once the scheduler closes — or the interpreter exits, which shuts
         every thread pool down before atexit hooks run: a pass cut there is left for the next open."""

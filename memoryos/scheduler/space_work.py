@@ -16,6 +16,7 @@
 """
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -26,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memoryos.embedding.base import Embedder
-from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError
+from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError, StoreBusyError
 from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.planning.consolidation import Consolidator
 from memoryos.planning.rebuild import next_expiry
-from memoryos.space.memory_space import MemorySpace
+from memoryos.space.memory_space import MemorySpace, removes_text_of
 from memoryos.space.ops import AnyOp, EmbedPages, RecordVisits
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class SpaceWork:
         self.consolidator = Consolidator(
             scheduler.pooled_llm(llm),
             functools.partial(_embed_in_batches, self._batcher),
-            functools.partial(_apply_on_store_threads, scheduler),
+            functools.partial(_apply_ops, scheduler),
             clock,
             backoff_max_s=space.config.llm_backoff_max_s,
         )
@@ -277,7 +278,7 @@ class SpaceWork:
             await self._apply(self.space, RecordVisits(segment_ids=visited, at=at))
 
     async def _apply(self, space: MemorySpace, op: AnyOp) -> list[list[int]]:
-        return await _apply_on_store_threads(self._scheduler, space, op)
+        return await _apply_ops(self._scheduler, space, op)
 
     def run_now(self, step: Callable[[Consolidator], Coroutine[Any, Any, None]]) -> None:
         """Run a consolidation coroutine made from this space's consolidator on the scheduler's loop and
@@ -308,9 +309,17 @@ class SpaceWork:
         self._batcher.discard(self)
 
 
-async def _apply_on_store_threads(scheduler: "Scheduler", space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
-    """Ops applied together (one transaction): their commit waits for an fsync, so on the store threads,
-    off the loop."""
+async def _apply_ops(scheduler: "Scheduler", space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
+    """Ops applied together (one transaction), on the loop itself: each commit handed to a store thread
+    and back cost a worker more CPU than the commit (about a sixth of a turn's, applying alone: the
+    interpreter lock changing hands between the loop, the store threads and the applying thread at every
+    statement), while the commit's fsync holds the loop a fraction of a millisecond. Two kinds go to the
+    store threads, which may wait: ops that may take text out (the space's files are scrubbed after them,
+    work that grows with the space), and ops of a store another process is writing now (its transaction
+    may last as long as its import or reindex)."""
+    if not any(removes_text_of(op) for op in ops):
+        with contextlib.suppress(StoreBusyError):
+            return space.apply_ops(ops, wait_for_writers=False)
     return await scheduler.in_store_pool(space.apply_ops, ops)
 
 

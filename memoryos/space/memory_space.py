@@ -53,6 +53,12 @@ def _locked(method: Callable[Concatenate["MemorySpace", P], R]) -> Callable[Conc
     return locked
 
 
+def removes_text_of(op: AnyOp) -> bool:
+    """Whether applying `op` may take text out of the space, after which its files are scrubbed (an index
+    snapshot without the withdrawn vectors, the WAL checkpointed): work that grows with the space."""
+    return isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
+
+
 def _created_ids(detail: dict[str, object]) -> list[int]:
     """The ids an op created, from its op-log detail (none for ops that create nothing)."""
     created = detail.get("created", [])
@@ -157,17 +163,18 @@ class MemorySpace:
         missing ("missing"), and its flags — the same detail again for a repeated delivery."""
         return self._apply_together([op])[0]
 
-    def apply_ops(self, ops: Sequence[AnyOp]) -> list[list[int]]:
+    def apply_ops(self, ops: Sequence[AnyOp], wait_for_writers: bool = True) -> list[list[int]]:
         """Apply ops in order in one transaction; returns each one's created ids, as `apply`.
 
         Why: a commit (an fsync) per op was most of the time of a service worker's writes and of
         consolidation's steps; a run of a space's queued writes, or the links and filing of a run of
         pages, costs one. All or none are stored (an error in any rolls them all back), and each op is
         idempotent by its op id (and a write by its write id) as on its own, so a caller may apply them
-        again one by one to find the one that fails."""
-        return [_created_ids(detail) for detail in self._apply_together(ops)]
+        again one by one to find the one that fails. Without `wait_for_writers`, a store another process
+        is writing now raises `StoreBusyError` at once, with nothing applied."""
+        return [_created_ids(detail) for detail in self._apply_together(ops, wait_for_writers)]
 
-    def _apply_together(self, ops: Sequence[AnyOp]) -> list[dict[str, object]]:
+    def _apply_together(self, ops: Sequence[AnyOp], wait_for_writers: bool = True) -> list[dict[str, object]]:
         """Ops in order in one transaction, all or none; each one's op-log detail (an op applied before
         gives its first detail and changes nothing)."""
         with self.lock:
@@ -176,7 +183,7 @@ class MemorySpace:
             embedded: list[int] = []
             vectors: list[np.ndarray] = []
             removes_text = False
-            with self.store.transaction():
+            with self.store.transaction(wait_for_writers):
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
                 for op in ops:
                     logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
@@ -185,7 +192,7 @@ class MemorySpace:
                         if op_embedded and op_vectors is not None:
                             embedded += op_embedded
                             vectors.append(op_vectors)
-                        removes_text |= isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
+                        removes_text |= removes_text_of(op)
                     details.append(logged)
                 # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.errors import StorageError
+from memoryos.errors import StorageError, StoreBusyError
 from memoryos.storage.vector_blobs import from_blobs
 
 _DISK_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
@@ -23,19 +23,24 @@ class StoreQueries:
     """One space's SQLite connection and the query helpers every table's queries use."""
 
     _db: sqlite3.Connection
+    _busy_timeout_ms: int
 
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, wait_for_writers: bool = True) -> Iterator[None]:
         """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time).
+
+        Another connection's write transaction is waited for up to the store's busy timeout; without
+        `wait_for_writers`, not at all: `StoreBusyError` at once, nothing begun (a caller that must not
+        block, the scheduler's loop, hands the work to a thread that may).
 
         A full disk or a failing one (SQLite's FULL and IOERR, at any statement or at COMMIT) raises
         `StorageError` with nothing of the transaction stored, and leaves the connection usable: once
         there is room again the next write succeeds. SQLite may have rolled back on its own by then."""
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin(wait_for_writers)
             try:
                 yield
                 self._db.execute("COMMIT")
@@ -47,6 +52,20 @@ class StoreQueries:
             if getattr(error, "sqlite_errorcode", 0) & 0xFF not in _DISK_FAILURES:
                 raise
             raise StorageError(f"the memory store could not be written: {error}") from error
+
+    def _begin(self, wait_for_writers: bool) -> None:
+        if wait_for_writers:
+            self._db.execute("BEGIN IMMEDIATE")
+            return
+        self._db.execute("PRAGMA busy_timeout = 0")  # for BEGIN alone: the usual wait is back after it
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            raise StoreBusyError("another connection is writing this memory store") from error
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self._db.execute(sql, params).fetchone()

@@ -23,9 +23,9 @@ def record_transactions(memory: Memoryos, monkeypatch: pytest.MonkeyPatch) -> li
     transactions: list[list[type]] = []
     apply_together = memory.space._apply_together
 
-    def recorded(ops: Sequence[AnyOp]) -> list[dict[str, object]]:
+    def recorded(ops: Sequence[AnyOp], wait_for_writers: bool = True) -> list[dict[str, object]]:
         transactions.append([type(op) for op in ops])
-        return apply_together(ops)
+        return apply_together(ops, wait_for_writers)
 
     monkeypatch.setattr(memory.space, "_apply_together", recorded)
     return transactions

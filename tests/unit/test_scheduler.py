@@ -5,11 +5,14 @@ Each test builds its own `Scheduler`, so thread counts and batch counts are its 
 """
 
 import asyncio
+import contextlib
 import gc
 import math
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,8 +25,9 @@ from memoryos.config import MemoryConfig
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
 from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.scheduler import Scheduler
+from memoryos.space.layout import STORE_FILE
 from memoryos.types import Page
-from tests.support.fakes import HashEmbedder, ScriptedLLM
+from tests.support.fakes import FakeClock, HashEmbedder, ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -262,3 +266,81 @@ def test_a_closed_space_is_freed_at_once_not_left_to_the_cyclic_collector(tmp_pa
         assert space() is None and work() is None
     finally:
         gc.enable()
+
+
+def mid_term_pages_on_disk(memory: Memoryos) -> int:
+    """Pages consolidation moved out of short-term memory, committed: read on a connection of its own."""
+    with contextlib.closing(
+        sqlite3.connect(f"file:{memory.space.directory / STORE_FILE}?mode=ro", uri=True)
+    ) as db:
+        return int(db.execute("SELECT COUNT(*) FROM pages WHERE tier != 'stm'").fetchone()[0])
+
+
+def store_threads(scheduler: Scheduler) -> list[str]:
+    """The scheduler's store threads started so far (its pool starts one when first given work)."""
+    return [t.name for t in scheduler.threads() if "-store" in t.name]
+
+
+def test_consolidation_applies_on_the_loop_without_a_store_thread(
+    tmp_path: Path, scheduler: Scheduler
+) -> None:
+    """Handing each commit to a store thread and back cost more CPU than the commit: a space nobody else
+    writes has its consolidation ops applied by the loop itself."""
+    memory = open_memory(tmp_path, "ana", scheduler)
+    for i in range(8):
+        memory.add_memory(f"turn {i} about green tea", "ok")
+    memory.flush()
+    assert memory.stats().mid_term_pages >= 5
+    assert store_threads(scheduler) == []
+    memory.close()
+
+
+def test_a_space_another_process_writes_waits_on_a_store_thread_while_other_spaces_consolidate(
+    tmp_path: Path, scheduler: Scheduler
+) -> None:
+    """The loop never waits for another process's write transaction (an import or a reindex may hold one
+    for minutes): the ops of that space go to a store thread, which waits, and every other space's
+    consolidation goes on."""
+    llm = SlowLLM(delay_s=0.5)
+    busy = open_memory(tmp_path, "busy", scheduler, llm=llm)
+    for i in range(4):  # one past short-term capacity: a pass, held in its topic summary
+        busy.add_memory(f"busy turn {i} about rowing", "ok")
+    assert llm.in_flight.wait(10)
+    other_process = sqlite3.connect(busy.space.directory / STORE_FILE, isolation_level=None)
+    other_process.execute("BEGIN IMMEDIATE")  # holds the store's write lock
+    try:
+        deadline = time.monotonic() + 10
+        while not store_threads(scheduler) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store_threads(scheduler), "the busy space's ops were not handed to a store thread"
+        other = open_memory(tmp_path, "other", scheduler)
+        for i in range(4):
+            other.add_memory(f"other turn {i} about chess", "ok")
+        flushing = threading.Thread(target=other.flush, daemon=True)
+        flushing.start()
+        flushing.join(timeout=10)
+        assert not flushing.is_alive(), "the other space's consolidation waited for the busy space"
+        assert other.stats().mid_term_pages >= 1
+        assert mid_term_pages_on_disk(busy) == 0  # read beside the store thread waiting on the space
+    finally:
+        other_process.execute("COMMIT")
+        other_process.close()
+    busy.flush()
+    assert busy.stats().mid_term_pages >= 1
+    for memory in (busy, other):
+        memory.close()
+
+
+def test_an_expiry_sweep_is_applied_on_a_store_thread(tmp_path: Path, scheduler: Scheduler) -> None:
+    """Ops that may take text out are followed by the space's files being scrubbed (an index snapshot
+    without the withdrawn vectors, a WAL checkpoint): work that grows with the space, kept off the loop."""
+    clock = FakeClock()
+    memory = open_memory(tmp_path, "eve", scheduler, clock=clock)
+    short = memory.add_memory("my gate code is 1234", "noted", ttl_s=60)
+    memory.flush()
+    assert store_threads(scheduler) == []
+    clock.advance(61)
+    memory.flush()  # the pass sweeps
+    assert memory.space.store.pages([short]) == []
+    assert store_threads(scheduler) != []
+    memory.close()

@@ -35,9 +35,9 @@ def count_transactions(space: MemorySpace, monkeypatch: pytest.MonkeyPatch) -> l
     transaction = space.store.transaction
 
     @contextlib.contextmanager
-    def counted() -> Iterator[None]:
+    def counted(wait_for_writers: bool = True) -> Iterator[None]:
         opened.append(1)
-        with transaction():
+        with transaction(wait_for_writers):
             yield
 
     monkeypatch.setattr(space.store, "transaction", counted)
