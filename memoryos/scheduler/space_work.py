@@ -310,10 +310,10 @@ class SpaceWork:
 
 
 async def _apply_ops(scheduler: "Scheduler", space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
-    """Ops applied together (one transaction), on the loop itself: each commit handed to a store thread
-    and back cost a worker more CPU than the commit (about a sixth of a turn's, applying alone: the
-    interpreter lock changing hands between the loop, the store threads and the applying thread at every
-    statement), while the commit's fsync holds the loop a fraction of a millisecond. Two kinds go to the
+    """Ops applied together (one transaction), on the loop itself: handing each commit to a store thread
+    and back cost a worker a seventh of its CPU a turn, applying alone (the interpreter lock changing
+    hands between the loop, the store threads and the applying thread at every statement), while a
+    commit's fsync holds the loop a fraction of a millisecond on a local disk. Two kinds go to the
     store threads, which may wait: ops that may take text out (the space's files are scrubbed after them,
     work that grows with the space), and ops of a store another process is writing now (its transaction
     may last as long as its import or reindex)."""
