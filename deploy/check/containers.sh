@@ -189,6 +189,13 @@ DEPLOY_IMAGE=localhost/memoryos
 REDIS_IMAGE=$redis_image
 ENV
 teardown() {
+    local status=$?
+    if [ "$status" != 0 ]; then  # a failed check: what each service said last, before it goes
+        for service in redis api worker; do
+            echo "--- $service, last lines of its log"
+            podman logs --tail 30 "$(ctr "$service")" 2>&1
+        done
+    fi
     step "teardown"
     compose down -v > "$work/down.log" 2>&1 || cat "$work/down.log"
     rm -rf "$work"
