@@ -2,7 +2,6 @@
 
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -18,6 +17,7 @@ from memoryos.errors import StorageError
 from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.space.memory_space import STORE_FILE
+from tests.support.committed import committed_rows
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, FakeClock, HashEmbedder, ScriptedLLM
 
 NURSE = ("I work as a nurse in Lyon.", "Nursing in Lyon must keep you busy.")
@@ -71,11 +71,7 @@ def add_all(memory: Memoryos, pairs: list[tuple[str, str]], start_minute: int = 
 
 
 def op_kinds(memory: Memoryos) -> list[str]:
-    db = sqlite3.connect(f"file:{memory.space.directory / STORE_FILE}?mode=ro", uri=True)
-    try:
-        return [row[0] for row in db.execute("SELECT kind FROM op_log ORDER BY seq")]
-    finally:
-        db.close()
+    return [row[0] for row in committed_rows(memory, "SELECT kind FROM op_log ORDER BY seq")]
 
 
 def stored_state(memory: Memoryos) -> dict[str, Any]:

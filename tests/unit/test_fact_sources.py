@@ -8,26 +8,17 @@ ops that held the space's lock for minutes, and a retrieve through the API waite
 These tests count stored rows, never time.
 """
 
-import sqlite3
 from pathlib import Path
 
 from memoryos import Memoryos
 from memoryos.planning.consolidation import ANALYSIS_MAX_PAGES
-from memoryos.space.layout import STORE_FILE
 from memoryos.space.ops import AddKnowledge
+from tests.support.committed import committed_rows
 from tests.support.fakes import axis
 from tests.unit.test_facade import make
 
 BATCHES = 5
 PAGES_PER_BATCH = 4
-
-
-def _rows(memory: Memoryos, query: str) -> list[tuple[int, ...]]:
-    db = sqlite3.connect(f"file:{memory.space.directory / STORE_FILE}?mode=ro", uri=True)
-    try:
-        return [tuple(row) for row in db.execute(query)]
-    finally:
-        db.close()
 
 
 def _restated_fact(tmp_path: Path) -> tuple[Memoryos, list[list[int]]]:
@@ -70,7 +61,7 @@ def test_a_restated_fact_records_each_source_page_once_and_still_stands_on_every
     ]
     # One row per page and version that drew on it: not the history copied into each new version
     # (4 + 8 + 12 + 16 + 20 rows before the fix).
-    assert _rows(memory, "SELECT COUNT(*) FROM knowledge_sources") == [(BATCHES * PAGES_PER_BATCH,)]
+    assert committed_rows(memory, "SELECT COUNT(*) FROM knowledge_sources") == [(BATCHES * PAGES_PER_BATCH,)]
     memory.close()
 
 
@@ -84,7 +75,7 @@ def test_a_restated_fact_lives_while_any_page_under_any_of_its_versions_does(tmp
     for page_id in batches[-1]:
         memory.delete_page(page_id)
     assert memory.list_facts("user") == []
-    assert _rows(memory, "SELECT COUNT(*) FROM knowledge") == [(0,)]
+    assert committed_rows(memory, "SELECT COUNT(*) FROM knowledge") == [(0,)]
     memory.close()
 
 
@@ -99,11 +90,11 @@ def test_a_large_segment_is_analyzed_in_slices_each_fact_recording_only_its_slic
     )
     memory.force_mid_term_analysis()
     memory.flush()
-    segment_sizes = _rows(
+    segment_sizes = committed_rows(
         memory, "SELECT COUNT(*) FROM pages WHERE segment_id IS NOT NULL GROUP BY segment_id"
     )
     assert max(size for (size,) in segment_sizes) > ANALYSIS_MAX_PAGES  # the case this test is about
-    assert _rows(memory, "SELECT COUNT(*) FROM pages WHERE tier = 'mtm' AND analyzed = 0") == [(0,)]
-    own_sources = _rows(memory, "SELECT COUNT(*) FROM knowledge_sources GROUP BY entry_id")
+    assert committed_rows(memory, "SELECT COUNT(*) FROM pages WHERE tier = 'mtm' AND analyzed = 0") == [(0,)]
+    own_sources = committed_rows(memory, "SELECT COUNT(*) FROM knowledge_sources GROUP BY entry_id")
     assert own_sources and max(count for (count,) in own_sources) <= ANALYSIS_MAX_PAGES
     memory.close()

@@ -5,7 +5,6 @@ Each test builds its own `Scheduler`, so thread counts and batch counts are its 
 """
 
 import asyncio
-import contextlib
 import gc
 import math
 import sqlite3
@@ -27,6 +26,7 @@ from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.scheduler import Scheduler
 from memoryos.space.layout import STORE_FILE
 from memoryos.types import Page
+from tests.support.committed import committed_rows
 from tests.support.fakes import FakeClock, HashEmbedder, ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,11 +269,8 @@ def test_a_closed_space_is_freed_at_once_not_left_to_the_cyclic_collector(tmp_pa
 
 
 def mid_term_pages_on_disk(memory: Memoryos) -> int:
-    """Pages consolidation moved out of short-term memory, committed: read on a connection of its own."""
-    with contextlib.closing(
-        sqlite3.connect(f"file:{memory.space.directory / STORE_FILE}?mode=ro", uri=True)
-    ) as db:
-        return int(db.execute("SELECT COUNT(*) FROM pages WHERE tier != 'stm'").fetchone()[0])
+    """Pages consolidation moved out of short-term memory, committed."""
+    return int(committed_rows(memory, "SELECT COUNT(*) FROM pages WHERE tier != 'stm'")[0][0])
 
 
 def store_threads(scheduler: Scheduler) -> list[str]:
