@@ -20,10 +20,11 @@
 # torch's CUDA index and the base images are build arguments (below). deploy/check/containers.sh builds
 # the CPU targets with podman from a local Debian base and runs the compose stack.
 
-# Pin these by digest in production (image@sha256:...); the tags are the tested versions. A base of your
+# Pin these by digest in production (image@sha256:...); the tags are the tested versions. Fully qualified
+# (registry host first): podman and CRI-O without search registries refuse a short name. A base of your
 # own must hold CPython 3.11 at 3.11.3 or later in /usr/local (the pinned sets need it; checked below).
-ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-runtime-ubuntu24.04
+ARG PYTHON_IMAGE=docker.io/library/python:3.11.14-slim-bookworm
+ARG CUDA_IMAGE=docker.io/nvidia/cuda:12.6.3-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------------------------------------------
 # Common runtime settings of every image.
@@ -145,10 +146,11 @@ ENV MEMORYOS_DATA_DIR=/data \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1
 EXPOSE 9400
-# The worker's Prometheus endpoint (MEMORYOS_WORKER_METRICS_PORT, 9400) answers while it runs. The
-# start period covers the model load.
+# /healthz (MEMORYOS_WORKER_HEALTH_PORT, 9399) answers 200 while every worker process serves (with
+# MEMORYOS_WORKER_PROCESSES > 1, the supervisor asks each child's metrics port). The start period covers
+# the model load.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MEMORYOS_WORKER_HEALTH_PORT', '9399'), timeout=2)"]
 ENTRYPOINT ["memoryos"]
 CMD ["worker"]
 
@@ -184,7 +186,7 @@ ENV MEMORYOS_DATA_DIR=/data \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MEMORYOS_WORKER_HEALTH_PORT', '9399'), timeout=2)"]
 ENTRYPOINT ["memoryos"]
 CMD ["worker"]
 
@@ -223,6 +225,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('MEMORYOS_WORKER_METRICS_PORT', '9400'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MEMORYOS_WORKER_HEALTH_PORT', '9399'), timeout=2)"]
 ENTRYPOINT ["memoryos"]
 CMD ["worker"]

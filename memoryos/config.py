@@ -180,6 +180,18 @@ class MemoryConfig(BaseSettings):
         "builds bge-m3- and Qwen3-Embedding-sized ones to measure speed where their weights cannot be had). "
         "Their vectors mean nothing, so without this a space refuses to load them. For benchmarks only.",
     )
+    embedding_engine_socket: Path | None = Field(
+        None,
+        description="The Unix socket of the host's embedding engine (`memoryos embedding-engine`): when set, "
+        "this process loads no model and sends its texts there (memoryos/embedding/engine/). `memoryos "
+        "worker --processes N` starts one and sets it for its children.",
+    )
+    embedding_engine_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a call to the embedding engine keeps trying while the engine is down or "
+        "restarting before it fails (the batcher retries page batches; a query fails).",
+    )
     model_cache_dir: Path | None = Field(
         None,
         description="Where exported ONNX models are kept. None: $XDG_CACHE_HOME/memoryos or ~/.cache/memoryos.",
@@ -191,6 +203,48 @@ class MemoryConfig(BaseSettings):
         False,
         description="Show the libraries' progress bars while a model loads (transformers' 'Loading weights' "
         "bar); off by default, so a command's output is only its own. The CLI's --verbose turns it on.",
+    )
+
+    # Embeddings from a server (memoryos/embedding/openai_api.py) instead of a local model.
+    embedding_api_base_url: str | None = Field(
+        None,
+        description="An OpenAI-compatible embeddings server (TEI, vLLM, Ollama, OpenAI), e.g. "
+        "http://tei:80/v1: when set, texts are embedded by POST <url>/embeddings with embedding_model_name "
+        "as the model, and no local model loads. A space records the model as 'openai-api:<model>', so it "
+        "never mixes with a local model's vectors. Empty: a local model.",
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None,
+        description="Bearer token for embedding_api_base_url; never logged. None: a placeholder, which "
+        "local servers accept.",
+    )
+    embedding_api_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Per request to the embeddings server; a timed-out request is retried like a 5xx.",
+    )
+    embedding_api_max_retries: int = Field(
+        3,
+        ge=0,
+        description="Retries of a request that timed out, could not connect or got 408/409/429/5xx, with the "
+        "openai client's backoff (0.5 s doubling up to 8 s, or the server's retry-after).",
+    )
+    embedding_api_batch_size: int = Field(
+        32,
+        gt=0,
+        description="Texts per request to the embeddings server; larger encodes are split. 32 is TEI's "
+        "default --max-client-batch-size, above which it refuses a request.",
+    )
+    embedding_api_dim: int | None = Field(
+        None,
+        gt=0,
+        description="The dimension the server's model must answer; checked on every reply (not requested), "
+        "and known without asking the server. None: learned from the server's first reply.",
+    )
+    embedding_api_query_prefix: str = Field(
+        "",
+        description="Put before each query (not documents) sent to the embeddings server, for models that "
+        "instruct queries: Qwen3-Embedding's 'Instruct: <task>\\nQuery: '.",
     )
 
     # LLM. No API key selects the offline extractive backend.
@@ -380,6 +434,17 @@ class MemoryConfig(BaseSettings):
         """A local model directory is naturally a `Path`; it is kept as its `str`, the model's name: the
         store records the name, and the process's shared embedder is keyed by the config's JSON."""
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("embedding_api_base_url", mode="before")
+    @classmethod
+    def _embedding_server_url(cls, value: Any) -> Any:
+        """An http(s) URL, checked at start rather than at the first encode; empty (a compose file's
+        unset variable) means none."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+            raise InvalidInputError("embedding_api_base_url", f"must be an http(s) URL, got {value!r}")
+        return value
 
     @field_validator("embedding_model_kwargs")
     @classmethod

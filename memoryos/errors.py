@@ -1,5 +1,6 @@
 """One exception hierarchy for the engine, so front ends map errors to HTTP codes in one place."""
 
+import shlex
 from pathlib import Path
 
 
@@ -15,17 +16,30 @@ class InvalidInputError(MemoryOSError, ValueError):
         super().__init__(f"{field}: {message}")
 
 
+EMBEDDINGS_API_PREFIX = "openai-api:"
+"""Starts the name a space records for a model served by an embeddings server (`openai-api:<model>`,
+memoryos/embedding/openai_api.py), so its vectors never pass for a local model's of the same name."""
+
+
 class EmbeddingModelMismatchError(MemoryOSError):
     """The space was embedded with another model; its vectors cannot be compared with the new ones."""
 
     def __init__(self, stored: str, stored_dim: int, requested: str, requested_dim: int) -> None:
         self.stored, self.stored_dim = stored, stored_dim
         self.requested, self.requested_dim = requested, requested_dim
+        model = requested.removeprefix(EMBEDDINGS_API_PREFIX)
+        served = " (with embedding_api_base_url set)" if model != requested else ""
         super().__init__(
             f"this memory space was embedded with {stored!r} (dim {stored_dim}) but the configured model is "
-            f"{requested!r} (dim {requested_dim}); run `memoryos reindex --model {requested}` to re-embed "
+            f"{requested!r} (dim {requested_dim}); run `memoryos reindex --model {model}`{served} to re-embed "
             "it from the stored text, or configure the original model"
         )
+
+
+class EmbeddingServerError(MemoryOSError):
+    """The embeddings server (`embedding_api_base_url`) kept failing through its retries, did not answer
+    within its timeout, or answered vectors that cannot be used (wrong count or dimension). Nothing was
+    embedded: pages stay pending and are embedded again later."""
 
 
 class StorageError(MemoryOSError):
@@ -39,6 +53,21 @@ class StoreBusyError(MemoryOSError):
 
 class LLMError(MemoryOSError):
     """An LLM call failed after its retries; callers keep the previous memory state."""
+
+
+class EmbeddingEngineError(MemoryOSError):
+    """The host's embedding engine (`memoryos embedding-engine`) did not embed: it refused the request
+    (a frame over its bound) or its model raised. Nothing stored changed; pages stay pending and the
+    batcher retries them. The message never quotes a text."""
+
+
+class EmbeddingEngineUnavailableError(EmbeddingEngineError):
+    """No embedding engine answered at the socket within the client's bound (it is down or restarting)."""
+
+
+class EmbeddingFrameTooLargeError(EmbeddingEngineError):
+    """A message to or from the embedding engine exceeds the frame bound (`memoryos/embedding/engine/wire.py`):
+    refused before it is read or sent whole."""
 
 
 class SchedulerClosedError(MemoryOSError):
@@ -64,13 +93,23 @@ class SpaceNotFoundError(MemoryOSError, LookupError):
         )
 
 
+def extra_install_command(extra: str) -> str:
+    """The command that installs an optional extra from the MemoryOS checkout, never from PyPI: PyPI's
+    `memoryos` is an unrelated project. It names the checkout's path when this package runs from one (an
+    editable install), else says where to run it."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file():
+        return f"python3 -m pip install -e {shlex.quote(f'{checkout}[{extra}]')}"
+    return f"python3 -m pip install -e '.[{extra}]' (run in the MemoryOS checkout)"
+
+
 class MissingExtraError(MemoryOSError):
-    """A command needs packages of an optional extra that are not installed (`memoryos[service]`)."""
+    """A command needs packages of an optional extra that are not installed (the `service` extra)."""
 
     def __init__(self, extra: str, module: str) -> None:
         self.extra, self.module = extra, module
         super().__init__(
-            f"this needs the {extra} extra: pip install 'memoryos[{extra}]' (missing module {module!r})"
+            f"this needs the {extra} extra: {extra_install_command(extra)} (missing module {module!r})"
         )
 
 

@@ -16,8 +16,8 @@ KnowledgeKind = Literal["user", "assistant"]
 
 
 def exchange_text(user_input: str, agent_response: str) -> str:
-    """The text embedded for an exchange. This labelled form is what the reference embeds, and it scored
-    7 points of recall@7 above a plain concatenation on LoCoMo conv-26 with MiniLM (docs/retrieval.md)."""
+    """The text embedded for an exchange. This labelled form is what the reference embeds, and it
+    retrieves better than a plain concatenation (docs/retrieval.md)."""
     return f"User: {user_input} Assistant: {agent_response}"
 
 

@@ -2,19 +2,16 @@
 threshold fixed, and its free pages given back on a schedule.
 
 glibc serves an allocation at or above `M_MMAP_THRESHOLD` with its own mmap, returned to the system when
-freed; smaller ones come from the heap, which returns memory only from its top. The threshold starts at
-128 KiB and, by default, rises to the size of each mmapped block freed (up to 32 MiB). A process closing
-evicted spaces frees many such blocks (index arrays, vector buffers, SQLite caches), so the threshold
-climbs and the next spaces' buffers land in the heap between long-lived objects, where they cannot be
-given back: with a 256 MB pool budget, RSS levelled off at 798 MB instead of about 420
-(`python -m bench.serving.worker_spaces --spaces 1500 --budget-mb 256`, docs/service.md). Setting the threshold
-explicitly turns that adjustment off. Not glibc (musl, macOS): nothing is done.
+freed; smaller ones come from the heap, which returns memory only from its top. By default the threshold
+rises to the size of each mmapped block freed, so a process closing evicted spaces (index arrays, vector
+buffers, SQLite caches) pushes the next spaces' buffers into the heap between long-lived objects, where
+they cannot be given back; setting the threshold explicitly turns that adjustment off (docs/service.md,
+"One worker, 10,000 spaces"). Not glibc (musl, macOS): nothing is done.
 
-Smaller blocks still come from the heap, and each thread that allocates gets an arena of its own (64 MB
-heaps): SQLite page caches, index and query buffers of spaces opened on one request thread and closed on
-another leave arenas full of free holes that glibc returns only from a heap's top. In the embedded 1,000 x
-50 soak with a 256 MB pool budget, RSS climbed about 0.3 MB/s while the pool held its budget; one
-`malloc_trim(0)` there gave back 315 MB (956 to 641 MB). `PeriodicTrim` calls it on a schedule.
+Smaller blocks still come from the heap, and each thread that allocates gets an arena of its own: spaces
+opened on one request thread and closed on another leave arenas full of free holes that glibc returns
+only from a heap's top, so RSS climbs while the pool holds its budget (docs/reliability.md, "Load").
+`PeriodicTrim` gives them back with `malloc_trim(0)` on a schedule.
 """
 
 import ctypes
@@ -67,9 +64,8 @@ def trim_free_memory() -> bool:
 class PeriodicTrim:
     """`trim_free_memory` at most once per `interval_s` (0: never), for a loop that already wakes often.
 
-    A trim walks every arena under its lock, so allocating threads wait for it — on this machine 4 ms over a
-    1 GB heap with nothing to give back, 87 ms when it gave back 900 MB of holes — which is why it runs on a
-    schedule rather than after every closed space."""
+    A trim walks every arena under its lock, so allocating threads wait for it (docs/reliability.md,
+    "Load"), which is why it runs on a schedule rather than after every closed space."""
 
     def __init__(
         self,

@@ -15,19 +15,13 @@ import httpx
 
 from memoryos.cli.input import TurnsFile, check_add_flags, turn_of_flags
 from memoryos.cli.output import empty_context, empty_stats, print_context, print_json, print_stats
-from memoryos.errors import InvalidInputError, MemoryOSError, SpaceNotFoundError
+from memoryos.errors import InvalidInputError, MemoryOSError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.client import ApiError, MemoryClient
+from services.spaces.errors import RemoteSpaceNotFoundError
 
 MAX_TURNS_PER_CALL = 256
 """Turns per batch request: the server's default `max_turns_per_batch`."""
-
-
-class RemoteSpaceNotFoundError(SpaceNotFoundError):
-    """404 from the server: no memory for that user there (the data directory is the server's)."""
-
-    def __init__(self, message: str) -> None:
-        LookupError.__init__(self, message)
 
 
 def _local_error(error: ApiError, url: str) -> MemoryOSError:

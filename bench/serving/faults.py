@@ -73,7 +73,8 @@ class FaultReport:
 def worker_env(
     redis_url: str, data_dir: Path, namespace: str = NAMESPACE, shards: int = SHARDS
 ) -> dict[str, str]:
-    """A test worker's environment: small shards and lease, CPU index, metrics off, never a real LLM."""
+    """A test worker's environment: small shards and lease, CPU index, metrics and health off, never a real
+    LLM."""
     env = {
         **os.environ,
         "MEMORYOS_DATA_DIR": str(data_dir),
@@ -83,6 +84,7 @@ def worker_env(
         "MEMORYOS_LEASE_TTL_S": "1.0",
         "MEMORYOS_FAISS_USE_GPU": "never",
         "MEMORYOS_WORKER_METRICS_PORT": "0",
+        "MEMORYOS_WORKER_HEALTH_PORT": "0",
     }
     env.pop("MEMORYOS_OPENAI_API_KEY", None)
     env.pop("MEMORYOS_OPENAI_BASE_URL", None)

@@ -6,7 +6,9 @@ the target rates such a burst ends inside one poll. Here, as deployed:
 
 - the worker is the real `memoryos worker` (`--processes N`: the real supervisor and N children), or
   `bench.serving.instant_worker` — the same code with the tests' hash embedder in place of the model, which leaves
-  the worker's applying alone (Redis, the engine's transactions, the scheduler);
+  the worker's applying alone (Redis, the engine's transactions, the scheduler); with `--engine on` (the
+  worker's default for `--processes` > 1) the model, or the hash embedder, runs in one embedding engine
+  process beside them (memoryos/embedding/engine/), whose CPU counts with theirs;
 - the writes are queued before the clock starts: the workers, once they own every shard, are stopped
   (SIGSTOP), a round is queued, and the clock starts as they are let go (SIGCONT);
 - a round is `--users` new users writing `--turns` exchanges each (distinct LoCoMo texts: the embedding
@@ -19,13 +21,24 @@ the target rates such a burst ends inside one poll. Here, as deployed:
   short-term memory still held beyond its capacity (`short_term_backlog_settled`, read from the stores) —
   a setting that defers consolidation looks faster until it is counted;
 - `--profile FILE` records the worker processes with py-spy (raw collapsed stacks, one line per thread
-  and stack) for the length of the run.
+  and stack) for the length of the run;
+- with the embedding engine, its counters over the run (asked on the socket its start line names on the
+  worker's stdout, before the clock and once the last write is searchable): `engine_texts_per_s` and
+  `engine_tokens_per_s` per second inside the model's `encode` (tokens as the engine estimates them,
+  characters / 4 + 2), `engine_batches`, `engine_mean_batch`, and `engine_encode_share`, the share of the
+  run the engine spent encoding;
+- where `nvidia-smi` exists, the first GPU's busy share sampled every 200 ms from the clock's start to
+  the last write searchable (`gpu_busy_percent_mean`: nvidia-smi's utilization, the share of each sample
+  period in which a kernel ran).
 
 With a model, the same model's raw sentence-transformers `encode` on the same page texts is measured after
 the ingest in this process (`bench.serving.service.raw_model_rows`: per batch of the engine's size, and all in one
-call at its best batch size), and the ingest is given as a share of each.
+call at its best batch size), and the ingest is given as a share of each; with the engine, the tokenizer's
+count over the engine's estimate on those texts (`real_over_estimated_tokens`) and the engine's rate in
+real tokens (`engine_real_tokens_per_s`), comparable with `python -m bench.gpu.forward`'s ceiling.
 
     python -m bench.serving.ingest [--users 100 --turns 20] [--processes 1] [--seconds 30] [--instant-embedder]
+        [--engine auto|on|off]
         [--model NAME|PATH] [--device auto|cpu|cuda] [--speed-only] [--write-run 64] [--shards 64]
         [--raw-texts 2000] [--worker-env MEMORYOS_NAME=VALUE ...] [--profile FILE] [--out FILE]
 
@@ -37,6 +50,9 @@ which the engine otherwise refuses to store with.
 import argparse
 import logging
 import os
+import re
+import select
+import shutil
 import signal
 import socket
 import sqlite3
@@ -49,25 +65,27 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.corpus import dev_conversations, exchanges, page_texts
 from bench.gpu.embedding import count_tokens
+from bench.gpu.forward import real_over_estimated
 from bench.gpu.models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos.config import MemoryConfig
+from memoryos.embedding.engine.client import EngineEmbedder
 from memoryos.eval.locomo import LocomoConversation
 from memoryos.space.layout import STORE_FILE
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys
+from services.queue.owner_calls import OwnerCallClient, OwnerUnavailableError
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient, ReadUnavailableError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import WRITE_STATUS
 from tests.support.redis_server import running_redis
 
 SEARCHABLE_POLL_S = 0.2
@@ -88,14 +106,21 @@ SETTLE_IDLE_CORES = 0.05
 SETTLE_WINDOW_S = 1.0
 SETTLE_TIMEOUT_S = 120.0
 """Longest wait for the workers to settle after the last write is searchable."""
+ENGINE_LINE = re.compile(rb"memoryos embedding-engine \d+: serving .* on (\S+)")
+"""The engine child's start line on the worker's stdout: its socket, where the bench asks for `stats`."""
+ENGINE_LINE_TIMEOUT_S = 30.0
+"""Longest wait for the engine's start line once every applying process serves (they serve only after the
+engine answers, so the line is already written or about to be)."""
+GPU_SAMPLE_MS = 200
+"""How often nvidia-smi samples the GPU's busy share during the run."""
 
 
-def searchable(reads: ReadClient, key: SpaceKey, write_id: str) -> bool:
+def searchable(reads: OwnerCallClient, key: SpaceKey, write_id: str) -> bool:
     """Whether the write is searchable; False while the owner is still applying the backlog before it
     (no answer within the read timeout: the API's 503, retried)."""
     try:
         return bool(getattr(reads.ask(key, WRITE_STATUS, {"write_id": write_id}), "searchable", False))
-    except ReadUnavailableError:
+    except OwnerUnavailableError:
         return False
 
 
@@ -177,6 +202,8 @@ class WorkerTree:
     process: "subprocess.Popen[bytes]"
     metrics_ports: list[int]
     log: Path
+    engine_socket: Path | None = None
+    """The embedding engine's socket, when the worker started one."""
 
     def pids(self) -> list[int]:
         return [self.process.pid, *descendants(self.process.pid)]
@@ -200,6 +227,16 @@ class WorkerTree:
             texts += value.get("memoryos_embed_texts_total", 0.0)
         return int(batches), int(texts)
 
+    def engine_stats(self) -> dict[str, Any]:
+        """The embedding engine's counters (`EngineStats.as_dict`); empty without an engine."""
+        if self.engine_socket is None:
+            return {}
+        engine = EngineEmbedder(self.engine_socket, timeout_s=30.0)
+        try:
+            return engine.stats()
+        finally:
+            engine.close()
+
 
 def worker_environment(
     settings: QueueSettings, data_dir: Path, model: str, device: str, speed_only: bool, metrics_port: int
@@ -220,6 +257,12 @@ def worker_environment(
     }
 
 
+def line_before(stream: IO[bytes], deadline: float) -> bytes:
+    """The next line of an unbuffered pipe, or b"" at its end or once `deadline` has passed."""
+    ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+    return stream.readline() if ready else b""
+
+
 @contextmanager
 def worker_processes(
     settings: QueueSettings, env: dict[str, str], processes: int, instant: bool, log: Path
@@ -230,16 +273,25 @@ def worker_processes(
     command = [sys.executable, "-m", *module, "--worker-id", "bench", "--processes", str(processes)]
     first_port = int(env["MEMORYOS_WORKER_METRICS_PORT"])
     with log.open("wb") as log_file:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log_file)
+        # Unbuffered: `select` then tells whether a line is waiting (none sits in a reader's buffer).
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log_file, bufsize=0)
     tree = WorkerTree(process, [first_port + i for i in range(processes)], log)
     try:
         assert process.stdout is not None
-        serving = 0
-        while serving < processes:
-            line = process.stdout.readline()
+        serving, engine_on = 0, False
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while serving < processes or (engine_on and tree.engine_socket is None):
+            if serving == processes:
+                deadline = min(deadline, time.monotonic() + ENGINE_LINE_TIMEOUT_S)
+            line = line_before(process.stdout, deadline)
             if not line:
-                raise RuntimeError(f"the worker exited before serving; its log: {log}")
+                raise RuntimeError(
+                    f"the worker exited, or did not start its engine and serve; its log: {log}"
+                )
             serving += b"serving shards" in line
+            engine_on |= b"and an embedding engine" in line  # the supervisor's first line
+            if match := ENGINE_LINE.search(line):
+                tree.engine_socket = Path(match[1].decode())
         client, keys = connect(settings), Keys(settings.redis_namespace)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -306,6 +358,54 @@ class Feeder:
         return earlier + [(self.space(last_round, u), f"t{last_turn}") for u in range(self.users)]
 
 
+class GpuBusy:
+    """`nvidia-smi` sampling the first GPU's utilization (the share of each sample period in which a
+    kernel ran) every `GPU_SAMPLE_MS` into `out`, from construction to `finish`; nothing without it."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.process: subprocess.Popen[bytes] | None = None
+        if shutil.which("nvidia-smi"):
+            with out.open("wb") as samples:
+                self.process = subprocess.Popen(
+                    [
+                        "nvidia-smi", "--id=0", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                        "-lms", str(GPU_SAMPLE_MS),
+                    ],
+                    stdout=samples,
+                    stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+
+    def finish(self) -> dict[str, Any]:
+        """`gpu_busy_percent_mean` over the samples (None without nvidia-smi or samples)."""
+        if self.process is None:
+            return {"gpu_busy_percent_mean": None, "gpu_busy_samples": 0}
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        samples = [int(v) for v in self.out.read_text().split() if v.isdigit()]
+        mean = round(sum(samples) / len(samples), 1) if samples else None
+        return {"gpu_busy_percent_mean": mean, "gpu_busy_samples": len(samples)}
+
+
+def engine_figures(before: dict[str, Any], after: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    """The engine's rates over the run (`after` less `before`): texts and estimated tokens per second
+    inside the model's `encode`, its batches, and the share of the run it spent encoding."""
+    if not after:
+        return {}
+    ran = {
+        key: after[key] - before.get(key, 0) for key in ("texts", "batches", "tokens_estimated", "encode_s")
+    }
+    encode_s = ran["encode_s"]
+    return {
+        "engine_texts_per_s": round(ran["texts"] / encode_s, 1) if encode_s else 0.0,
+        "engine_tokens_per_s": round(ran["tokens_estimated"] / encode_s) if encode_s else 0,
+        "engine_batches": ran["batches"],
+        "engine_mean_batch": round(ran["texts"] / ran["batches"], 1) if ran["batches"] else 0.0,
+        "engine_encode_share": round(encode_s / elapsed, 3),
+        "engine_failures": after.get("failures", 0) - before.get("failures", 0),
+    }
+
+
 class Profile:
     """py-spy recording the worker tree for the run (`--subprocesses`: every child), raw collapsed stacks."""
 
@@ -339,11 +439,13 @@ def run_ingest(
     """One sustained ingest (module docstring); its figures."""
     feeder = Feeder(settings, users, turns, dev_conversations())
     with worker_processes(settings, env, processes, instant, log) as workers:
+        engine_before = workers.engine_stats()  # before the stop: a stopped engine answers nothing
         workers.signal(signal.SIGSTOP)
         for _ in range(turns):  # a whole round queued before the clock
             feeder.queue_slice()
         cpu_before = workers.cpu_seconds()
         spy = Profile(workers.process.pid, profile, seconds + 30) if profile else None
+        gpu = GpuBusy(log.with_name("gpu_busy.csv"))
         workers.signal(signal.SIGCONT)
         started = time.perf_counter()
         embedded, checked = 0, 0.0
@@ -360,12 +462,14 @@ def run_ingest(
         fed_s = time.perf_counter() - started
         while WriteQueue(feeder.client, settings).depth():  # every write applied (entries leave once settled)
             time.sleep(FEED_CHECK_S)
-        reads = ReadClient(connect(settings), settings)
+        reads = OwnerCallClient(connect(settings), settings)
         for space, write_id in feeder.to_wait_for():
             while not searchable(reads, space, write_id):
                 time.sleep(SEARCHABLE_POLL_S)
         elapsed = time.perf_counter() - started
+        gpu_busy = gpu.finish()
         worker_cpu = workers.cpu_seconds() - cpu_before
+        engine = engine_figures(engine_before, workers.engine_stats(), elapsed)
         settled_s, settled_cpu = settle(workers.cpu_seconds, processes)
         settled_cpu -= cpu_before
         if spy:
@@ -395,6 +499,8 @@ def run_ingest(
         ),
         "batches": batches,
         "mean_batch_size": round(texts / batches, 1) if batches else 0.0,
+        **engine,
+        **gpu_busy,
     }
 
 
@@ -433,12 +539,16 @@ def run_from_args(
 
 
 def raw_model_rows(location: str, device: str, texts: list[str], engine_batch: int) -> list[dict[str, Any]]:
+    """`raw_rows` of the model at `location`, loaded as the workers load it (fp16 on CUDA)."""
+    return raw_rows(load_named_model(location, device), device, texts, engine_batch)
+
+
+def raw_rows(model: Any, device: str, texts: list[str], engine_batch: int) -> list[dict[str, Any]]:
     """The bare sentence-transformers model on the same texts: batch 1 (the first 256), one call per
     `engine_batch` texts in arrival order (padded to each chunk's longest, as the batcher's batches are),
     and all texts in one call at several batch sizes (sorted by length: the best case)."""
     import torch
 
-    model = load_named_model(location, device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def row(label: str, batch: int, subset: list[str], per_call: int) -> dict[str, Any]:
@@ -471,9 +581,16 @@ def raw_model_rows(location: str, device: str, texts: list[str], engine_batch: i
     return [{**r, "best": r is best} for r in rows]
 
 
-def raw_shares(report: dict[str, Any], model: str, device: str, texts: list[str], batch: int) -> None:
-    """Add the raw model's rates on the ingest's texts, and the ingest's share of them, to `report`."""
-    rows = raw_model_rows(model, device, texts, batch)
+def raw_shares(report: dict[str, Any], location: str, device: str, texts: list[str], batch: int) -> None:
+    """Add the raw model's rates on the ingest's texts, and the ingest's share of them, to `report`; with
+    the engine's figures, its tokenizer's count over the engine's estimate on these texts, and the engine's
+    rate in real tokens (comparable with `bench.gpu.forward`'s ceiling)."""
+    model = load_named_model(location, device)
+    rows = raw_rows(model, device, texts, batch)
+    if "engine_tokens_per_s" in report:
+        ratio = real_over_estimated(model, texts)
+        report["real_over_estimated_tokens"] = round(ratio, 3)
+        report["engine_real_tokens_per_s"] = round(report["engine_tokens_per_s"] * ratio)
     per_batch = next(row for row in rows if row["call"].startswith("per "))
     best = next(row for row in rows if row["best"])
     report["raw_model"] = rows
@@ -490,6 +607,13 @@ def main() -> None:
         "--seconds", type=float, default=30.0, help="how long the feeder keeps the queue full"
     )
     parser.add_argument("--instant-embedder", action="store_true", help="no model: applying alone")
+    parser.add_argument(
+        "--engine",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="one embedding engine process embedding for every worker process (with --instant-embedder, "
+        "the hash embedder runs in it); auto: the worker's default, on when --processes > 1",
+    )
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="a name or a model directory")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--speed-only", action="store_true", help="accept a random-weight model directory")
@@ -538,10 +662,12 @@ def main() -> None:
         )
         if args.max_embedding_lag is not None:
             env["MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S"] = str(args.max_embedding_lag)
+        if args.engine != "auto":
+            env["MEMORYOS_WORKER_EMBEDDING_ENGINE"] = "true" if args.engine == "on" else "false"
         env |= tried
         log = Path(workdir) / "worker.log"
         try:
-            report = run_from_args(args, settings, env, log) | {"worker_env": tried}
+            report = run_from_args(args, settings, env, log) | {"worker_env": tried, "engine": args.engine}
         finally:
             if log.exists():  # the workers' last words, for a run that failed
                 sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))

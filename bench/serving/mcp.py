@@ -7,7 +7,7 @@
 - stdio and streamable HTTP, round trip of `add_memory` and `retrieve_memory`: `--calls` calls each on
   one warm session after one untimed call, p50 and p95. Adds go to one user (short-term memory fills and
   is consolidated along the way, as in use); retrieves ask varied questions of that user.
-- HTTP: the API app (`create_app`, MCP mounted at /mcp, one API key) under uvicorn on a loopback port in
+- HTTP: the served app (`create_served_app`, MCP mounted at /mcp, one API key) under uvicorn on a loopback port in
   this process; the handshake time is a new session on the running server, not a process start.
 
 Every `MEMORYOS_*` variable but the model cache is cleared: the embedded default (bundled MiniLM, offline
@@ -121,12 +121,12 @@ async def bench_stdio(starts: int, calls: int) -> dict[str, Any]:
 
 def bench_http(calls: int) -> dict[str, Any]:
     from memoryos import MemoryConfig
-    from services.api.main import create_app
     from services.api.settings import ApiSettings
+    from services.serve import create_served_app
 
     with tempfile.TemporaryDirectory(prefix="memoryos-bench-mcp-") as data_dir:
         config = MemoryConfig(data_dir=Path(data_dir), openai_api_key=None, openai_base_url=None)
-        app = create_app(ApiSettings(keys={API_KEY: "bench"}, port=0), config)
+        app = create_served_app(ApiSettings(keys={API_KEY: "bench"}, port=0), config)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"

@@ -27,12 +27,12 @@ from bench.output import emit
 from memoryos import MemoryConfig
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.queue.calls import LIST_PAGES, REINDEX
 from services.queue.connection import connect
 from services.queue.keys import Keys, space_name
+from services.queue.owner_calls import OwnerCallClient
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
+from services.spaces.calls import LIST_PAGES, REINDEX
 from tests.support.fakes import HashEmbedder
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import running_redis
@@ -93,7 +93,7 @@ def migrate(root: Path, spaces: int, turns: int, rate: float, hold_s: float) -> 
         )
         config = MemoryConfig(data_dir=root / "data", faiss_use_gpu="never")
         client, keys = connect(settings), Keys(settings.redis_namespace)
-        queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+        queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
         keys_ = [SpaceKey("default", f"user{i:04d}", "helper") for i in range(spaces)]
         writer = Writer(queue, keys_)
         with worker_in_thread(settings, config, HashEmbedder(name=MODEL_A)):

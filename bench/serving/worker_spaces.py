@@ -2,7 +2,7 @@
 
 `--spaces` spaces of `--pages` pages each are laid out on disk, then a real `memoryos worker` process
 (MiniLM on CPU, the offline LLM) serves them from a real `redis-server`. This process asks each space one
-retrieve through the queue (`ReadClient`, as the API does), in random order: every first read opens a
+retrieve through the queue (`OwnerCallClient`, as the API does), in random order: every first read opens a
 cold space from its files. Reported: read p50/p99 over those first reads, the worker's RSS and open-space
 count (its own `/metrics`) as they go, and p50 of a second pass over random spaces (open, or reopened
 after the pool evicted them).
@@ -35,9 +35,9 @@ from bench.output import emit
 from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.shared import shared_embedder
 from memoryos.space.pool import SpaceKey
-from services.queue.calls import RETRIEVE
-from services.queue.reads import ReadClient
+from services.queue.owner_calls import OwnerCallClient
 from services.queue.settings import QueueSettings
+from services.spaces.calls import RETRIEVE
 from tests.support.redis_server import running_redis
 
 TENANT = "bench"
@@ -92,7 +92,7 @@ def worker_figures(metrics_port: int, pid: int) -> dict[str, float]:
     return {"rss_mb": round(rss_kb / 1024, 1), "open_spaces": open_spaces}
 
 
-def read_pass(reads: ReadClient, users: list[int]) -> list[float]:
+def read_pass(reads: OwnerCallClient, users: list[int]) -> list[float]:
     samples = []
     for n, user in enumerate(users):
         started = time.perf_counter()
@@ -120,7 +120,7 @@ def run(spaces: int, pages: int, budget_mb: int, workdir: Path) -> dict[str, Any
         worker = start_worker(server.url, data_dir, budget_mb, metrics_port)
         try:
             settings = QueueSettings(redis_url=server.url, shard_count=16, read_timeout_s=60)
-            reads = ReadClient(redis.Redis.from_url(server.url), settings)
+            reads = OwnerCallClient(redis.Redis.from_url(server.url), settings)
             deadline = time.monotonic() + 180
             while True:  # the worker owns every shard and has its model loaded
                 try:

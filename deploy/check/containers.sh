@@ -178,12 +178,15 @@ done
 record "no torch in api, worker-cpu, mcp"
 
 # ---------------------------------------------------------------------------------------------------
-# The stack: docker-compose.yml as written, with this check's key, port and Redis image, under its own
-# project name (containers memoryos-check_<service>_1, volumes memoryos-check_*), so it never touches a
-# deployment named memoryos. podman-compose ignores `condition: service_healthy`: a service that starts
+# The stack: docker-compose.yml as written, with this check's key (in its own API secrets file), port and
+# Redis image, under its own project name (containers memoryos-check_<service>_1, volumes
+# memoryos-check_*), so it never touches a deployment named memoryos. podman-compose ignores `condition: service_healthy`: a service that starts
 # before Redis answers exits and its restart policy brings it back, as after a Redis restart.
-cat > "$work/env" <<ENV
+cat > "$work/api.env" <<ENV
 MEMORYOS_API_KEYS={"$API_KEY": "check"}
+ENV
+cat > "$work/env" <<ENV
+DEPLOY_API_SECRETS=$work/api.env
 DEPLOY_API_PUBLISH=127.0.0.1:$API_PORT
 DEPLOY_IMAGE=localhost/memoryos
 REDIS_IMAGE=$redis_image

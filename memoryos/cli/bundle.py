@@ -35,7 +35,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     if args.redis_url:
         from memoryos.cli.service_entry import service_entry
 
-        service_entry("services.jobs.request", "request_export")(args)
+        service_entry("export-job")(args)
         return
     manifest = export_space(
         config_of(args), args.user, args.assistant, out, show_progress=sys.stderr.isatty()
@@ -108,7 +108,7 @@ def _import_through_jobs(args: argparse.Namespace) -> None:
     bundle = Path(args.bundle)
     if not bundle.is_file():
         raise InvalidBundleError(bundle, "no such file")
-    service_entry("services.jobs.request", "request_import")(args, bundle)
+    service_entry("import-job")(args, bundle)
 
 
 def register(subparsers: Any) -> None:

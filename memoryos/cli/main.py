@@ -23,6 +23,7 @@ from memoryos.cli.output import (
 )
 from memoryos.cli.service_entry import service_entry
 from memoryos.cli.session import EXIT_INTERRUPTED, InterruptHandling, config_of, exit_now, opened
+from memoryos.config import MemoryConfig
 
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a Unix tool whose reader closed the pipe."""
@@ -164,7 +165,7 @@ def cmd_reindex(args: argparse.Namespace) -> None:
     if not args.all and args.user is None:
         raise InvalidInputError("--user", "missing: give the user whose space to re-embed (or --all)")
     if args.redis_url:  # a deployment's space: its owning worker re-embeds it (services/jobs/request.py)
-        service_entry("services.jobs.request", "request_reindex")(args)
+        service_entry("reindex-job")(args)
         return
     if args.wait:
         raise InvalidInputError("--wait", "goes with --redis-url only (a local reindex always waits)")
@@ -181,14 +182,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
-    service_entry("services.worker.process", "run_worker_process")(args)
+    service_entry("worker")(args)
 
 
 def _answered_by_server(args: argparse.Namespace, command: str) -> bool:
     """`--api-url` (or `MEMORYOS_API_URL`): a running `memoryos serve` answers (`services/cli_remote.py`)."""
     if not args.api_url:
         return False
-    service_entry("services.cli_remote", "run_remote")(command, args)
+    service_entry("remote")(command, args)
     return True
 
 
@@ -204,11 +205,11 @@ def _api_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    service_entry("services.api.serve", "run_server")(args)
+    service_entry("serve")(args)
 
 
 def cmd_mcp(args: argparse.Namespace) -> None:
-    service_entry("services.mcp.stdio", "run_stdio")(args)
+    service_entry("mcp")(args)
 
 
 def _positive_int(text: str) -> int:
@@ -329,11 +330,24 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--assistant", default="default_assistant_profile", help="default assistant id")
     _api_flags(mcp)
     mcp.epilog = "the data directory is the global flag: memoryos --data-dir DIR mcp --user ID (docs/mcp.md)"
+    from memoryos.cli.embedding_engine import register as register_embedding_engine
+
+    register_embedding_engine(command)
     from memoryos.cli.bundle import register as register_bundle
 
     register_bundle(commands)
     _after_every_command(commands)
     return parser
+
+
+DEFAULT_DATA_DIR = MemoryConfig.model_fields["data_dir"].default
+"""Where memory is kept with neither `--data-dir` nor MEMORYOS_DATA_DIR: relative, so under the directory the
+command runs from."""
+
+
+def _shown(path: Path) -> str:
+    """A relative path as users type it (`./memoryos_data`), which `Path` normalises away."""
+    return str(path) if path.is_absolute() else f"./{path}"
 
 
 def _global_flags(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -343,7 +357,8 @@ def _global_flags(parser: argparse.ArgumentParser, default: Any) -> None:
         "--data-dir",
         type=Path,
         default=default,
-        help="root of the memory store (env MEMORYOS_DATA_DIR)",
+        help=f"root of the memory store (default {_shown(DEFAULT_DATA_DIR)}, in the directory you run from; "
+        "`demo`: ./memoryos_demo_data; env MEMORYOS_DATA_DIR)",
     )
     parser.add_argument(
         "-v",

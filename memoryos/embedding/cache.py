@@ -7,7 +7,7 @@ apart because some models prompt queries (Qwen3-Embedding).
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -62,3 +62,19 @@ class EmbeddingCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
+
+    def rows(
+        self, texts: Sequence[str], is_query: bool, encode: Callable[[list[str]], np.ndarray]
+    ) -> np.ndarray:
+        """The vectors of `texts` (a non-empty sequence), stacked: cached ones from here, the others from
+        one `encode` call with each missing text once, stored for next time."""
+        cached = [self.get(is_query, text) for text in texts]
+        missing = list(dict.fromkeys(text for text, row in zip(texts, cached, strict=True) if row is None))
+        encoded: dict[str, np.ndarray] = {}
+        if missing:
+            encoded = dict(zip(missing, encode(missing), strict=True))
+            for text, vector in encoded.items():
+                self.put(is_query, text, vector)
+        return np.stack(
+            [encoded[text] if row is None else row for text, row in zip(texts, cached, strict=True)]
+        )

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from memoryos.errors import MemoryOSError
+from memoryos.errors import MemoryOSError, extra_install_command
 
 DEVICE_REQUESTS = ("auto", "cpu", "cuda")
 """Device requests resolved here; any other name ("cuda:1", "mps") is torch's own and used as given."""
@@ -53,9 +53,8 @@ def run_size(device: str, batch_size: int, cpu_run_size: int) -> int:
     """Texts per model run on `device`: on a CPU at most `cpu_run_size`, elsewhere the whole batch.
 
     Why: a run pads every text to its longest, and attention grows with the square of that width. A GPU
-    computes the padding in parallel and gains from wide runs; a CPU computes every padded token, and on
-    2 cores MiniLM encoded batches of 64 mixed-length pages at 39 texts/s in one run each against 89 in
-    runs of 8 (`python -m bench.engine.cpu_runs`, docs/engine.md).
+    computes the padding in parallel and gains from wide runs; a CPU computes every padded token, so
+    short runs are faster there (`python -m bench.engine.cpu_runs`, docs/engine.md).
     """
     return min(batch_size, cpu_run_size) if device == "cpu" else batch_size
 
@@ -75,8 +74,8 @@ def use_onnx_queries(
 ) -> bool:
     """Whether query encodes run on ONNX Runtime rather than PyTorch.
 
-    On CPU a one-query MiniLM encode took 19–23 ms in eager PyTorch and 7.5 ms in ONNX Runtime with the
-    same vectors: per-operator overhead, not arithmetic, dominates short texts. On CUDA (fp16) PyTorch stays:
+    On CPU ONNX Runtime gives the same vectors several times faster for a query: per-operator overhead,
+    not arithmetic, dominates short texts (docs/engine.md). On CUDA (fp16) PyTorch stays:
     the exported graph is fp32 and CPU-only. An explicit "onnx" that cannot be honoured is an error, like an
     explicit "cuda" without CUDA.
     """
@@ -136,7 +135,7 @@ def cpu_without_torch(
 Route = Literal["torch", "manifest-or-torch", "manifest-or-build"]
 """How the embedder gets its encoder (`choose_route`)."""
 
-TORCH_EXTRA = "pip install 'memoryos[torch]'"
+TORCH_EXTRA = extra_install_command("torch")
 """What installs PyTorch and sentence-transformers, which a plain install goes without."""
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memoryos.config import MemoryConfig
+from memoryos.embedding.base import unit_rows
 from memoryos.embedding.cache import EmbeddingCache
 from memoryos.embedding.device import (
     TORCH_EXTRA,
@@ -78,13 +79,6 @@ def _torch_free_importable() -> bool:
 def _torch_importable() -> bool:
     """Whether the PyTorch path can load (a plain install has neither package: `choose_route`)."""
     return all(importlib.util.find_spec(name) is not None for name in ("torch", "sentence_transformers"))
-
-
-def _normalize_rows(vectors: np.ndarray) -> np.ndarray:
-    """L2-normalize rows in float32; an all-zero row stays zero rather than becoming NaN."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
 
 
 class SentenceTransformerEmbedder:
@@ -167,16 +161,7 @@ class SentenceTransformerEmbedder:
         """
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        cached = [self._cache.get(is_query, text) for text in texts]
-        missing = list(dict.fromkeys(text for text, row in zip(texts, cached, strict=True) if row is None))
-        encoded: dict[str, np.ndarray] = {}
-        if missing:
-            encoded = dict(zip(missing, self._encode_with_model(missing, is_query), strict=True))
-            for text, vector in encoded.items():
-                self._cache.put(is_query, text, vector)
-        return np.stack(
-            [encoded[text] if row is None else row for text, row in zip(texts, cached, strict=True)]
-        )
+        return self._cache.rows(texts, is_query, lambda missing: self._encode_with_model(missing, is_query))
 
     def _encode_with_model(self, texts: list[str], is_query: bool) -> np.ndarray:
         torch_free = self._ready()
@@ -186,7 +171,7 @@ class SentenceTransformerEmbedder:
             )
             if truncated:
                 self._log_truncated(truncated, len(texts), torch_free.manifest.max_seq_length)
-            return _normalize_rows(vectors)
+            return unit_rows(vectors)
         model = self._loaded_model()
         # Every model has a "query" entry in `prompts` (empty unless its config defines one), so only a
         # non-empty prompt means the model encodes queries differently.
@@ -197,7 +182,7 @@ class SentenceTransformerEmbedder:
         query_encoder = self._query_encoder if is_query else None
         if query_encoder is not None:
             self._warn_if_truncated(model, suspects, len(texts), max_tokens)
-            return _normalize_rows(query_encoder.encode(texts))
+            return unit_rows(query_encoder.encode(texts))
         with self._lock:
             probe = WidthProbe(model, max_tokens or 0)
             with probe if suspects else contextlib.nullcontext():
@@ -210,7 +195,7 @@ class SentenceTransformerEmbedder:
                 )
             if probe.reached:  # a batch reached the limit: count exactly how many suspects went over it
                 self._warn_if_truncated(model, suspects, len(texts), max_tokens)
-        return _normalize_rows(vectors)
+        return unit_rows(vectors)
 
     # --- choosing the runtime -------------------------------------------------------------------------
     def _ready(self) -> OnnxEncoder | None:
@@ -477,8 +462,8 @@ class SentenceTransformerEmbedder:
         else:
             device = select_device(self._requested_device, torch.cuda.is_available())
         if not device.startswith("cuda"):
-            # On CPU the tokenizers thread pool keeps competing with torch after a batch encode: on 2 cores
-            # one query encode went from 12 to 17 ms. On a GPU the forward pass leaves the cores idle, and the
+            # On CPU the tokenizers thread pool keeps competing with torch after a batch encode (docs/engine.md,
+            # "spinning off"). On a GPU the forward pass leaves the cores idle, and the
             # pool tokenizes each page batch in parallel (the environment variable is read on every call).
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         location = resolve_model_location(self._name)

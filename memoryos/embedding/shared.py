@@ -6,14 +6,19 @@ evaluation harness, a service worker with thousands of users) should share it.
 
 import functools
 
+from pydantic import SecretStr
+
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
 
 
 @functools.cache
-def _shared_embedder(config_json: str) -> Embedder:
-    """One embedder (one loaded model) per distinct embedding configuration in this process."""
-    return create_embedder(MemoryConfig.model_validate_json(config_json))
+def _shared_embedder(config_json: str, api_key: SecretStr | None) -> Embedder:
+    """One embedder (one loaded model) per distinct embedding configuration in this process. The key
+    travels apart: the JSON masks a secret, and `SecretStr` compares and hashes by its value."""
+    config = MemoryConfig.model_validate_json(config_json)
+    config.embedding_api_key = api_key
+    return create_embedder(config)
 
 
 EMBEDDER_FIELDS = frozenset(
@@ -26,6 +31,15 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_cache_size",
         "embedding_runtime",
         "embedding_speed_only",
+        "embedding_api_base_url",
+        "embedding_api_key",
+        "embedding_api_timeout_s",
+        "embedding_api_max_retries",
+        "embedding_api_batch_size",
+        "embedding_api_dim",
+        "embedding_api_query_prefix",
+        "embedding_engine_socket",
+        "embedding_engine_timeout_s",
         "model_cache_dir",
         "torch_threads",
         "show_progress",
@@ -36,4 +50,5 @@ EMBEDDER_FIELDS = frozenset(
 
 def shared_embedder(config: MemoryConfig) -> Embedder:
     """The process's embedder for `config`'s embedding settings, created on first request."""
-    return _shared_embedder(config.model_dump_json(include=set(EMBEDDER_FIELDS)))
+    json_fields = set(EMBEDDER_FIELDS - {"embedding_api_key"})
+    return _shared_embedder(config.model_dump_json(include=json_fields), config.embedding_api_key)

@@ -37,7 +37,7 @@ REFERENCE_RUNNER = Path(__file__).with_name("reference_runner.py")
 REFERENCE_SHORT_TERM_CAPACITY = 10
 """The reference's package default, kept: the comparison is of the systems as shipped."""
 REFERENCE_TIMEOUT_S = 3600.0
-"""Per conversation; its add_memory rewrites whole JSON files, ~0.2 s a pair on 2 cores."""
+"""Per conversation: its add_memory rewrites whole JSON files, so one takes minutes (docs/evaluation.md)."""
 _ERROR_TAIL_CHARS = 800
 
 

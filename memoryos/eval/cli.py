@@ -87,11 +87,9 @@ def cmd_locomo(args: argparse.Namespace) -> None:
 def _embedder(config: "MemoryConfig") -> "Embedder":
     """The run's one embedder, shared by our engine and plain cosine, with its text cache turned off.
 
-    Both systems embed the same questions, and plain cosine runs second: through a cache it got each
-    question's vector from our engine's encode, so its latency timed a dictionary lookup and a scan
-    (~0.01 ms) against our real encode plus search. It did so only where our engine embedded the question
-    as written, not where it left the speakers' names out (`dense_query_text`): hence ~0.1 ms on some
-    conversations only. Without the cache, every question's latency in both systems is one real query
+    Both systems embed the same questions, and plain cosine runs second: through a cache it would get a
+    question's vector from our engine's encode and time a dictionary lookup against our real encode
+    (docs/evaluation.md). Without the cache, every question's latency in both systems is one real query
     encode plus the search: the cost of a question a system has not seen, which is what the benchmark
     asks (the reference, in its own process, encodes each question itself). Off for both rather than
     bypassed in the baseline alone, so a question our engine has seen before (LoCoMo repeats a few) is not

@@ -96,8 +96,8 @@ class Memoryos(MemoryLifecycle):
             overrides["embedding_model_kwargs"] = embedding_model_kwargs
         self.config = (config or MemoryConfig()).model_copy(deep=True)
         # Each override is validated on assignment (`validate_assignment`): the same field validators as
-        # a new MemoryConfig, without reading the environment again — that took 27 ms of every space a
-        # worker opens (pydantic-settings' sources), more than the rest of opening it.
+        # a new MemoryConfig, without reading the environment again: pydantic-settings' sources cost more
+        # than the rest of opening a space (docs/service.md).
         for field, value in overrides.items():
             setattr(self.config, field, value)
         directory = self.config.space_dir(self.user_id, self.assistant_id)

@@ -173,11 +173,10 @@ class Consolidator:
         Every page's continuity check is asked at once (each compares a page with the one before it, known
         before any answer), and then the summaries of every run together.
 
-        The runs' links and filings are applied together, up to `MOVE_MAX_PAGES` pages a commit. Why: with
-        a commit per run, a pass moving a few pages that do not continue each other (most of a busy
-        worker's passes) paid a transaction, an fsync and a store-thread handoff per page — a third of a
-        service worker's CPU was such handoffs. Where a run's summary fails, the runs before it are still
-        applied, as when each run had its own commit, and the failure is raised.
+        The runs' links and filings are applied together, up to `MOVE_MAX_PAGES` pages a commit: most of a
+        busy worker's passes move a few pages that do not continue each other, and a commit per run would
+        pay a transaction, an fsync and a store-thread handoff per page (docs/service.md). Where a run's
+        summary fails, the runs before it are still applied and the failure is raised.
         """
         overflow = space.short_term_overflow()
         if not overflow:

@@ -1,7 +1,7 @@
 """Multi-tier retrieval: short-term pages, pages ranked over the whole space, facts and profile.
 
 Pages are ranked over every tier (the reference first picked top segments and only then pages inside them,
-which hid ~18 points of evidence recall on LoCoMo). The score fuses dense and BM25 evidence, each z-scored
+which hid pages holding the evidence). The score fuses dense and BM25 evidence, each z-scored
 against the whole space so neither scale dominates, adds a bonus to pages stored at a date the query names,
 and lets the best neighbouring turn lift a page: an answer often sits one turn after the words of the
 question. The query is embedded without the names found in most pages (`dense_query_text`), and a query
@@ -64,8 +64,8 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
 
     In a conversation the speakers' names are in most turns ("Hey Caroline!"), so they tell pages apart no
     more than a stopword; BM25 gives them almost no weight, but in a MiniLM embedding of a short question a
-    name carries much of the vector and pulls it toward turns that address the person. Left out, recall@7
-    rose 2 points on the LoCoMo dev conversations (docs/retrieval.md). The query is still embedded once.
+    name carries much of the vector and pulls it toward turns that address the person, so leaving them out
+    raises recall (docs/retrieval.md). The query is still embedded once.
     """
     with space.lock:
         limit = common_name_limit(space)

@@ -2,11 +2,10 @@
 
 People are addressed by name by the one they talk to ("Wow, Caroline!"), rarely by themselves. So a name
 that one side of the conversation says in many pages, and the other side says less, is the other side's
-name: on the LoCoMo dev conversations each speaker's name is in 26-62% of the other's turns and in at most
-0.5% of their own. A question naming a person ("What activities does Melanie partake in?") asks about what
-that person said, so BM25 counts the words of that side of each page fully and the other side's at
-`MemoryConfig.lexical_other_side_weight`: recall@7 rose 1.2 points, multi-hop questions 3.3
-(docs/retrieval.md). Nothing is assumed about who the user is; the counts decide, per query.
+name. A question naming a person ("What activities does Melanie partake in?") asks about what that person
+said, so BM25 counts the words of that side of each page fully and the other side's at
+`MemoryConfig.lexical_other_side_weight` (how often names fall on each side, and the recall gained:
+docs/retrieval.md). Nothing is assumed about who the user is; the counts decide, per query.
 """
 
 import re

@@ -2,8 +2,8 @@
 
 A question such as "What did Maria share on 16 June, 2023?" or "What happened to John's job in August
 2023?" names the day or month the answer was said; every page carries the time it was stored, so pages
-stored then are more likely to hold the answer. On the LoCoMo dev conversations this re-ranking raised
-recall@7 by 2 points, with no model call (docs/retrieval.md).
+stored then are more likely to hold the answer. Re-ranking by it raises recall with no model call
+(docs/retrieval.md).
 """
 
 import calendar

@@ -19,6 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
+from memoryos.embedding.base import estimate_tokens
+
 log = logging.getLogger("memoryos.scheduler.batcher")
 """The batcher's logger: filling a batch is the batcher's work, and operators filter by that name."""
 
@@ -37,13 +39,6 @@ class PageSource(Protocol):
     def embedding_failed(self, error: BaseException) -> None:
         """The batch holding this source's pages failed; the source decides what its readers see."""
         ...
-
-
-def estimate_tokens(text: str) -> int:
-    """Characters / 4 + 2: about one token per 4 characters of English for WordPiece and BPE tokenizers,
-    plus the two special tokens. Cheap (no tokenizer on the batcher thread) and only a budget; the model
-    truncates at its own window whatever the estimate says."""
-    return len(text) // 4 + 2
 
 
 @dataclass(eq=False)

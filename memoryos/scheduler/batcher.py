@@ -1,58 +1,44 @@
 """`EmbeddingBatcher`: the one place where the texts of every space meet the embedding model.
 
-A worker serving thousands of spaces from one GPU, or one process with many `Memoryos`, would otherwise
-make one encode call per space: 200 spaces adding one turn each were 200 calls. One daemon thread per
-model pools the pending pages of every space (`PageSource`) and the texts consolidation needs
-(`encode_texts`) into shared batches; there is no other batcher in MemoryOS.
+One daemon thread per model pools the pending pages of every space (`PageSource`) and the texts
+consolidation needs (`encode_texts`) into shared batches, so many spaces cost a few encode calls rather
+than one each; there is no other batcher in MemoryOS.
 
-**Building a batch.** The thread sleeps until work arrives. It then takes texts in hand as they come, and
-encodes as soon as it holds `max_batch_size` texts or `max_batch_tokens` estimated tokens, or once
-`max_wait_ms` have passed since the oldest waiting item became ready — whichever is first. Work is taken
-in FIFO order of notification, in two rounds: first every waiting source or request gets a fair share of
-the room left (`room // waiting`, at least one text), then whoever had more fills the rest in turn. A
-space a reader waits for (`awaited(source)`) comes before all of them, in the order its readers began to
-wait, and takes all its pending pages the room holds, not a share: with 64 spaces queued a share was one
-text, and a reader whose space had 6 pages pending waited for 6 batches (seen in the service under load:
-reads sat out their whole bound and still answered without their newest vectors). A reader's space with
-more than a batch goes behind the other readers' spaces once served, so a flush of a big backlog takes
-turns with them rather than every batch until it drains. Work that was served and has more goes to the
-back of the queue, so one space with 10,000 pending pages cannot starve a space with one: a space
-notified while a batch is being built is in it if one text of each waiting space fits, else (a full
-batch goes at once) in the next few batches, ahead of whatever was served. The texts are sorted longest
-first (see `_encode`) and sent in ONE `embedder.encode` call; the vectors go back per source
-(`apply_vectors`) and per request (its future, in input order).
+**Building a batch.** The thread sleeps until work arrives, then encodes as soon as it holds
+`max_batch_size` texts or `max_batch_tokens` estimated tokens, or `max_wait_ms` after the oldest item
+became ready, whichever is first. Waiting work is taken in FIFO order of notification: each source or
+request first gets a fair share of the room (`room // waiting`, at least one text), then whoever had more
+fills the rest; work with more left goes to the back, behind work not yet served, so one large backlog
+cannot starve a space with one page. A space a reader waits for (`awaited(source)`) goes first, in the
+order its readers began to wait, and takes all the pages the room holds rather than a share, so a reader
+waits for one batch, not one per page; once served, a space with more than a batch goes behind the other
+readers' spaces, so a big flush takes turns with them. Texts are sorted longest first (see `_encode`)
+and sent in ONE `embedder.encode` call; vectors go back per source (`apply_vectors`) and per request
+(its future, in input order).
 
 **Queries go ahead of pages.** `encode_query` encodes on the caller's thread, never waiting for a batch
-to fill nor for `max_wait_ms`. While it runs it holds a "queries waiting" count up, and the batcher
-thread, before each encode call, waits until that count is zero. The guarantee: a query waits for at most
-the one page batch already inside `embedder.encode` when it arrived — that much only where the embedder
-serializes its model calls (PyTorch on a GPU: `SentenceTransformerEmbedder` holds one lock); on CPU with
-ONNX Runtime queries it waits for none. The price is on the pages: while queries overlap without a gap,
-no page batch starts. Queries are what a user waits on; pages are acknowledged, durable writes.
+to fill, and no page batch starts while a query waits: a query waits at most for the one batch already
+inside `embedder.encode` (none where the embedder does not serialize its model calls). Queries are what a
+user waits on; pages are acknowledged, durable writes.
 
-**Acknowledged writes go ahead of pages.** On a few CPU cores the model and the threads that acknowledge
-writes share the cores (and the GIL): at 500 writes/s on 2 cores an acknowledgement took 100–500 ms at
-p50 while page batches ran, and 2.8 ms while none did (docs/api.md). So while writes keep being
-acknowledged — the last one less than `yield_s` ago — no page batch starts: the pages are durable, and
-nothing waits on their vectors. It starts as soon as either the writes pause for `yield_s`, someone waits
-for vectors (a read or a flush: `awaited`), texts are requested (`encode_texts`: an edited fact, or
-consolidation), or a ready source has waited `yield_max_s` (so a steady stream of writes delays its
-pages by that much at most, and then they are embedded as before). `yield_s` 0 never yields: a service
-worker, whose writes Redis acknowledged, embeds them as they come.
+**Acknowledged writes go ahead of pages.** On a few CPU cores page batches slow the threads that
+acknowledge writes (they share the cores and the GIL; docs/engine.md). So while writes are acknowledged
+less than `yield_s` apart no page batch starts, until the writes pause, someone waits for vectors
+(`awaited`), texts are requested (`encode_texts`), or a ready source has waited `yield_max_s`, which
+bounds how long a steady stream of writes delays its pages. `yield_s` 0 never yields: a service worker,
+whose writes Redis acknowledged, embeds them as they come.
 
-**Failures.** If `encode` raises, every source with texts in that batch gets `embedding_failed(error)`
-and every request's future gets the error. If one source's `apply_vectors` (or `pending_texts`) raises,
-that source gets `embedding_failed` and the others are unaffected. A failed source stays queued and is
-retried after `retry_delay_s(failures)` (0.1 s doubling up to 30 s; a success resets it), so a model that
-keeps failing is not hammered in a loop; and it is retried *alone* in a batch until it succeeds, so a
-text that breaks the model fails its own space, not everyone it was batched with. `notify` does not cut
-a backoff short. A source that has nothing pending (`pending_texts` returns []) leaves the queue: a
-closed space should answer [] and is forgotten.
+**Failures.** If `encode` raises, every source in that batch gets `embedding_failed(error)` and every
+request's future gets the error; if one source's `apply_vectors` (or `pending_texts`) raises, only that
+source does. A failed source stays queued and is retried after `retry_delay_s(failures)` (`RETRY_FIRST_S`
+doubling to `RETRY_MAX_S`; a success resets it), so a failing model is not hammered, and *alone*, so a
+text that breaks the model fails only its own space. `notify` does not cut a backoff short. A source with
+nothing pending (`pending_texts` returns []) leaves the queue: a closed space should answer [].
 
 **Closing.** `close` stops taking work, lets the batch inside `encode` finish and be applied, and joins
-the thread. Work still queued is left to the store: pages stay pending (durable; the next open embeds
-them) and queued `encode_texts` futures fail with `BatcherClosedError`. The thread is a daemon: an
-abandoned batcher never keeps a process alive (the scheduler closes it at exit).
+the thread. Queued pages stay pending (durable; the next open embeds them) and queued `encode_texts`
+futures fail with `BatcherClosedError`. The thread is a daemon, so an abandoned batcher never keeps a
+process alive (the scheduler closes it at exit).
 
 Logging gives counts and exception class names only, never a text (an exception's message may quote one).
 Future callbacks run on the batcher thread: keep them short.

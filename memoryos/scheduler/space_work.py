@@ -311,12 +311,11 @@ class SpaceWork:
 
 async def _apply_ops(scheduler: "Scheduler", space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
     """Ops applied together (one transaction), on the loop itself: handing each commit to a store thread
-    and back cost a worker a seventh of its CPU a turn, applying alone (the interpreter lock changing
-    hands between the loop, the store threads and the applying thread at every statement), while a
-    commit's fsync holds the loop a fraction of a millisecond on a local disk. Two kinds go to the
-    store threads, which may wait: ops that may take text out (the space's files are scrubbed after them,
-    work that grows with the space), and ops of a store another process is writing now (its transaction
-    may last as long as its import or reindex)."""
+    and back costs more CPU (the interpreter lock changing hands between the loop, the store threads and
+    the applying thread at every statement; docs/service.md) than a commit's fsync holds the loop on a
+    local disk. Two kinds go to the store threads, which may wait: ops that may take text out (the
+    space's files are scrubbed after them, work that grows with the space), and ops of a store another
+    process is writing now (its transaction may last as long as its import or reindex)."""
     if not any(removes_text_of(op) for op in ops):
         with contextlib.suppress(StoreBusyError):
             return space.apply_ops(ops, wait_for_writers=False)

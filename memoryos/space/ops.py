@@ -41,7 +41,7 @@ OP_FORMAT_VERSION = 2
 """The op wire format this MemoryOS writes and the newest it reads. Bump it when an op's fields change
 meaning; an older MemoryOS then refuses the newer ops instead of applying them wrongly.
 
-Version 2 (issue 12): the lifecycle ops (edits, deletes, TTL, rebuilds of derived texts) and provenance
+Version 2: the lifecycle ops (edits, deletes, TTL, rebuilds of derived texts) and provenance
 fields on `AddKnowledge` and `UpdateProfile`; version-1 ops read unchanged."""
 
 

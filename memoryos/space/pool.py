@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 SPACE_OVERHEAD_BYTES = 256 * 1024
 """Resident bytes of any open space besides its vectors and page cache: SQLite connection, Python objects
-(an open 10-page space measured ~330 KB in all)."""
+(checked against RSS: docs/indexes.md)."""
 SQLITE_CACHE_MAX_BYTES = 2000 * 1024
 """SQLite's default page cache (`cache_size = -2000` KiB), which fills up to the size of the database."""
 INDEX_BYTES_PER_DIM = 2
@@ -294,9 +294,7 @@ def estimate_resident_bytes(space: Any) -> int:
     """Bytes a `Memoryos` or `MemorySpace` holds in memory: page index, score sample, SQLite cache, a fixed cost.
 
     The index is costed at what its kind stores per vector (fp16 codes plus ids and maps); an index
-    that reports `resident_bytes()` itself (Chroma) is trusted. Measured against RSS on 384-d spaces
-    while the index held float32 (both then 768 bytes per vector more): ~330 KB for 10 pages (estimate
-    370 KB), ~6.7 MB for 2,000 pages (estimate 6.8 MB).
+    that reports `resident_bytes()` itself (Chroma) is trusted. How close it comes to RSS: docs/indexes.md.
     """
     inner = getattr(space, "space", space)  # Memoryos wraps a MemorySpace
     total = SPACE_OVERHEAD_BYTES

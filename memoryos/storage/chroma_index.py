@@ -18,9 +18,8 @@ What a caller may rely on, and why it is built this way:
 - `allowed_ids` uses Chroma's native `ids=` query filter rather than a post-filter with over-fetch: an
   over-fetch factor that keeps a selective filter (a few ids among 100k) from returning too few hits
   would have to grow to the whole collection, while the native filter restricts the HNSW search itself
-  (recall 1.0 against exact search from 30 to 20k allowed ids of 20k in measurements). Chroma fails a
-  query whose filter names an absent id, so the allowed ids are first narrowed to the stored ones (one
-  `get`, ~6 ms per 1,000 ids).
+  (its recall: docs/indexes.md). Chroma fails a query whose filter names an absent id, so the allowed ids
+  are first narrowed to the stored ones (one `get`).
 - Searches are approximate (HNSW, Chroma's defaults: M=16, ef_search=100) at every size.
 
 Each open index holds one Chroma `System` (a SQLite connection and about six threads); `close()`
@@ -62,7 +61,7 @@ PROBE_MIN_SCORE = 0.999
 HNSW_BYTES_PER_VECTOR = 200
 """Beyond the float32 vector: HNSW links (2·M int32 at level 0, M=16), label and bookkeeping maps."""
 CLIENT_OVERHEAD_BYTES = 5 * 1024 * 1024
-"""Resident cost of one open client (its System, SQLite connection and threads), measured at ~5 MB."""
+"""Resident cost of one open client: its System, SQLite connection and threads (docs/indexes.md)."""
 
 
 def _client_settings() -> Settings:

@@ -4,8 +4,7 @@ off the write path.
 Both index types hold fp16 codes (faiss's `QT_fp16` scalar quantizer), not float32: the store keeps
 vectors at half precision (`vector_blobs.py`) and `FaissIndex.add` rounds to it, so float32 would double
 the index's RAM and snapshot for no precision gain. Decoding fp16 is exact, so searches score exactly as
-an exact search over the rounded vectors (queries stay float32). At 100k 384-d vectors the snapshot takes
-776 bytes per vector instead of 1,544, and a one-thread flat query 3.9 ms instead of 8.5.
+an exact search over the rounded vectors (queries stay float32). Sizes and query times: docs/indexes.md.
 
 Everything here works on copies: a build gets the (ids, vectors) the index held when it became due, a
 recalibration a clone of the IVF index, so the live index keeps serving and taking writes meanwhile
@@ -13,8 +12,7 @@ recalibration a clone of the IVF index, so the live index keeps serving and taki
 
 Calibration picks the smallest `nprobe` whose recall@10 against exact search reaches `TARGET_RECALL` plus a
 margin. It measures on the space's recent query vectors once `MIN_RECENT_QUERIES` were seen: stored
-vectors as queries understate what real queries need (their neighbours sit in their own list; measured
-recall@10 0.75 at 100k and 0.59 at 1M on LoCoMo questions with nprobe calibrated that way). Without
+vectors as queries understate what real queries need (their neighbours sit in their own list). Without
 enough queries it falls back to stored vectors and never probes fewer than `MIN_NPROBE` lists.
 """
 
@@ -38,8 +36,8 @@ RECALL_K = 10
 CALIBRATION_QUERIES = 500
 """Own vectors used as calibration queries: 5,000 neighbour checks, about 0.7 s of exact search at 100k."""
 MIN_NPROBE = 32
-"""Lists always searched when calibrating on stored vectors: on LoCoMo questions their calibrated nprobe
-gave recall@10 0.75 at 100k and 0.59 at 1M, while 32 lists gave 0.99 at both (docs/indexes.md)."""
+"""Lists always searched when calibrating on stored vectors, since they understate the nprobe real questions
+need (docs/indexes.md, "Calibration")."""
 RECENT_QUERIES = 512
 """Unfiltered query vectors kept for calibration (1.5 KB each at 384-d)."""
 MIN_RECENT_QUERIES = 100
@@ -47,11 +45,10 @@ MIN_RECENT_QUERIES = 100
 RECALIBRATE_EVERY_QUERIES = 512
 """New unfiltered queries after which an index calibrated on queries re-picks nprobe (started by the next
 write, run in the background), so a drift in what is asked is rechecked without a retrain: with
-`RECENT_QUERIES` kept, a whole new set. About 5 s of exhaustive search at 100k vectors on one core."""
+`RECENT_QUERIES` kept, a whole new set."""
 LISTS_PER_SQRT_N = 4
 TRAIN_POINTS_PER_LIST = 40
-"""k-means sample per IVF list: faiss warns below 39, and training time grows with the sample (k-means on
-all 100k vectors took 32 s on 2 cores, on 40 per list 7 s)."""
+"""k-means sample per IVF list: faiss warns below 39, and training time grows with the sample."""
 MAX_NLIST = 65536
 
 CalibrationSource = Literal["queries", "stored"]
@@ -73,7 +70,8 @@ def set_faiss_threads(threads: int) -> None:
     thread once it calls `apply_faiss_threads`.
 
     OpenMP settings are per thread: a thread that never sets its own (an ingest thread, a web server's
-    request thread) uses every core, and on 2 cores that made one-query searches 3-6x slower beside torch.
+    request thread) uses every core, and on a few cores that slows one-query searches severalfold beside
+    the embedding model.
     """
     global _configured_threads
     _configured_threads = threads
@@ -185,8 +183,7 @@ def new_flat(dim: int) -> Any:
       hashtable direct map that makes removal O(ids removed) and lets its vectors be read back for the next
       rebuild.
     - The flat index is `IndexIDMap`, not `IndexIDMap2`: the latter rebuilds its reverse map on every
-      `remove_ids`, which replace-on-add calls each time (1.3 ms vs 0.2 ms at 50k vectors), and nothing
-      here needs lookup by id.
+      `remove_ids`, which replace-on-add calls each time, and nothing here needs lookup by id.
     """
     return faiss.IndexIDMap(faiss.IndexScalarQuantizer(dim, FP16, faiss.METRIC_INNER_PRODUCT))
 
@@ -297,8 +294,7 @@ def held_vectors(index: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """Every (id, vector) a flat id map or hashtable IVF index holds, decoded to float32 copies.
 
     Exactly the vectors that were added when they were fp16-representable (`FaissIndex.add` makes them
-    so). The IVF codes are gathered list by list and decoded in one call (at 100k 384-d on one thread:
-    0.08 s, up to 0.6 s on a first call).
+    so). The IVF codes are gathered list by list and decoded in one call.
     """
     if not isinstance(index, faiss.IndexIVFScalarQuantizer):
         ids = faiss.vector_to_array(index.id_map)

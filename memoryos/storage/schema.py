@@ -4,11 +4,11 @@ Bump `SCHEMA_VERSION` and add the step from the previous version to `MIGRATIONS`
 is migrated in place when it is opened (`sqlite_store.py`), inside one transaction, so a crash midway
 leaves it on its old version.
 
-Version 2 (issue 9): `pages.vector_seq`, the order in which pages got their vectors, so every process
+Version 2: `pages.vector_seq`, the order in which pages got their vectors, so every process
 sharing a space can catch its index up with what the others embedded; `op_log.op_id` and `op_log.write_id`,
 so an op or a write delivered twice is applied once.
 
-Version 3 (issue 12, the memory lifecycle): every item has created/updated times and provenance — a page
+Version 3 (the memory lifecycle): every item has created/updated times and provenance — a page
 the op that stored it (`pages.op_id`), a fact the pages it was extracted from (`knowledge_sources`) and its
 origin, a profile version the pages merged into it; pages and facts may expire (`expires_at`); derived
 texts (chain and segment summaries, the profile) are marked for rebuilding when a page under them is

@@ -66,9 +66,9 @@ def _empty_store(meta: tuple[tuple[str, str], ...]) -> bytes:
 def _place_empty_store(path: Path, meta: tuple[tuple[str, str], ...]) -> None:
     """Put a copy of the empty store, holding the `meta` rows, at `path`, which does not exist yet.
 
-    Creating a store's schema (its statements, the switch to WAL, their commits) took 2.9 ms of a new
-    space's open here, most of a worker's cost for a new user's first write; placing the copy takes
-    1.0 ms with its fsyncs. The copy is written beside `path`, fsynced and hard-linked into place, so
+    Placing a ready copy costs a new space's open a fraction of creating the schema (its statements, the
+    switch to WAL, their commits), most of a worker's cost for a new user's first write (docs/engine.md,
+    "Store schema versions"). The copy is written beside `path`, fsynced and hard-linked into place, so
     another process sees no store or a whole one, never a half-written file; of two processes creating
     the same space, one link wins and both open that store. Where the copy cannot be placed (a file system
     without hard links, a full disk), nothing is left behind and SQLite creates the store as before."""

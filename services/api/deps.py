@@ -10,13 +10,13 @@ from fastapi.security.utils import get_authorization_scheme_param
 
 from memoryos.space.pool import SpaceKey
 from memoryos.validation import validate_id
-from services.api.access import NotInThisModeError, Spaces
 from services.api.auth import Caller, KeyStore
 from services.api.metrics import ApiMetrics
 from services.api.models import ID_SCHEMA
-from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
 from services.api.settings import ApiSettings
+from services.spaces.protocol import NotInThisModeError, Spaces
+from services.spaces.queued import QueuedSpaces
 
 
 @dataclass
@@ -52,8 +52,9 @@ def caller_of(request: Request) -> Caller:
     """The caller of a REST request (`caller_with_key`).
 
     A plain function, not a chain of FastAPI dependencies (state, bearer scheme, caller): each dependency
-    FastAPI solves costs the event loop tens of microseconds per request, and on 2 cores the loop is what
-    bounds the write rate (docs/api.md). The OpenAPI schema still declares the Bearer scheme."""
+    FastAPI solves costs the event loop time on every request, and on a few cores the loop is what bounds
+    the write rate (docs/api.md, "The loop's share of a write"). The OpenAPI schema still declares the
+    Bearer scheme."""
     return caller_with_key(request.app.state.api, request.headers.get("authorization"))
 
 

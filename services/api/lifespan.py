@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from memoryos.facade.memoryos import forget_space
 from memoryos.space import tombstones
 from services.api.deps import ApiState
-from services.api.spaces import EmbeddedSpaces
+from services.spaces.embedded import EmbeddedSpaces
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if state.settings.preload_model:
         await to_thread.run_sync(state.spaces.preload)
     # What start-up loaded (the model, torch, FastAPI) lives as long as the server: in the permanent
-    # generation, full collections stop walking it. Each walked it for 110-120 ms with every thread
-    # paused, a write p99 over 100 ms in its window (docs/reliability.md, Load).
+    # generation, full collections stop walking it with every thread paused (docs/reliability.md, Load).
     gc.freeze()
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(state.spaces.maintain)

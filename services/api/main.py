@@ -7,7 +7,6 @@ from fastapi_offline import FastAPIOffline
 
 import memoryos
 from memoryos import MemoryConfig
-from services.api.access import Spaces
 from services.api.auth import KeyStore
 from services.api.body_limit import BodyLimitMiddleware
 from services.api.deps import ApiState
@@ -15,7 +14,6 @@ from services.api.errors import CatchAllMiddleware, install_error_handlers
 from services.api.lifespan import lifespan
 from services.api.metrics import ApiMetrics, LatencyMiddleware
 from services.api.openapi import declare_bearer_auth
-from services.api.queued_spaces import QueuedSpaces
 from services.api.rate_limit import RateLimiter
 from services.api.routes import (
     bundles,
@@ -29,9 +27,10 @@ from services.api.routes import (
     retrieve,
 )
 from services.api.settings import ApiSettings
-from services.api.spaces import EmbeddedSpaces
-from services.mcp.http_app import mount_mcp
 from services.queue.settings import QueueSettings
+from services.spaces.embedded import EmbeddedSpaces
+from services.spaces.protocol import Spaces
+from services.spaces.queued import QueuedSpaces
 
 
 def create_app(
@@ -73,7 +72,6 @@ def create_app(
         app.include_router(module.router)
     if queue is not None:  # rq jobs need Redis: embedded, the routes do not exist (404), not a 5xx
         app.include_router(jobs.router)
-    mount_mcp(app)  # MCP over streamable HTTP at /mcp, same keys and spaces
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(
         BodyLimitMiddleware,

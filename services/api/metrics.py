@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memoryos.types import RetrievedContext
 
 if TYPE_CHECKING:
-    from services.api.access import Spaces
+    from services.spaces.protocol import Spaces
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """From a cached read (~1 ms) to a write waiting on a busy disk or a generated answer (seconds)."""

@@ -34,8 +34,8 @@ ERROR_CASES: dict[int, str] = {
     500: "A bug or a failing disk (`internal`, `storage_error`).",
     502: "The LLM failed after its retries (`llm_failed`).",
     503: "Nothing was done, retry after `Retry-After`: backpressure, the space held by another process "
-    "(`space_busy`), Redis not answering or no worker owning the space (`unavailable`), too many bundles "
-    "held, shutting down.",
+    "(`space_busy`), Redis not answering or no worker owning the space (`unavailable`), Redis full at its "
+    "`maxmemory` (`queue_full`), too many bundles held, shutting down.",
     504: "The writes in `wait_for_write_ids` were not stored in time (`timeout`).",
 }
 """When each error status is answered, with its `error` codes (docs/api.md, Errors)."""

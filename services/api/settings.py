@@ -66,8 +66,7 @@ class ApiSettings(BaseSettings):
         ge=0,
         description="Age of the oldest acknowledged write not yet searchable (Redis mode: not yet applied) "
         "beyond which writes get 429 + Retry-After (0: no bound). A read waits for the writes before it, so "
-        "this bounds how long reads wait whatever the embedder's speed: at 30 s, 64 clients on 2 cores saw "
-        "retrieve p99 19 s (embedded) and reads answered 503 (Redis); the page bound alone let a 2-core "
+        "this bounds how long reads wait whatever the embedder's speed; the page bound alone lets a slow "
         "machine fall minutes behind (docs/reliability.md, Reads under load).",
     )
     backpressure_retry_after_s: int = Field(
@@ -77,8 +76,8 @@ class ApiSettings(BaseSettings):
         4,
         ge=0,
         description="Retry-After of a refused write is drawn evenly from backpressure_retry_after_s to that "
-        "plus this: with one value for all, every refused client came back in the same second and was "
-        "refused again together (docs/reliability.md, 1,000 users x 50 turns).",
+        "plus this, so the clients refused in one second do not all come back, and get refused, together "
+        "(docs/reliability.md, 1,000 users x 50 turns).",
     )
     max_wait_for_writes_s: float = Field(
         30.0,
@@ -105,14 +104,14 @@ class ApiSettings(BaseSettings):
         ge=0,
         le=32768,
         description="Embedded mode: glibc's mmap threshold fixed at start (services/allocator.py); 0, the "
-        "default, keeps glibc's own: fixed at 64 in the 1,000-user soak, RSS doubled and embedding stalled "
-        "(docs/reliability.md, Load).",
+        "default, keeps glibc's own: a fixed one did worse under the embedded write soak (docs/service.md, "
+        "One worker, 10,000 spaces).",
     )
     allocator_trim_interval_s: float = Field(
         30.0,
         ge=0,
         description="Embedded mode: seconds between giving the C heap's free pages back to the system "
-        "(services/allocator.py); 0: never. Without it RSS climbed while the space pool held its budget "
+        "(services/allocator.py); 0: never. Without it RSS climbs while the space pool holds its budget "
         "(docs/reliability.md, Load).",
     )
     preload_model: bool = Field(
@@ -160,3 +159,28 @@ def check_bind(settings: ApiSettings) -> None:
         "write every user's memory; give --keys-file (or MEMORYOS_API_KEYS), bind 127.0.0.1, or pass "
         "--allow-unauthenticated"
     )
+
+
+PLACEHOLDER_API_KEY = "change-me-to-a-long-random-key"
+"""The key `.env.api.example` ships: a deployment copying the example as it is would be open to anyone."""
+MIN_API_KEY_LENGTH = 16
+"""Shorter keys are guessable; `secrets.token_urlsafe(32)` gives 43 characters."""
+
+
+class WeakApiKeyError(ValueError):
+    """A configured key that is the shipped placeholder or too short to be secret."""
+
+
+def check_keys(settings: ApiSettings) -> None:
+    """Refuse to start with a key anyone could guess. Names the setting, never the key."""
+    for key in settings.keys:
+        if key == PLACEHOLDER_API_KEY:
+            problem = "holds the placeholder key of .env.api.example"
+        elif len(key) < MIN_API_KEY_LENGTH:
+            problem = f"holds a key of {len(key)} characters (at least {MIN_API_KEY_LENGTH})"
+        else:
+            continue
+        raise WeakApiKeyError(
+            f"MEMORYOS_API_KEYS {problem}: set long random keys "
+            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )

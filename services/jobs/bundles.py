@@ -25,9 +25,9 @@ from memoryos.errors import MemoryOSError
 from memoryos.space.pool import SpaceKey
 from services.jobs.tasks import ask_owner, check_ids, enqueue_space_job, job_client, will_retry
 from services.queue.bundle_transfer import discard, held_bytes, upload
-from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
+from services.spaces.calls import EXPORT_BUNDLE, IMPORT_BUNDLE
 
 MIB = 1024 * 1024
 ROOM_RETRY_AFTER_S = 60.0

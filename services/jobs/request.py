@@ -30,7 +30,6 @@ from memoryos.errors import InvalidInputError, MemoryOSError
 from memoryos.portability.bundle_read import BundleReader
 from memoryos.space.pool import SpaceKey
 from memoryos.storage.space_lock import SpaceBusyError
-from services.cli_remote import RemoteSpaceNotFoundError
 from services.jobs.bundles import enqueue_export, enqueue_import
 from services.jobs.tasks import QUEUE_NAME, enqueue_reindex
 from services.queue.bundle_transfer import discard, download
@@ -38,6 +37,7 @@ from services.queue.connection import connect
 from services.queue.keys import Keys, space_name
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings, redacted_url
+from services.spaces.errors import RemoteSpaceNotFoundError
 
 POLL_S = 0.5
 ENDED = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)

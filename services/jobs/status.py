@@ -12,7 +12,6 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from memoryos.errors import InvalidInputError
-from services.api.models import JobError, JobView
 
 JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """rq's own ids (`uuid4()`): anything else is refused before it reaches a key."""
@@ -44,41 +43,6 @@ def tenant_job(client: redis.Redis, job_id: str, tenant: str, user_id: str | Non
     ):
         raise JobNotFoundError(f"no job {job_id}")
     return job
-
-
-def job_view(job: Job) -> JobView:
-    status = job.get_status(refresh=False)
-    kind = job.meta["kind"]
-    view = JobView(
-        job_id=job.id,
-        kind=kind,
-        user_id=job.meta["user_id"],
-        assistant_id=job.meta["assistant_id"],
-        status=JobStatus(status).value if status is not None else "expired",
-        enqueued_at=job.enqueued_at,
-        ended_at=job.ended_at,
-        retries_left=None if status in (JobStatus.FINISHED, JobStatus.FAILED) else job.retries_left,
-    )
-    if status == JobStatus.FINISHED:
-        result = dict(job.return_value() or {})
-        if kind == "export":
-            result = {"size_bytes": result["size_bytes"], "download": f"/v1/jobs/{job.id}/bundle"}
-        view.result = result
-    elif status == JobStatus.FAILED:
-        recorded = job.meta.get("error")
-        view.error = (
-            JobError.model_validate(recorded)
-            if recorded
-            else JobError(status=500, code="internal", message=f"the job failed ({_last_exception(job)})")
-        )
-    return view
-
-
-def _last_exception(job: Job) -> str:
-    """The class of the job's last exception (its message may name the rq worker's paths)."""
-    result = job.latest_result()
-    last = (result.exc_string or "").strip().splitlines()[-1:] if result is not None else []
-    return last[0].split(":", 1)[0].rsplit(".", 1)[-1] if last else "no reason recorded"
 
 
 def export_transfer_id(job: Job) -> str:

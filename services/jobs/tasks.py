@@ -8,18 +8,26 @@ from typing import Any, TypeVar, cast
 
 import redis
 from rq import Queue, Retry
-from rq.job import Job, JobStatus, get_current_job
+from rq.job import Job, get_current_job
 
 from memoryos.errors import InvalidInputError
 from memoryos.space.ops import ExpireDue
 from memoryos.space.pool import SpaceKey
 from memoryos.validation import validate_id
-from services.queue.calls import REINDEX, OwnerCall
 from services.queue.connection import connect, connect_like
 from services.queue.keys import Keys, space_key, space_name
+from services.queue.owner_calls import OwnerCallClient
 from services.queue.producer import WriteQueue
-from services.queue.reads import REMOTE_ERRORS, ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import REINDEX, OwnerCall
+from services.spaces.errors import (
+    ErrorAnswer,
+    OwnerRefusedError,
+    OwnerUnavailableError,
+    answer_for,
+    message_for,
+    space_missing,
+)
 
 T = TypeVar("T")
 
@@ -32,9 +40,8 @@ RETRY_INTERVALS_S = [10, 60, 300]
 
 def job_client(settings: QueueSettings) -> redis.Redis:
     """A client of the Redis the running job came from (its rq worker's `--url`); outside a job (a test
-    calling the function), of `settings.redis_url`. Before, a job followed `MEMORYOS_REDIS_URL` alone,
-    and under `rq worker --url` naming another Redis it asked owners that were not there and failed with
-    "no worker owns shard N yet"."""
+    calling the function), of `settings.redis_url`. Not `MEMORYOS_REDIS_URL` alone: under `rq worker --url`
+    naming another Redis, the owners it would ask are not there."""
     job = get_current_job()
     return connect(settings) if job is None else connect_like(job.connection, settings)
 
@@ -63,8 +70,8 @@ def sweep_every_space() -> int:
 def rewrite_aof_after_forgets() -> bool:
     """Scheduled with the sweep: when forgets have applied since the last run, have Redis rewrite its AOF,
     so a forgotten user's text (their queued writes, an export that crossed Redis) leaves Redis's files
-    too; the rewrite writes what Redis holds now, where the forget purged it. Without it the AOF kept the
-    text until Redis chose to rewrite on its own growth rule, which a quiet deployment never reaches. The
+    too; the rewrite writes what Redis holds now, where the forget purged it. Without it the AOF keeps the
+    text until Redis chooses to rewrite on its own growth rule, which a quiet deployment never reaches. The
     bound: `MEMORYOS_SWEEP_INTERVAL_S` (300 s) plus the rewrite's time. A rewrite already running may
     have started before the forget: the count is kept and the next run asks again. Returns whether a
     rewrite was asked for."""
@@ -89,36 +96,36 @@ def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: f
     """Ask the owner of `tenant/user/assistant` to run `call` and wait (up to `timeout_s`) for its answer:
     how every space job acts on a space it never opens.
 
-    A failure raises, so rq retries the job: no worker owns the shard yet (`ReadUnavailableError`), the
+    A failure raises, so rq retries the job: no worker owns the shard yet (`OwnerUnavailableError`), the
     space is busy, the owner stopped midway. A refusal that a retry would only repeat (no such space, an
-    invalid bundle, a model the workers do not serve: a 4xx in `REMOTE_ERRORS`) fails the job at once, its
+    invalid bundle, a model the workers do not serve: a 4xx in `services/spaces/errors.py`) fails the job at once, its
     retries dropped. Either way the job's meta records the error as the API would have answered it
     (`services/jobs/status.py`), in words that name no path of the owner's."""
     settings = QueueSettings()
     client = job_client(settings)
     try:
-        return ReadClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
-    except RemoteReadError as error:
-        status, code = REMOTE_ERRORS.get(error.kind, (500, None))
-        _record_error(status, code, _caller_message(space, error, status), error)
+        return OwnerCallClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
+    except OwnerRefusedError as error:
+        answer = answer_for(error) or ErrorAnswer(500, "internal")
+        _record_error(answer.status, answer.code, _caller_message(space, error, answer), error)
         job = get_current_job()
-        if status < 500 and job is not None:
+        if answer.status < 500 and job is not None:
             job.retries_left = None  # rq's worker reads this very instance when the job fails
         raise
-    except ReadUnavailableError as error:
+    except OwnerUnavailableError as error:
         _record_error(503, "unavailable", str(error), error)
         raise
     finally:
         client.close()
 
 
-def _caller_message(space: str, error: RemoteReadError, status: int) -> str:
-    """The owner's refusal for the job's caller: a missing space is told by its ids (the owner's
-    message names its data directory), a failure of the owner by its class only (as the API does)."""
+def _caller_message(space: str, error: OwnerRefusedError, answer: ErrorAnswer) -> str:
+    """The owner's refusal for the job's caller, as the API words it: a missing space is told by its ids
+    (the owner's message names its data directory)."""
     if error.kind == "SpaceNotFoundError":
         key = space_key(space)
-        return f"no memory for user {key.user_id!r} (assistant {key.assistant_id!r})"
-    return str(error) if status < 500 else f"the owner failed ({error.kind})"
+        return space_missing(key.user_id, key.assistant_id)
+    return message_for(error, answer)
 
 
 def _record_error(status: int, code: str | None, message: str, error: Exception) -> None:
@@ -187,21 +194,6 @@ def enqueue_space_job(
     )
     client.sadd(Keys(settings.redis_namespace).space_jobs(space_name(key)), job.id)
     return job
-
-
-def purge_space_jobs(client: redis.Redis, settings: QueueSettings, key: SpaceKey) -> int:
-    """Delete the space's rq jobs but one running now (a forget: a job's record names the user, and a
-    queued import would bring the memory back); returns how many. A running one is left to finish or
-    fail on its own: its space is gone, and an export it makes is deleted by the owner."""
-    noted = Keys(settings.redis_namespace).space_jobs(space_name(key))
-    job_ids = [job_id.decode() for job_id in cast(set[bytes], client.smembers(noted))]
-    deleted = 0
-    for job in Job.fetch_many(job_ids, connection=client):
-        if job is not None and job.get_status(refresh=False) != JobStatus.STARTED:
-            job.delete()  # out of its queue and registries too
-            deleted += 1
-    client.delete(noted)
-    return deleted
 
 
 def enqueue_reindex(client: redis.Redis, settings: QueueSettings, key: SpaceKey, model: str) -> Job:

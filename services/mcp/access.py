@@ -1,9 +1,9 @@
 """`MemoryAccess`: what every tool and resource needs — the caller's space, and calls on it that never
 create a space by reading.
 
-The spaces are the API's `Spaces` (`services/api/access.py`): over HTTP the very instance the REST routes
+The spaces are the API's `Spaces` (`services/spaces/protocol.py`): over HTTP the very instance the REST routes
 use (embedded, or the Redis queue and its workers), over stdio an embedded one of the MCP process's own.
-Tools name the call to run (`services/queue/calls.py`), so they work the same in every mode. `caller_of`
+Tools name the call to run (`services/spaces/calls.py`), so they work the same in every mode. `caller_of`
 says who is calling from the request's context — fixed over stdio, from the API key over HTTP.
 """
 
@@ -16,9 +16,9 @@ from mcp.server.mcpserver import Context
 from memoryos.errors import SpaceNotFoundError
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey
-from services.api.access import Spaces, WritePlan
 from services.mcp.scope import Caller, Defaults, space_key
-from services.queue.calls import OwnerCall
+from services.spaces.calls import OwnerCall
+from services.spaces.protocol import Spaces, WritePlan
 
 T = TypeVar("T")
 

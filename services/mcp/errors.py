@@ -13,20 +13,10 @@ from collections.abc import Iterator
 
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
-from memoryos.errors import (
-    EmbeddingModelMismatchError,
-    InvalidInputError,
-    ItemNotFoundError,
-    LLMError,
-    SchedulerClosedError,
-    SpaceNotFoundError,
-    StorageError,
-)
-from memoryos.scheduler.batcher import BatcherClosedError
+from memoryos.errors import InvalidInputError, SpaceNotFoundError, StorageError
 from memoryos.storage.space_lock import SpaceBusyError
-from services.api.access import BackpressureError
 from services.mcp.scope import AccessDeniedError
-from services.queue.reads import REMOTE_ERRORS, RemoteReadError
+from services.spaces.errors import answer_for, message_for
 
 log = logging.getLogger(__name__)
 
@@ -36,32 +26,24 @@ class RemoteRefusal(Exception):
 
 
 def message_of(error: Exception) -> str | None:
-    """What the client is told about an engine error; None for an error that is not the engine's."""
+    """What the client is told about an error of the spaces (their one table, `services/spaces/errors.py`,
+    worded for an agent); None for an error that is no error of theirs."""
+    if isinstance(error, AccessDeniedError | RemoteRefusal):
+        return str(error)
+    answer = answer_for(error)
+    if answer is None:
+        return None
     if isinstance(error, InvalidInputError):
         return f"invalid {error}"
     if isinstance(error, SpaceNotFoundError):
-        return (
-            f"no memory for user {error.user_id!r} (assistant {error.assistant_id!r}) yet; "
-            "add_memory creates it"
-        )
-    if isinstance(
-        error,
-        AccessDeniedError | BackpressureError | ItemNotFoundError | EmbeddingModelMismatchError | LLMError,
-    ):
-        return str(error)
-    if isinstance(error, RemoteRefusal):
-        return str(error)
-    if isinstance(error, RemoteReadError) and REMOTE_ERRORS.get(error.kind, (500, None))[0] < 500:
-        return str(error)  # the owning worker's engine refused it (Redis mode)
+        return f"{message_for(error, answer)} yet; add_memory creates it"
     if isinstance(error, SpaceBusyError):  # the space named by its user and assistant, not its path
         space = f"of user {error.directory.parent.name!r} (assistant {error.directory.name!r})"
         return str(error).replace(str(error.directory), space)
-    if isinstance(error, SchedulerClosedError | BatcherClosedError):
-        return "the memory server is shutting down; retry in a moment"
     if isinstance(error, StorageError):
         log.warning("memory store error", extra={"error": str(error)})
         return "the memory store could not be read; the server's log says why"
-    return None
+    return message_for(error, answer)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """The MCP server over streamable HTTP inside the API, at `/mcp`, behind the API's keys.
 
-`mount_mcp(app)` adds the route to an app made by `services.api.main.create_app`: the same `Spaces` (embedded:
+`mount_mcp(app)` adds the route to an app made by `services.api.main.create_app` (`services/serve.py`): the same `Spaces` (embedded:
 one pool of open spaces and one scheduler; or the Redis queue and its workers) serve REST and MCP. Every HTTP request to `/mcp` is
 authenticated like a REST call — the Bearer key names the tenant (401 otherwise), within the key's rate
 (429) — before the MCP transport sees it; the caller rides in the ASGI scope to the tools, so each

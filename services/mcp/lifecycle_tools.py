@@ -16,7 +16,7 @@ from services.mcp.access import MemoryAccess
 from services.mcp.errors import reported_as
 from services.mcp.models import DeletedResult, FactHistoryResult, ForgetResult
 from services.mcp.tools import AssistantIdArg, UserIdArg
-from services.queue.calls import DELETE_FACT, DELETE_PAGE, FACT_HISTORY, STATS
+from services.spaces.calls import DELETE_FACT, DELETE_PAGE, FACT_HISTORY, STATS
 
 ItemId = Annotated[int, Field(ge=1)]
 

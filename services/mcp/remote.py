@@ -15,12 +15,17 @@ from memoryos.errors import SpaceNotFoundError
 from memoryos.portability.bundle import ImportReport
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey
-from services.api.access import BackpressureError, NotInThisModeError, SpaceFigures, WritePlan
 from services.client import ApiError, AsyncMemoryClient
 from services.mcp.errors import RemoteRefusal
-from services.queue import calls
-from services.queue.calls import OwnerCall
-from services.queue.dead_letters import DeadLetter
+from services.spaces import calls
+from services.spaces.calls import OwnerCall
+from services.spaces.protocol import (
+    BackpressureError,
+    DeadLetter,
+    NotInThisModeError,
+    SpaceFigures,
+    WritePlan,
+)
 
 T = TypeVar("T")
 

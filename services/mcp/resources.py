@@ -16,7 +16,7 @@ from memoryos.space.pool import SpaceKey
 from services.mcp.access import MemoryAccess
 from services.mcp.errors import reported_as
 from services.mcp.models import KNOWLEDGE_FIELDS, NO_PROFILE
-from services.queue.calls import LIST_FACTS, PROFILE, STATS
+from services.spaces.calls import LIST_FACTS, PROFILE, STATS
 
 JSON = "application/json"
 

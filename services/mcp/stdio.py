@@ -19,12 +19,12 @@ import sys
 from memoryos import MemoryConfig
 from memoryos.cli.session import config_of
 from memoryos.validation import validate_id
-from services.api.access import Spaces
 from services.api.settings import ApiSettings
-from services.api.spaces import EmbeddedSpaces
 from services.mcp.access import MemoryAccess
 from services.mcp.scope import DEFAULT_ASSISTANT_ID, Caller, Defaults
 from services.mcp.server import build_server
+from services.spaces.embedded import EmbeddedSpaces
+from services.spaces.protocol import Spaces
 
 
 def configure_stderr_logging(verbose: bool) -> None:

@@ -32,7 +32,7 @@ from services.mcp.models import (
     RetrieveMemoryResult,
     UserProfileResult,
 )
-from services.queue.calls import LIST_FACTS, PROFILE, RESPOND, RETRIEVE
+from services.spaces.calls import LIST_FACTS, PROFILE, RESPOND, RETRIEVE
 
 MAX_RESULTS = 100
 """Most pages (and facts) one retrieve_memory returns: a context window, not an export."""

@@ -86,8 +86,16 @@ def chunks(client: redis.Redis, keys: Keys, transfer_id: str) -> Iterator[bytes]
 
 
 def _pieces(client: redis.Redis, key: str, size: int) -> Iterator[bytes]:
+    """The pieces; `InvalidInputError` when one comes back short: the bundle was deleted while it was read
+    (a forget purges its space's bundles), and a truncated bundle must never pass for a whole one."""
     for start in range(0, size, CHUNK_BYTES):
-        yield cast(bytes, client.getrange(key, start, min(size, start + CHUNK_BYTES) - 1))
+        end = min(size, start + CHUNK_BYTES)
+        piece = cast(bytes, client.getrange(key, start, end - 1))
+        if len(piece) != end - start:
+            raise InvalidInputError(
+                "bundle", "the bundle was deleted while it was read; nothing was exported"
+            )
+        yield piece
 
 
 def discard(client: redis.Redis, keys: Keys, transfer_id: str) -> None:

@@ -3,7 +3,7 @@
 redis-py 8 changed two defaults that break a queue under load: every socket read times out after 5 s,
 and a client's pool holds at most 100 connections and raises `MaxConnectionsError` past that. A read
 through the owning worker blocks (BLPOP) for as long as the worker takes to apply the writes before it,
-so a busy worker turned slow reads into `redis.TimeoutError`, and a burst of concurrent requests (an
+so a busy worker would turn slow reads into `redis.TimeoutError`, and a burst of concurrent requests (an
 API under load, a bench with a thread per user) into `Too many connections`. Here blocking calls wait in
 slices well below the socket timeout (`BLOCK_SLICE_S`), and a request that finds the pool busy waits
 for a connection (`BlockingConnectionPool`) rather than failing.

@@ -51,7 +51,9 @@ class Keys:
     def workers_pattern(self) -> str:
         return f"{self.namespace}:worker:*"
 
-    def reads(self, shard: int) -> str:
+    def owner_calls(self, shard: int) -> str:
+        """Owner calls waiting for the shard's worker (named `reads` when they were reads only: a running
+        deployment's lists keep that name)."""
         return f"{self.namespace}:reads:{shard}"
 
     def reply(self, request_id: str) -> str:

@@ -2,7 +2,7 @@
 
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -113,13 +113,41 @@ class QueueSettings(BaseSettings):
         "shards and applying on its own core; they share the host's GPU (each loads the model once). "
         "services/worker/processes.py.",
     )
+    worker_embedding_engine: bool | None = Field(
+        None,
+        description="Run one embedding engine process beside the worker processes of this host: the model "
+        "loaded once, the texts of every process batched together (memoryos/embedding/engine/). None: on "
+        "when worker_processes > 1. Not started where MEMORYOS_EMBEDDING_ENGINE_SOCKET names one run apart.",
+    )
+    worker_health_port: int = Field(
+        9399,
+        ge=0,
+        le=65535,
+        description="Where `memoryos worker` answers GET /healthz (0: not served): 200 while every process it "
+        "runs is up (with worker_processes N, each child alive and each worker child's metrics port "
+        "answering), 503 naming those that are not. The container healthchecks and Kubernetes probes ask "
+        "it (services/worker/health.py).",
+    )
+    worker_max_child_failures: int = Field(
+        5,
+        ge=1,
+        description="A child of `memoryos worker` (a worker process or the embedding engine) that exits this "
+        "many times within worker_child_failure_window_s stops every child and the worker exits 1, so that "
+        "the container's restart policy acts on a failure restarting cannot cure (no GPU, a broken driver). "
+        "A child that ran 60 s before it exited counts from 1 again (services/worker/processes.py).",
+    )
+    worker_child_failure_window_s: float = Field(
+        300.0,
+        gt=0,
+        description="The window in which worker_max_child_failures exits of one child are counted.",
+    )
     worker_max_open_spaces: int = Field(10_000, ge=1, description="Open spaces a worker keeps at most.")
     worker_read_threads: int = Field(
         32,
         ge=1,
         description="Owner calls (reads) a worker runs at once. A read mostly waits, for its space's writes "
-        "and their vectors; with one thread every other read queued behind that wait, and with 8, 64 "
-        "clients on 2 cores still timed out (services/worker/reads.py, docs/reliability.md).",
+        "and their vectors, so too few threads queue every other read behind those waits "
+        "(docs/reliability.md, 'Reads under load').",
     )
     worker_max_embedding_lag_s: float = Field(
         0.25,
@@ -145,3 +173,15 @@ class QueueSettings(BaseSettings):
         description="Seconds between giving the C heap's free pages back to the system "
         "(services/allocator.py); 0: never.",
     )
+
+    @field_validator("worker_health_port")
+    @classmethod
+    def _health_port_apart(cls, port: int, info: ValidationInfo) -> int:
+        """The health port must not be one of the worker processes' metrics ports (port + i)."""
+        first, processes = info.data.get("worker_metrics_port"), info.data.get("worker_processes")
+        if port and first and processes and first <= port < first + processes:
+            raise ValueError(
+                f"worker_health_port: {port} is a metrics port of the worker processes "
+                f"(worker_metrics_port {first} + i for i < worker_processes {processes})"
+            )
+        return port

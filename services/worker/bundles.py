@@ -15,8 +15,8 @@ from memoryos.errors import SpaceNotFoundError
 from memoryos.portability.bundle import export_space, import_space
 from memoryos.space.pool import SpaceKey
 from services.queue.bundle_transfer import TRANSFER_TTL_S, discard, download, upload
-from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
 from services.queue.keys import Keys
+from services.spaces.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, BundleSent, OwnerCall
 from services.worker.spaces import WorkerSpaces
 
 

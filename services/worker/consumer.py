@@ -12,12 +12,12 @@ every later write of its space behind it.
 Applied entries are acknowledged in groups (`ACK_EVERY_S`): still only after they applied.
 
 A shard's batch is applied space by space: consecutive writes of one space (up to `write_run`) go to the
-engine as one run, stored in one transaction — one commit where there was one per write, which was most
-of a worker's time per write. Order holds within each space, the only order the queue promises; a run
+engine as one run, stored in one transaction, since a commit per write would be most of a worker's time
+per write (docs/service.md). Order holds within each space, the only order the queue promises; a run
 that fails is applied again entry by entry, so the entry at fault is retried or dead-lettered alone and
 the entries before it are applied. A space whose entry must wait stops there; other spaces go on.
 
-A round can outlast a lease (256 entries a shard, many shards, on busy cores): before each run the
+A round can outlast a lease (`batch_entries` a shard, many shards, on busy cores): before each run the
 consumer asks `still_owned` — the worker renews its leases there when due — and stops a shard whose lease
 was lost, so a shard's new owner, which claims the entries left pending here, is its only writer.
 New entries are read by a script that checks this worker's lease in the same step
@@ -310,7 +310,8 @@ class ShardConsumer:
 
     def _acknowledge(self, stream: str, entry_ids: list[bytes]) -> None:
         """Acknowledge and delete applied entries together: with `appendfsync always` every write command
-        costs Redis an fsync, and one per entry was a third of a worker's time per write."""
+        costs Redis an fsync, which per entry would be a large part of a worker's time per write
+        (docs/service.md, "Where a worker's time per write goes")."""
         pipe = self.client.pipeline(transaction=True)
         pipe.xack(stream, CONSUMER_GROUP, *entry_ids)
         pipe.xdel(stream, *entry_ids)

@@ -39,9 +39,9 @@ worker tries its space at once."""
 TRIES_PER_ROUND = 16
 TRY_ROUND_S = 0.5
 """Spaces tried on the chance they were reindexed (at a takeover, and each `RETRY_S`) are tried at most
-`TRIES_PER_ROUND` every `TRY_ROUND_S`: a space still on the old model fails to open in about 2 ms here and
-a migration can hold thousands, so those tries cost the other spaces' writes at most about 6% of a core
-(a busy worker polls many times a second). Spaces whose reindex just finished here go first, unpaced."""
+`TRIES_PER_ROUND` every `TRY_ROUND_S`: a migration can hold thousands of spaces that still fail to open,
+and the pace bounds the share of a core those tries take from the other spaces' writes (docs/service.md).
+Spaces whose reindex just finished here go first, unpaced."""
 
 _RELEASED = """
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)

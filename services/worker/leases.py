@@ -56,7 +56,7 @@ class ShardLeases:
     def renew(self) -> set[int]:
         """Extend every lease held; returns the shards lost (expired and taken: stop working on them).
         One round trip for all of them: the worker trusts a renewal from when it was sent, so a round
-        that takes long (64 sequential calls on a slow link) would shorten the trust it buys."""
+        that takes long (a call per shard, in sequence, on a slow link) would shorten the trust it buys."""
         shards = sorted(self.owned)
         pipe = self.client.pipeline(transaction=False)
         for shard in shards:

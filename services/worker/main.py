@@ -30,7 +30,7 @@ from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.leases import ShardLeases
 from services.worker.outage import RedisOutage
-from services.worker.reads import ReadServer
+from services.worker.owner_calls import OwnerCallServer
 from services.worker.spaces import WorkerSpaces
 from services.worker.tombstones import honour_tombstones
 
@@ -63,7 +63,7 @@ class Worker:
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
         self._owned_snapshot: list[int] = []
-        self._reads = ReadServer(
+        self._owner_calls = OwnerCallServer(
             connect(settings),
             settings,
             self.spaces,
@@ -145,7 +145,7 @@ class Worker:
         self._keep_leases()
         for shard in self.leases.acquire(self.leases.target()):
             self.consumer.take_over(shard)
-        busy = self._reads.busy_shards()
+        busy = self._owner_calls.busy_shards()
         for shard in self.leases.surplus():
             if shard not in busy:  # a call running on it (a reindex): give it back later
                 self.leases.release(shard)  # between polls: none of its writes is in flight here
@@ -158,7 +158,7 @@ class Worker:
             # The writes wait in the streams, where the API sees the lag; but not those a read waits for,
             # which would wait out the whole hold (lifting the hold for every shard while any read waited
             # moved the backlog into the worker: docs/reliability.md).
-            awaited = self._reads.shards_awaiting_writes()
+            awaited = self._owner_calls.shards_awaiting_writes()
             waited_for = [shard for shard in shards if shard in awaited]
             if waited_for:
                 return self.consumer.poll(waited_for, block_ms=int(EMBEDDING_HOLD_POLL_S * 1000))
@@ -172,8 +172,10 @@ class Worker:
 
     def run(self, stop: threading.Event) -> None:
         """Work until `stop` is set, then drain and give everything back."""
-        reads = threading.Thread(target=self._reads.serve, args=(stop,), name="memoryos-reads", daemon=True)
-        reads.start()
+        owner_calls = threading.Thread(
+            target=self._owner_calls.serve, args=(stop,), name="memoryos-owner-calls", daemon=True
+        )
+        owner_calls.start()
         log.info("worker started", extra={"worker": self.worker_id})
         outage = RedisOutage("worker")
         checked = False  # the tombstones, before any shard is taken; again after Redis was away
@@ -196,6 +198,6 @@ class Worker:
                 self.leases.release_all()
             except REDIS_UNAVAILABLE:  # they expire after their TTL instead
                 log.warning("worker stopping while Redis is away: its leases are left to expire")
-            reads.join(timeout=5)
+            owner_calls.join(timeout=5)
             self.spaces.close()
             log.info("worker stopped; shards released", extra={"worker": self.worker_id})

@@ -1,7 +1,7 @@
 """The worker's Prometheus metrics, read from the worker and the engine's scheduler at scrape time (a
 collector, not counters updated on the hot path): shards and leases, queue depth of owned shards, open
-spaces, spaces with writes held for a reindex, embedding batches and tokens, LLM calls in flight, dead
-letters."""
+spaces, spaces with writes held for a reindex, whether the host's embedding engine answers, embedding
+batches and tokens, LLM calls in flight, dead letters."""
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from memoryos.embedding.engine.client import EngineEmbedder
 from memoryos.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -47,6 +48,13 @@ class WorkerCollector(Collector):
             value=worker.consumer.held.count(),
         )
         yield GaugeMetricFamily("memoryos_open_spaces", "Spaces held open.", value=len(worker.spaces.pool))
+        embedder = worker.spaces.embedder()
+        if isinstance(embedder, EngineEmbedder):
+            yield GaugeMetricFamily(
+                "memoryos_embedding_engine_up",
+                "1 while the host's embedding engine answers; 0 while it is unreachable (its pages wait).",
+                value=float(embedder.reachable()),
+            )
         stats = self.scheduler.batcher_stats()
         yield CounterMetricFamily(
             "memoryos_embed_tokens",

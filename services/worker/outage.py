@@ -1,10 +1,10 @@
 """Waiting out Redis: how long a worker's loops pause while Redis is away, and what they log.
 
-A Redis restart (a rollout, a crash, its AOF replayed on start: `BusyLoadingError`) used to end the
-worker with `ConnectionError` and exit 1, and without a supervisor writes piled up unapplied while every
-read answered 503. Now each loop of the worker (applying writes, answering reads) catches
-`REDIS_UNAVAILABLE`, pauses 0.1 s doubling to 5 s, and tries again; one WARNING when an outage begins
-and one INFO when Redis answers again, not a line per try.
+A Redis restart (a rollout, a crash, its AOF replayed on start: `BusyLoadingError`) must not end the
+worker: without a supervisor, writes would pile up unapplied while every read answered 503. So each loop
+of the worker (applying writes, answering reads) catches `REDIS_UNAVAILABLE`, pauses `FIRST_S` doubling
+to `MAX_S`, and tries again; one WARNING when an outage begins and one INFO when Redis answers again, not
+a line per try.
 """
 
 import logging

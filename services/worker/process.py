@@ -5,20 +5,30 @@ import argparse
 import gc
 import os
 import signal
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from memoryos import MemoryConfig
+from memoryos.cli.embedding_engine import serve_engine
 from memoryos.cli.session import config_of
+from memoryos.embedding.engine.client import EngineEmbedder
 from memoryos.scheduler import shared_scheduler
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
+from services.worker.health import serving_health
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
-from services.worker.processes import supervise
+from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
 
+ENGINE_START_TIMEOUT_S = 600.0
+"""How long a worker child waits for the embedding engine's first answer before it takes shards: a large
+model's first load from a cold disk."""
 PartsFactory = Callable[[], dict[str, Any]]
 """Builds the parts injected into every space of a worker (an embedder, an LLM): a benchmark's instant
 embedder. A module-level callable, so that a spawned child can import it."""
@@ -38,33 +48,92 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def runs_embedding_engine(settings: QueueSettings, config: MemoryConfig) -> bool:
+    """Whether this worker starts the host's embedding engine: as configured (`worker_embedding_engine`;
+    unset, when several applying processes would each load the model), and never when an engine runs
+    apart (`embedding_engine_socket`) or an embeddings server embeds (`embedding_api_base_url`)."""
+    wanted = settings.worker_embedding_engine
+    if wanted is None:
+        wanted = settings.worker_processes > 1
+    return wanted and config.embedding_engine_socket is None and config.embedding_api_base_url is None
+
+
 def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = None) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`); one process, or
-    `worker_processes` children under a supervisor."""
+    `worker_processes` children under a supervisor, with an embedding engine child where it is on."""
     settings = _settings(args)
-    if settings.worker_processes == 1:
+    engine_on = runs_embedding_engine(settings, config_of(args))
+    if settings.worker_processes == 1 and not engine_on:
         _serve(args, settings, parts() if parts else {})
         return
     print(
-        f"memoryos worker: {settings.worker_processes} processes from {redacted_url(settings.redis_url)}",
+        f"memoryos worker: {settings.worker_processes} processes"
+        + (" and an embedding engine" if engine_on else "")
+        + f" from {redacted_url(settings.redis_url)}",
         flush=True,
     )
-    supervise(settings.worker_processes, _child, args, parts, _stop_on_signals())
+    with tempfile.TemporaryDirectory(prefix="memoryos-engine-") as socket_dir:  # 0700: only this user
+        socket_path = Path(socket_dir) / "engine.sock" if engine_on else None
+        workers = [
+            ChildSpec(
+                f"memoryos-worker-{index}",
+                _child,
+                (args, index, parts, socket_path),
+                _metrics_port(settings, index),
+            )
+            for index in range(settings.worker_processes)
+        ]
+        engine = ChildSpec("memoryos-embedding-engine", _engine_child, (args, socket_path, parts))
+        supervision = Supervision(
+            max_failures=settings.worker_max_child_failures,
+            failure_window_s=settings.worker_child_failure_window_s,
+        )
+        supervisor = Supervisor(workers, engine if socket_path else None, supervision)
+        stop = _stop_on_signals()
+        with serving_health(settings.worker_health_port, supervisor.unhealthy):
+            try:
+                supervisor.run(stop)
+            except ChildKeepsFailingError as error:
+                print(f"memoryos worker: {error}", file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
 
 
-def _child(args: argparse.Namespace, index: int, parts: PartsFactory | None) -> None:
+def _metrics_port(settings: QueueSettings, index: int) -> int:
+    """Child `index`'s metrics port: the configured one + index (0 stays off)."""
+    return settings.worker_metrics_port and settings.worker_metrics_port + index
+
+
+def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFactory | None) -> None:
+    """The host's embedding engine: the configured model, or the embedder of `parts` (a benchmark's)."""
+    stop = _stop_on_signals()
+    embedder = (parts() if parts else {}).get("embedder")
+    serve_engine(config_of(args), socket_path, stop, embedder)
+
+
+def _child(
+    args: argparse.Namespace, index: int, parts: PartsFactory | None, engine_socket: Path | None
+) -> None:
     """Child `index` of a supervised set: its own metrics port and worker id, and its share of the cores
     for torch (each child would otherwise start one thread per core) and for the tokenizer (its thread
-    pool takes every core in each child; the children already tokenize in parallel)."""
+    pool takes every core in each child; the children already tokenize in parallel). With
+    `engine_socket`, it embeds through the engine (the injected embedder is the engine's) and waits for
+    the engine's first start before it takes shards."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     settings = _settings(args)
     torch_threads = max(1, (os.cpu_count() or 1) // settings.worker_processes)
-    port = settings.worker_metrics_port and settings.worker_metrics_port + index  # 0 stays off
     child_args = argparse.Namespace(**vars(args))
     if args.worker_id:
         child_args.worker_id = f"{args.worker_id}-{index}"
-    child = settings.model_copy(update={"worker_metrics_port": port})
-    _serve(child_args, child, parts() if parts else {}, torch_threads)
+    child = settings.model_copy(
+        update={"worker_metrics_port": _metrics_port(settings, index), "worker_health_port": 0}
+    )  # the parent answers /healthz for all
+    child_parts = parts() if parts else {}
+    if engine_socket is not None:
+        child_parts.pop("embedder", None)
+        waiting = EngineEmbedder(engine_socket, timeout_s=ENGINE_START_TIMEOUT_S)
+        waiting.wait_ready()
+        waiting.close()
+    _serve(child_args, child, child_parts, torch_threads, engine_socket)
 
 
 def _serve(
@@ -72,11 +141,15 @@ def _serve(
     settings: QueueSettings,
     parts: dict[str, Any],
     torch_threads: int | None = None,
+    engine_socket: Path | None = None,
 ) -> None:
-    """One worker until SIGTERM/SIGINT. `torch_threads`: the default when none is configured."""
+    """One worker until SIGTERM/SIGINT. `torch_threads`: the default when none is configured;
+    `engine_socket`: the embedding engine's, when this worker loads no model."""
     fix_mmap_threshold(settings.worker_mmap_threshold_kb * 1024)  # before any space is opened
     stop = _stop_on_signals()
     config = config_of(args)
+    if engine_socket is not None:
+        config = config.model_copy(update={"embedding_engine_socket": engine_socket})
     if torch_threads is not None and config.torch_threads is None:
         config = config.model_copy(update={"torch_threads": torch_threads})
     worker = Worker(settings, config, worker_id=args.worker_id, **parts)
@@ -90,4 +163,5 @@ def _serve(
         f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}",
         flush=True,
     )
-    worker.run(stop)
+    with serving_health(settings.worker_health_port, list):  # one process: healthy while it serves
+        worker.run(stop)

@@ -1,31 +1,38 @@
 """`memoryos worker --processes N`: several worker processes on one host, so applying uses its cores.
 
 One worker process applies its shards' writes on one thread: SQLite transactions, the engine's planning
-and the scheduler are Python under one interpreter lock, and a host's other cores sat idle (about 300
-turns/s applying alone on a 16-core GPU host, issue 38). N processes each run the whole worker
+and the scheduler are Python under one interpreter lock, so a host's other cores would sit idle
+(docs/service.md, "Several worker processes per host"). N processes each run the whole worker
 (`Worker`): the leases divide the shards between them exactly as between hosts, so per-space order,
-exactly-once effect, read-your-writes, takeover and drain need nothing new. They share the host's GPU:
-each loads the model once (MiniLM 90 MB, bge-m3 about 1.1 GB in fp16, and a CUDA context of about half a
-GB each) and their batches interleave on the device.
+exactly-once effect, read-your-writes, takeover and drain need nothing new. They share one embedding
+engine (`memoryos/embedding/engine/`), a child of its own: the model and its CUDA context are loaded
+once, and their texts meet in its batches.
+`MEMORYOS_WORKER_EMBEDDING_ENGINE=false` gives each child its own model again.
 
 The parent only supervises. It starts the children (spawned, never forked: a forked CUDA runtime is
 unusable), gives child i the metrics port + i and, where the worker id is set, that id + "-i"; it starts
 a child again when one exits while the parent runs (a crash, an out-of-memory kill), after a delay that
-grows while children keep failing, so one that cannot start is not restarted in a loop; and on SIGTERM or
-SIGINT it passes SIGTERM on and waits for every child to drain (each finishes its batch in flight,
-releases its leases and closes its spaces).
+grows while children keep failing. A child that exits `max_failures` times within `failure_window_s`
+fails no better for being started again (no GPU, a broken driver): the parent stops every child and
+raises `ChildKeepsFailingError`, and `memoryos worker` exits 1 so that the container's restart policy,
+not this loop, acts. On SIGTERM or SIGINT it passes SIGTERM on and waits for every child to drain (each
+finishes its batch in flight, releases its leases and closes its spaces). `Supervisor.unhealthy` is what
+its /healthz answers (`health.py`).
 """
 
-import argparse
 import logging
 import multiprocessing
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from memoryos import backoff
+from services.worker.health import metrics_answer
 
 log = logging.getLogger(__name__)
 
@@ -37,62 +44,144 @@ RESTART_MAX_S = 30.0
 STABLE_AFTER_S = 60.0
 """A child that ran this long before it exited counts as a first failure again."""
 
-ChildMain = Callable[[argparse.Namespace, int, Any], None]
-"""What a child runs: (the command's arguments, its index, what the caller passes through)."""
+
+class ChildKeepsFailingError(RuntimeError):
+    """A child exited too often in the window: every child has been stopped."""
 
 
+@dataclass(frozen=True)
+class ChildSpec:
+    """What one child runs: `target(*args)`, both importable and picklable (a spawned child imports them
+    anew), its process name, and the port of its /metrics once it works (0: none; health asks it)."""
+
+    name: str
+    target: Callable[..., None]
+    args: tuple[Any, ...]
+    metrics_port: int = 0
+
+
+@dataclass(frozen=True)
+class Supervision:
+    """When the supervisor restarts a child and when it gives up (`QueueSettings.worker_max_child_failures`,
+    `worker_child_failure_window_s`)."""
+
+    max_failures: int = 5
+    failure_window_s: float = 300.0
+    restart_first_s: float = RESTART_FIRST_S
+    restart_max_s: float = RESTART_MAX_S
+    stable_after_s: float = STABLE_AFTER_S
+    check_every_s: float = CHECK_EVERY_S
+
+
+@dataclass
 class _Child:
-    """One child slot: the process in it now, and how often it failed in a row."""
+    """One child slot: the process in it now (None while it waits for its restart), and its exits
+    counted towards the bound, as (when, exit code)."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.process: BaseProcess | None = None
-        self.started_at = 0.0
-        self.failures = 0
-        self.restart_at = 0.0
+    spec: ChildSpec
+    process: BaseProcess | None = None
+    started_at: float = 0.0
+    exits: list[tuple[float, int]] = field(default_factory=list)
+    restart_at: float = 0.0
 
 
-def supervise(
-    count: int, child_main: ChildMain, args: argparse.Namespace, passed: Any, stop: threading.Event
-) -> None:
-    """Run `count` children of `child_main(args, index, passed)` until `stop` is set, restarting any that
-    exits meanwhile; then SIGTERM them all and wait for each to exit. `child_main` and `passed` must be
-    importable and picklable (a spawned child imports them anew)."""
-    context = multiprocessing.get_context("spawn")
-    children = [_Child(index) for index in range(count)]
+class Supervisor:
+    """The children of one `memoryos worker --processes N`: `engine`, the child the workers embed with,
+    is started first and stopped last, once every worker has drained (a drain may still embed a batch)."""
 
-    def start(child: _Child) -> None:
-        child.process = context.Process(
-            target=child_main, args=(args, child.index, passed), name=f"memoryos-worker-{child.index}"
-        )
-        child.process.start()
+    def __init__(
+        self,
+        workers: Sequence[ChildSpec],
+        engine: ChildSpec | None = None,
+        supervision: Supervision | None = None,
+    ) -> None:
+        self._supervision = supervision or Supervision()
+        self._has_engine = engine is not None
+        self._children = [_Child(spec) for spec in ([engine] if engine else []) + list(workers)]
+        self._context = multiprocessing.get_context("spawn")
+
+    def run(self, stop: threading.Event) -> None:
+        """Run the children until `stop` is set, restarting any that exits meanwhile; then SIGTERM them
+        all and wait for each to exit. `ChildKeepsFailingError` (every child stopped first) when one
+        exits `max_failures` times within the window."""
+        for child in self._children:
+            self._start(child)
+        try:
+            while not stop.wait(self._supervision.check_every_s):
+                now = time.monotonic()
+                for child in self._children:
+                    process = child.process
+                    if process is not None and not process.is_alive():
+                        self._exited(child, process, now)
+                    if child.process is None and now >= child.restart_at:
+                        self._start(child)
+        finally:
+            first = self._children[:1] if self._has_engine else []
+            rest = self._children[len(first) :]
+            _terminate([child.process for child in rest if child.process is not None])
+            _terminate([child.process for child in first if child.process is not None])
+
+    def unhealthy(self) -> list[str]:
+        """The children not working now, one line each: not running (exited, waiting for their restart),
+        or a worker whose metrics port does not answer (still loading, or stuck). Called from the health
+        server's threads: it reads the slots, never reaps a process."""
+        down = [f"{child.spec.name}: not running" for child in self._children if child.process is None]
+        probed = [child for child in self._children if child.process is not None and child.spec.metrics_port]
+        if probed:
+            with ThreadPoolExecutor(max_workers=min(len(probed), 32)) as pool:
+                answers = list(pool.map(metrics_answer, [child.spec.metrics_port for child in probed]))
+            down += [
+                f"{child.spec.name}: /metrics on port {child.spec.metrics_port} does not answer"
+                for child, answered in zip(probed, answers, strict=True)
+                if not answered
+            ]
+        return down
+
+    def _start(self, child: _Child) -> None:
+        process = self._context.Process(target=child.spec.target, args=child.spec.args, name=child.spec.name)
+        process.start()
         child.started_at = time.monotonic()
+        child.process = process
 
-    for child in children:
-        start(child)
-    try:
-        while not stop.wait(CHECK_EVERY_S):
-            now = time.monotonic()
-            for child in children:
-                process = child.process
-                if process is not None and not process.is_alive():
-                    ran_s = now - child.started_at
-                    child.failures = 1 if ran_s >= STABLE_AFTER_S else child.failures + 1
-                    child.restart_at = now + backoff.delay_s(child.failures, RESTART_FIRST_S, RESTART_MAX_S)
-                    log.warning(
-                        "worker process %d exited (code %s) after %.0f s; restarted in %.0f s",
-                        child.index,
-                        process.exitcode,
-                        ran_s,
-                        child.restart_at - now,
-                    )
-                    child.process = None
-                if child.process is None and now >= child.restart_at:
-                    start(child)
-    finally:
-        running = [child.process for child in children if child.process is not None]
-        for process in running:
-            if process.is_alive():
-                process.terminate()  # SIGTERM: the child drains
-        for process in running:
-            process.join()
+    def _exited(self, child: _Child, process: BaseProcess, now: float) -> None:
+        """Count the exit; past the bound, raise, else schedule the restart."""
+        bound = self._supervision
+        ran_s = now - child.started_at
+        if ran_s >= bound.stable_after_s:
+            child.exits.clear()
+        code = process.exitcode or 0  # set once the process is no longer alive
+        child.exits = [(at, old) for at, old in child.exits if now - at < bound.failure_window_s]
+        child.exits.append((now, code))
+        child.process = None
+        if len(child.exits) >= bound.max_failures:
+            raise ChildKeepsFailingError(
+                f"{child.spec.name} exited {len(child.exits)} times within {bound.failure_window_s:g} s "
+                f"(exit codes {', '.join(_exit_name(code) for _, code in child.exits)}); every process stopped"
+            )
+        child.restart_at = now + backoff.delay_s(len(child.exits), bound.restart_first_s, bound.restart_max_s)
+        log.warning(
+            "%s exited (%s) after %.0f s; restarted in %.0f s",
+            child.spec.name,
+            _exit_name(code),
+            ran_s,
+            child.restart_at - now,
+        )
+
+
+def _exit_name(code: int) -> str:
+    """An exit status as said: `1`, or the signal that ended the process (`SIGKILL`)."""
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return str(code)
+
+
+def _terminate(processes: list[BaseProcess]) -> None:
+    """SIGTERM (a worker drains, the engine finishes its batch), then wait for each."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join()

@@ -13,7 +13,7 @@ from typing import Any
 from memoryos.errors import InvalidInputError
 from memoryos.portability.reindex import reindex_space
 from memoryos.space.pool import SpaceKey
-from services.queue.calls import ReindexReport
+from services.spaces.calls import ReindexReport
 from services.worker.spaces import WorkerSpaces
 
 

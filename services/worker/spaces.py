@@ -65,11 +65,11 @@ class WorkerSpaces:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`), without
         opening it (`memoryos.forget_space`: no model load, and a space still on another embedding model
         goes too), emptying the shared embedding cache. A read that came first answers from the space, one
-        that comes after finds none. Erasing through the pool's instance closed its SQLite connection under
-        the reads using it (500s). None when there was no space (a forget delivered again after it
-        applied). The volume's tombstone (`forgotten_at`: when the forget was planned) is written first,
-        so a restored copy of the space is erased again (`memoryos/space/tombstones.py`). `on_wait`: as
-        `writing`'s."""
+        that comes after finds none; erasing through the pool's instance would close its SQLite connection
+        under the reads using it (docs/lifecycle.md). None when there was no space (a forget delivered again
+        after it applied). The volume's tombstone (`forgotten_at`: when the forget was planned) is written
+        first, so a restored copy of the space is erased again (`memoryos/space/tombstones.py`). `on_wait`:
+        as `writing`'s."""
         with self.pool.closed_for(key, on_wait):
             if self.exists(key):
                 tombstones.record(self.config.data_dir, tombstones.digest(key), forgotten_at)

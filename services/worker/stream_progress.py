@@ -1,13 +1,12 @@
 """Entries leaving a shard's stream, told to the worker's read threads as they leave.
 
-A read waits until its space's writes have left the stream (`reads.py`, `_wait_applied`). It looked in
-Redis every 10 ms: with the 64 clients of `bench.serving.mixed_load` reading at once, up to 3,200
-lookups a second from the worker's 32 read threads, each a trip through redis-py under the interpreter lock
-that the applying thread needs — the waiting reads slowed the applying they waited for, most of all in
-the burst when many users write and read together. The consumer now says when entries of a shard left
-its stream (acknowledged, dead-lettered or set aside for a reindex), and a waiting read looks again then.
-It still looks every `UNTOLD_S` on its own: a shard taken over by another worker is applied there, and
-nobody tells this process.
+A read waits until its space's writes have left the stream (`owner_calls.py`, `_wait_applied`). Polling
+Redis for that from every read thread would make each lookup a trip through redis-py under the interpreter
+lock that the applying thread needs, so the waiting reads would slow the applying they wait for
+(docs/reliability.md, Reads under load). The consumer says when entries of a shard left its stream
+(acknowledged, dead-lettered or set aside for a reindex), and a waiting read looks again then. It still
+looks every `UNTOLD_S` on its own: a shard taken over by another worker is applied there, and nobody
+tells this process.
 """
 
 import threading

@@ -1,8 +1,8 @@
 """A script that ends without closing its `Memoryos` ends quietly and loses nothing.
 
-The README's pattern — open, add a dozen turns, retrieve, let the script end — printed a traceback
-("cannot schedule new futures after interpreter shutdown") and "Task was destroyed but it is pending!"
-whenever a consolidation pass was still calling the LLM at exit. The LLM here is a real HTTP server that
+The README's pattern before it used `with` — open, add a dozen turns, retrieve, let the script end —
+printed a traceback ("cannot schedule new futures after interpreter shutdown") and "Task was destroyed but
+it is pending!" whenever a consolidation pass was still calling the LLM at exit. The LLM here is a real HTTP server that
 answers every consolidation task after a delay, so a pass is in flight when the script ends.
 """
 

@@ -221,7 +221,8 @@ def test_without_torch_what_cannot_be_checked_is_refused_with_the_way_out(
     config = model_copy / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "qwen3"}))
     with pytest.raises(
-        MemoryOSError, match=r"model_type 'qwen3' has no torch-free ONNX builder.*memoryos\[torch\]"
+        MemoryOSError,
+        match=r"model_type 'qwen3' has no torch-free ONNX builder.*pip install -e '[^']*\[torch\]",
     ):
         embedder(tmp_path, model=str(model_copy)).encode(["a page"])
     with pytest.raises(MemoryOSError, match=r"embedding_runtime: 'torch' needs PyTorch"):
@@ -254,7 +255,8 @@ def test_without_torch_changed_weights_are_refused_and_a_damaged_export_rebuilt(
     data[-4000:-2000] = bytes(2000)  # inside the last tensor: loads, same size, other weights
     weights.write_bytes(data)
     with pytest.raises(
-        MemoryOSError, match=r"no PyTorch vectors are recorded for these files.*memoryos\[torch\]"
+        MemoryOSError,
+        match=r"no PyTorch vectors are recorded for these files.*pip install -e '[^']*\[torch\]",
     ):
         embedder(tmp_path, model=str(copy)).encode(["a page"])
 

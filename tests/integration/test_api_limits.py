@@ -12,7 +12,7 @@ import pytest
 
 from memoryos import MemoryConfig
 from services.api.settings import ApiSettings
-from services.api.spaces import REQUEST_THREADS
+from services.spaces.embedded import REQUEST_THREADS
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import BlockedEmbedder, HashEmbedder
 
@@ -205,7 +205,7 @@ def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) 
 def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Path) -> None:
     """Reads wait on their threads for the writes before them to be searchable; with the embedder stuck,
     more waiting reads than the API has request threads must not hold up the next write's acknowledgement
-    (`services/api/spaces.py`, `WRITE_THREADS`)."""
+    (`services/spaces/embedded.py`, `WRITE_THREADS`)."""
     # No lag bound here: with the embedder stuck it would refuse the write this test acknowledges.
     settings = ApiSettings(port=0, max_write_lag_s=0)
     with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):

@@ -1,7 +1,7 @@
 """Every command the compose files run, read from the files themselves and started against a real
 `redis-server` until it serves: the API in Redis mode (/readyz answers), the worker (says it serves, and
-/metrics answers), the rq maintenance worker and rq cron (rq says it listens / registered the schedule),
-and `memoryos mcp` (answers an MCP initialize). The Kubernetes manifests run the same commands (checked
+/metrics and /healthz answer), the rq maintenance worker and rq cron (rq says it listens / registered the
+schedule), and `memoryos mcp` (answers an MCP initialize). The Kubernetes manifests run the same commands (checked
 below), so this covers them too.
 
 Each command runs from the environment of its image: `.ci/deploy-check` installs the API's and the CPU
@@ -116,11 +116,12 @@ def container_env(case: Case, tmp: Path, redis_url: str) -> tuple[list[str], dic
         for container_path in ("/data", "/models"):
             if value == container_path or value.startswith(container_path + "/"):
                 env[name] = str(tmp / value.lstrip("/"))
-    ports = {"api": free_port(), "metrics": free_port()}
+    ports = {"api": free_port(), "metrics": free_port(), "health": free_port()}
     env.update(
         MEMORYOS_API_HOST="127.0.0.1",
         MEMORYOS_API_PORT=str(ports["api"]),
         MEMORYOS_WORKER_METRICS_PORT=str(ports["metrics"]),
+        MEMORYOS_WORKER_HEALTH_PORT=str(ports["health"]),
     )
     env.setdefault("MEMORYOS_DATA_DIR", str(tmp / "data"))
     env.setdefault("MEMORYOS_REDIS_URL", redis_url)
@@ -223,7 +224,9 @@ def readiness(case: Case, ports: dict[str, int]) -> Callable[[str], bool]:
         return lambda _text: http_ok(f"http://127.0.0.1:{ports['api']}/readyz")
     if head == ("memoryos", "worker"):
         return lambda text: (
-            "serving shards" in text and http_ok(f"http://127.0.0.1:{ports['metrics']}/metrics")
+            "serving shards" in text
+            and http_ok(f"http://127.0.0.1:{ports['metrics']}/metrics")
+            and http_ok(f"http://127.0.0.1:{ports['health']}/healthz")  # what the healthchecks ask
         )
     if head == ("rq", "worker"):
         return lambda text: "Listening on memoryos-maintenance" in text

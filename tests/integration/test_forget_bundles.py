@@ -15,19 +15,20 @@ from rq import Queue
 from rq.job import Job, JobStatus
 
 from memoryos import MemoryConfig
+from memoryos.errors import InvalidInputError
 from memoryos.space.ops import ForgetSpace
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.api.queued_spaces import QueuedSpaces
 from services.api.settings import ApiSettings
 from services.jobs.bundles import enqueue_export, enqueue_import
 from services.jobs.tasks import QUEUE_NAME
-from services.queue.bundle_transfer import upload
-from services.queue.calls import EXPORT_BUNDLE, LIST_PAGES
+from services.queue.bundle_transfer import CHUNK_BYTES, chunks, purge_bundles, upload
 from services.queue.keys import Keys
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import EXPORT_BUNDLE, LIST_PAGES
+from services.spaces.queued import QueuedSpaces
 from services.worker import bundles as worker_bundles
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
@@ -52,7 +53,7 @@ class Deployment:
         )
         self.client = redis.Redis.from_url(server.url)
         self.queue = WriteQueue(self.client, self.settings)
-        self.reads = ReadClient(self.client, self.settings)
+        self.owner_calls = OwnerCallClient(self.client, self.settings)
         self.keys = Keys("bundles")
         self.config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
 
@@ -63,10 +64,10 @@ class Deployment:
     def store_maya(self) -> None:
         """MAYA's one exchange, written and applied (a worker runs)."""
         self.write(MAYA, "my passport number is X1234")
-        wait_for(lambda: self.reads.ask(MAYA, LIST_PAGES, {}).total == 1)
+        wait_for(lambda: self.owner_calls.ask(MAYA, LIST_PAGES, {}).total == 1)
 
     def export(self, key: SpaceKey) -> str:
-        sent = self.reads.ask(key, EXPORT_BUNDLE, {"max_bytes": 64 * MIB, "ttl_s": 3600})
+        sent = self.owner_calls.ask(key, EXPORT_BUNDLE, {"max_bytes": 64 * MIB, "ttl_s": 3600})
         return sent.transfer_id
 
     def held(self, transfer_id: str) -> bool:
@@ -145,9 +146,25 @@ def test_an_export_of_a_space_forgotten_while_it_was_read_is_not_kept(
     try:
         deployment.store_maya()
         monkeypatch.setattr(worker_bundles, "export_space", export_then_forgotten)
-        with pytest.raises(RemoteReadError) as refused:
+        with pytest.raises(OwnerRefusedError) as refused:
             deployment.export(MAYA)
         assert refused.value.kind == "SpaceNotFoundError"
         assert list(deployment.client.scan_iter(match=deployment.keys.bundle("*"))) == []
     finally:
         worker.stop()
+
+
+def test_a_bundle_deleted_while_it_is_read_is_never_taken_for_a_whole_one(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A forget purging a bundle between two of its pieces: the read fails, rather than a short file
+    passing for the space's export."""
+    deployment = Deployment(redis_server, tmp_path)
+    bundle = tmp_path / "big.bundle"
+    bundle.write_bytes(b"x" * (CHUNK_BYTES + 1024))  # two pieces
+    transfer_id = upload(deployment.client, deployment.keys, MAYA, bundle, 64 * MIB)
+    pieces = chunks(deployment.client, deployment.keys, transfer_id)
+    assert len(next(pieces)) == CHUNK_BYTES
+    assert purge_bundles(deployment.client, deployment.keys, MAYA) == 1
+    with pytest.raises(InvalidInputError, match="deleted while it was read"):
+        next(pieces)

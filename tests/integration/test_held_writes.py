@@ -19,11 +19,11 @@ from memoryos.scheduler import shared_scheduler
 from memoryos.space.ops import ForgetSpace, op_to_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.queue.calls import LIST_PAGES, REINDEX, STATS
 from services.queue.keys import Keys, shard_of, space_name
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import LIST_PAGES, REINDEX, STATS
 from services.worker.held import HeldWrites
 from services.worker.metrics import WorkerCollector
 from tests.support.fakes import HashEmbedder
@@ -60,7 +60,7 @@ class Deployment:
         )
         self.client = redis.Redis.from_url(server.url)
         self.queue = WriteQueue(self.client, self.settings)
-        self.reads = ReadClient(self.client, self.settings)
+        self.owner_calls = OwnerCallClient(self.client, self.settings)
         self.keys = Keys(namespace)
         self.config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
         old = Running(self.settings, self.config, "w-old")
@@ -75,7 +75,7 @@ class Deployment:
         self.queue.enqueue(key, plan_write(turns, max_text_chars=500, at=time.time()))
 
     def pages(self, key: SpaceKey) -> list[str]:
-        return [page.user_input for page in self.reads.ask(key, LIST_PAGES, {"limit": 100}).pages]
+        return [page.user_input for page in self.owner_calls.ask(key, LIST_PAGES, {"limit": 100}).pages]
 
     def held(self, key: SpaceKey) -> int:
         return int(self.client.llen(self.keys.held(space_name(key))))
@@ -115,16 +115,17 @@ def test_writes_of_a_space_on_the_old_model_wait_for_its_reindex_then_apply_in_o
         assert deployment.dead_letters() == 0
         assert deployment.held_spaces() == {b"default/maya/helper"}
         assert "memoryos_held_spaces 1.0" in scrape(worker, deployment.config)
-        with pytest.raises(RemoteReadError) as refused:
-            deployment.reads.ask(MAYA, STATS, {})
+        with pytest.raises(OwnerRefusedError) as refused:
+            deployment.owner_calls.ask(MAYA, STATS, {})
         assert refused.value.kind == "EmbeddingModelMismatchError"  # unusable until reindexed
 
         deployment.write(MAYA, "fifth")  # goes behind the held ones
         wait_for(lambda: deployment.held(MAYA) == 4)
-        report = deployment.reads.ask(MAYA, REINDEX, {"model": NEW_MODEL})
+        report = deployment.owner_calls.ask(MAYA, REINDEX, {"model": NEW_MODEL})
         assert report.pages == 1  # only what was stored before the move; the held writes come after
         wait_for(lambda: deployment.pages(MAYA) == ["first", "second", "third", "fourth", "fifth"])
-        assert deployment.held(MAYA) == 0 and deployment.held_spaces() == set()
+        # A held write's page is readable before the worker trims it from the held list: wait for both.
+        wait_for(lambda: deployment.held(MAYA) == 0 and deployment.held_spaces() == set())
         assert "memoryos_held_spaces 0.0" in scrape(worker, deployment.config)
 
         deployment.write(MAYA, "sixth")  # no longer held: applied as any write
@@ -152,7 +153,8 @@ def test_the_next_owner_applies_the_held_writes_of_a_space_reindexed_meanwhile(
     successor = Running(deployment.settings, deployment.config, "w-next", embedder=embedder)
     try:
         wait_for(lambda: deployment.pages(MAYA) == ["first", "second", "third"])
-        assert deployment.held_spaces() == set() and deployment.dead_letters() == 0
+        wait_for(lambda: deployment.held_spaces() == set())  # trimmed just after the pages are stored
+        assert deployment.dead_letters() == 0
     finally:
         successor.stop()
 
@@ -240,7 +242,7 @@ def test_a_held_write_that_cannot_be_read_back_is_dead_lettered_and_the_rest_app
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
     worker = Running(settings, config, "w-rollback")
     try:
-        reads = ReadClient(client, settings)
+        reads = OwnerCallClient(client, settings)
         wait_for(lambda: client.scard(keys.held_spaces(0)) == 0)
         assert [page.user_input for page in reads.ask(MAYA, LIST_PAGES, {}).pages] == ["kept"]
         letters = [json.loads(raw) for raw in client.lrange(keys.dead_letters(), 0, -1)]

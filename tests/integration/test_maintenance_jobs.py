@@ -26,10 +26,10 @@ from services.jobs.tasks import (
     sweep_every_space,
     sweep_space,
 )
-from services.queue.calls import LIST_PAGES
+from services.queue.owner_calls import OwnerCallClient
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
+from services.spaces.calls import LIST_PAGES
 from services.worker.main import Worker
 from tests.support.fakes import FAKE_MODEL_NAME, FakeClock, HashEmbedder
 from tests.support.queue_worker import Running
@@ -58,7 +58,7 @@ def test_the_scheduled_sweep_erases_expired_pages_through_their_owner(
 ) -> None:
     settings = job_environment(monkeypatch, redis_server.url, "jobs")  # the job reads the same
     client = redis.Redis.from_url(redis_server.url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
     # A frozen clock: the worker's own expiry timer never fires, so only the job can sweep.
     worker = Worker(settings, config, "w-jobs", embedder=HashEmbedder(), llm=OfflineLLM(), clock=FakeClock())

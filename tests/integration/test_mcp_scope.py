@@ -14,10 +14,10 @@ from mcp_types import CallToolResult
 
 from memoryos import MemoryConfig
 from services.api.settings import ApiSettings
-from services.api.spaces import EmbeddedSpaces
 from services.mcp.access import MemoryAccess
 from services.mcp.scope import Caller, Defaults
 from services.mcp.server import build_server
+from services.spaces.embedded import EmbeddedSpaces
 from tests.support.fakes import HashEmbedder
 from tests.support.mcp_session import McpSession
 

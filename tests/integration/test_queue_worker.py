@@ -19,12 +19,12 @@ from memoryos.scheduler import shared_scheduler
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.queue.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError, OwnerUnavailableError
 from services.queue.producer import QueueFullError, WriteQueue
-from services.queue.reads import ReadClient, ReadUnavailableError, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
 from services.worker.consumer import ShardConsumer
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
@@ -74,11 +74,11 @@ def write(queue: WriteQueue, key: SpaceKey, text: str, write_id: str | None = No
 
 def test_writes_apply_in_order_once_and_reads_see_them(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     for i in range(30):  # accepted before any worker exists: durable in Redis
         write(queue, MAYA, f"Note {i}: I like topic {i}.", write_id=f"w{i}")
     write(queue, MAYA, "Note 3: I like topic 3.", write_id="w3")  # a client retry of write w3
-    with pytest.raises(ReadUnavailableError, match="no worker owns"):
+    with pytest.raises(OwnerUnavailableError, match="no worker owns"):
         reads.ask(MAYA, RETRIEVE, {"query": "topic"})
     worker = Running(settings, config, "w-one")
     try:
@@ -90,7 +90,7 @@ def test_writes_apply_in_order_once_and_reads_see_them(settings: QueueSettings, 
         status = reads.ask(MAYA, WRITE_STATUS, {"write_id": "w29"})
         assert status is not None and status.searchable
         assert queue.depth() == 0  # applied entries are deleted from Redis
-        with pytest.raises(RemoteReadError) as missing:
+        with pytest.raises(OwnerRefusedError) as missing:
             reads.ask(SpaceKey("acme", "nobody", "helper"), STATS, {})
         assert missing.value.kind == "SpaceNotFoundError"
         assert not (config.data_dir / "acme" / "nobody").exists()  # a read created nothing
@@ -105,7 +105,7 @@ def test_a_poison_write_is_dead_lettered_and_the_space_keeps_working(
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads, keys = (
         WriteQueue(client, settings),
-        ReadClient(client, settings),
+        OwnerCallClient(client, settings),
         Keys(settings.redis_namespace),
     )
     write(queue, MAYA, "Before the poison.")
@@ -123,7 +123,7 @@ def test_a_poison_write_is_dead_lettered_and_the_space_keeps_working(
 
 def test_forget_purges_the_users_writes_from_redis(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     other = SpaceKey("acme", "rui", "helper")
     for i in range(5):
         write(queue, MAYA, f"maya secret {i}")
@@ -173,7 +173,7 @@ def test_shards_are_shared_taken_over_and_released(settings: QueueSettings, conf
         first.kill()
         wait_for(lambda: "w-a" not in owners().values() and None not in owners().values(), timeout_s=10)
         assert time.monotonic() - killed_at <= settings.lease_ttl_s + 2  # taken over within TTL + 2 s
-        queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+        queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
         write(queue, MAYA, "Written after the takeover.")
         assert reads.ask(MAYA, LIST_PAGES, {}).total == 1
         for worker in (second, third):
@@ -207,7 +207,7 @@ def test_a_round_longer_than_the_lease_keeps_it(
     worker = Running(settings, config, "w-slow")
     wait_for(lambda: shard_of(MAYA, 8) in worker.worker.leases.owned)
     try:
-        assert ReadClient(client, settings).ask(MAYA, LIST_PAGES, {"limit": 20}).total == 8
+        assert OwnerCallClient(client, settings).ask(MAYA, LIST_PAGES, {"limit": 20}).total == 8
     finally:
         worker.stop()
     assert len(owners_seen) == 8 and set(owners_seen) == {b"w-slow"}
@@ -220,7 +220,7 @@ def test_a_read_waits_longer_than_the_socket_timeout_and_a_busy_pool_waits(
     at most the client's socket timeout; more concurrent callers than connections wait for one."""
     settings = settings.model_copy(update={"redis_socket_timeout_s": 1.5, "redis_max_connections": 2})
     client = connect(settings)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     applying = Worker._apply
 
     def slow_apply(self: Worker, key: SpaceKey, ops: list[AnyOp]) -> object:
@@ -368,7 +368,7 @@ def test_a_worker_stores_a_spaces_queued_writes_in_one_commit(
     settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     for i in range(8):  # waiting before the worker starts: one read delivers them together
         write(queue, MAYA, f"Queued note {i}.", write_id=f"q{i}")
     runs: list[int] = []
@@ -395,7 +395,7 @@ def test_a_read_waits_for_its_spaces_writes_behind_a_deep_backlog(
     waits for her write (not for the stream's oldest 1,000 entries, where it is not)."""
     settings = settings.model_copy(update={"shard_count": 1})
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     for i in range(1500):
         write(queue, SpaceKey("acme", "omar", "helper"), f"Backlog note {i}.")
     write(queue, MAYA, "Behind the backlog.")
@@ -414,7 +414,7 @@ def test_a_forget_leaves_no_note_of_the_space_but_a_newer_writes(
     set of known spaces leave Redis: the user's id does not stay there. A write accepted after the
     forget keeps both, or a read could go ahead of it and the sweep would miss the space."""
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     omar = SpaceKey("acme", "omar", "helper")
     write(queue, MAYA, "Forgotten soon.")
     write(queue, omar, "Forgotten soon too.")
@@ -435,7 +435,7 @@ def test_a_forget_leaves_no_note_of_the_space_but_a_newer_writes(
 
 def test_worker_metrics_count_what_it_did(settings: QueueSettings, config: MemoryConfig) -> None:
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     worker = Running(settings, config, "w-metrics")
     try:
         write(queue, MAYA, "Counted.")
@@ -459,7 +459,7 @@ def test_a_read_waiting_for_vectors_does_not_hold_up_other_reads(
     With one read thread, every user's read queued behind that wait and timed out (503) under load."""
     settings = settings.model_copy(update={"read_timeout_s": 3.0})
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     embedder = BlockedEmbedder()  # page batches wait for `release`; queries do not
     worker = Running(settings, config, "w-reads", embedder=embedder)
     try:
@@ -494,7 +494,7 @@ def test_a_read_waiting_for_its_writes_gets_them_applied_while_the_worker_holds_
         != shard_of(MAYA, settings.shard_count)
     )
     client = redis.Redis.from_url(settings.redis_url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     embedder = BlockedEmbedder()  # page batches wait for `release`: the lag only grows
     worker = Running(settings, config, "w-hold", embedder=embedder)
     try:

@@ -14,7 +14,7 @@ from memoryos import MemoryConfig
 from services.queue.keys import Keys
 from services.queue.settings import QueueSettings
 from services.worker import stream_progress
-from services.worker.reads import ReadServer
+from services.worker.owner_calls import OwnerCallServer
 from services.worker.spaces import WorkerSpaces
 from services.worker.stream_progress import StreamProgress
 from tests.support.fakes import HashEmbedder
@@ -31,11 +31,11 @@ def client(tmp_path: Path) -> Iterator[redis.Redis]:
         yield redis.Redis.from_url(server.url)
 
 
-def read_server(client: redis.Redis, tmp_path: Path, progress: StreamProgress) -> ReadServer:
+def read_server(client: redis.Redis, tmp_path: Path, progress: StreamProgress) -> OwnerCallServer:
     url = client.connection_pool.connection_kwargs
     settings = QueueSettings(redis_url=f"redis://{url['host']}:{url['port']}/0", read_timeout_s=10.0)
     spaces = WorkerSpaces(MemoryConfig(data_dir=tmp_path / "spaces"), settings, embedder=HashEmbedder())
-    return ReadServer(client, settings, spaces, lambda: [SHARD], lambda key: None, progress)
+    return OwnerCallServer(client, settings, spaces, lambda: [SHARD], lambda key: None, progress)
 
 
 def lookups(client: redis.Redis) -> int:
@@ -43,7 +43,7 @@ def lookups(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_xrange", {}).get("calls", 0))
 
 
-def waiting_read(server: ReadServer, through: str) -> threading.Thread:
+def waiting_read(server: OwnerCallServer, through: str) -> threading.Thread:
     thread = threading.Thread(target=server._wait_applied, args=(SHARD, through), daemon=True)
     thread.start()
     return thread

@@ -24,11 +24,11 @@ from memoryos.cli.main import main
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.jobs.tasks import QUEUE_NAME, RETRY_INTERVALS_S, enqueue_reindex
-from services.queue.calls import LIST_PAGES, REINDEX, RETRIEVE, STATS, ReindexReport
 from services.queue.keys import Keys, shard_of
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.spaces.calls import LIST_PAGES, REINDEX, RETRIEVE, STATS, ReindexReport
 from tests.support.fakes import HashEmbedder
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
@@ -101,7 +101,7 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
     monkeypatch.setenv("MEMORYOS_LEASE_TTL_S", "2")
     settings = QueueSettings()  # the jobs read the same environment
     client = redis.Redis.from_url(redis_server.url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
 
     # Workers on the old model store two exchanges, then are replaced by workers on a new model.
@@ -117,10 +117,10 @@ def test_a_reindex_job_has_the_owner_move_its_space_to_the_model_it_serves(
     new = Running(settings, config, "w-new", embedder=new_embedder)
     try:
         wait_for(lambda: len(new.worker.leases.owned) == settings.shard_count)
-        with pytest.raises(RemoteReadError) as refused:
+        with pytest.raises(OwnerRefusedError) as refused:
             reads.ask(MAYA, STATS, {})
         assert refused.value.kind == "EmbeddingModelMismatchError"  # unusable until reindexed
-        with pytest.raises(RemoteReadError) as wrong_model:
+        with pytest.raises(OwnerRefusedError) as wrong_model:
             reads.ask(MAYA, REINDEX, {"model": "fake-hash-embedder"})
         assert wrong_model.value.kind == "InvalidInputError" and NEW_MODEL in str(wrong_model.value)
         assert recorded(config) == before  # a refused reindex changes nothing
@@ -228,7 +228,7 @@ def test_a_write_waiting_for_a_long_reindex_keeps_the_leases(
         redis_url=redis_server.url, redis_namespace="slow", shard_count=4, lease_ttl_s=1.0
     )
     client = redis.Redis.from_url(redis_server.url)
-    queue, reads = WriteQueue(client, settings), ReadClient(client, settings)
+    queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, settings.shard_count))
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
     embedder = SlowOnce(delay_s=3.0)

@@ -28,12 +28,12 @@ import redis
 from bench.serving.faults import worker_env
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
-from services.queue.calls import WRITE_STATUS
 from services.queue.connection import connect
 from services.queue.keys import Keys, shard_of
+from services.queue.owner_calls import OwnerCallClient
 from services.queue.producer import WriteQueue
-from services.queue.reads import ReadClient
 from services.queue.settings import QueueSettings
+from services.spaces.calls import WRITE_STATUS
 from tests.support import netns
 from tests.support.redis_server import redis_command
 
@@ -250,7 +250,7 @@ def test_a_worker_cut_off_the_network_loses_its_shards_and_no_write(
         acknowledged = writer.finish()
         queue = WriteQueue(client, settings)
         wait_for(lambda: queue.depth() == 0, "every queued write applied", procs)
-        reads = ReadClient(client, settings)
+        reads = OwnerCallClient(client, settings)
         for shard, space in enumerate(SPACES):  # each space's owner, on whichever host, answers
             last = max(n for n in acknowledged if n % SHARDS == shard)
             assert reads.ask(space, WRITE_STATUS, {"write_id": f"w{last}"}) is not None

@@ -1,14 +1,20 @@
-"""`memoryos worker --processes 2` against a real `redis-server`: the children divide the shards, every
-space's writes apply once and in order whichever child owns it, a child killed with SIGKILL is started
-again and loses nothing, and SIGTERM to the parent drains every child and gives the shards back."""
+"""`memoryos worker --processes 2` (and its embedding engine child) against a real `redis-server`: the
+children divide the shards, every space's writes apply once and in order whichever child owns it, a child
+killed with SIGKILL is started again and loses nothing (the parent's /healthz 503 until it serves again),
+SIGTERM to the parent drains every child and gives the shards back; and a child that cannot start (no GPU
+for `cuda`) fails the whole worker after `MEMORYOS_WORKER_MAX_CHILD_FAILURES` exits, with one line."""
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,13 +22,13 @@ import pytest
 import redis
 
 from bench.serving.faults import worker_env
-from bench.serving.ingest import descendants
+from bench.serving.ingest import descendants, free_ports
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
-from tests.support.redis_server import RedisServer, running_redis
+from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +55,23 @@ def owners(client: redis.Redis) -> list[bytes | None]:
     return [client.get(Keys(NAMESPACE).lease(shard)) for shard in range(SHARDS)]
 
 
-def children(parent: int) -> list[int]:
-    """The supervisor's worker children (not multiprocessing's resource tracker)."""
+def children(parent: int, engine: int) -> list[int]:
+    """The supervisor's worker children (not multiprocessing's resource tracker, nor the embedding
+    engine child `engine`)."""
     found = []
     for pid in descendants(parent):
         with contextlib.suppress(OSError):  # exited meanwhile
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes() and pid != engine:
                 found.append(pid)
     return found
+
+
+def health_status(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def write(queue: WriteQueue, first: int, count: int) -> None:
@@ -80,7 +95,12 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     env = worker_env(redis_server.url, tmp_path / "data", NAMESPACE, SHARDS)
-    env["MEMORYOS_WORKER_PROCESSES"] = "2"
+    health_port = free_port()
+    env |= {
+        "MEMORYOS_WORKER_PROCESSES": "2",
+        "MEMORYOS_WORKER_METRICS_PORT": str(free_ports(2)),
+        "MEMORYOS_WORKER_HEALTH_PORT": str(health_port),
+    }
     client = redis.Redis.from_url(redis_server.url)
     settings = QueueSettings(redis_url=redis_server.url, redis_namespace=NAMESPACE, shard_count=SHARDS)
     queue = WriteQueue(client, settings)
@@ -92,16 +112,22 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
     )
     try:
         assert parent.stdout is not None
-        assert b"2 processes" in parent.stdout.readline()
+        assert b"2 processes and an embedding engine" in parent.stdout.readline()
+        engine = re.search(rb"memoryos embedding-engine (\d+): serving", parent.stdout.readline())
+        assert engine is not None  # the model loads once, in the engine, before the workers serve
+        engine_pid = int(engine[1])
         wait_for(lambda: set(owners(client)) == {b"pair-0", b"pair-1"})  # each owns its share
+        wait_for(lambda: health_status(health_port) == 200)  # both metrics ports answer
 
         write(queue, 0, 120)
         wait_for(lambda: queue.depth() == 0)
-        killed = children(parent.pid)
+        killed = children(parent.pid, engine_pid)
         assert len(killed) == 2
         os.kill(killed[0], signal.SIGKILL)  # holding its leases: they lapse after the TTL
         write(queue, 120, 120)  # some wait for the killed child's shards
-        wait_for(lambda: len(set(children(parent.pid)) - set(killed)) == 1)  # started again
+        wait_for(lambda: health_status(health_port) == 503)  # one child down: the container too
+        wait_for(lambda: len(set(children(parent.pid, engine_pid)) - set(killed)) == 1)  # started again
+        wait_for(lambda: health_status(health_port) == 200)
         wait_for(lambda: queue.depth() == 0 and set(owners(client)) == {b"pair-0", b"pair-1"})
 
         parent.send_signal(signal.SIGTERM)
@@ -114,3 +140,30 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
     for space, turns in stored.items():  # every write once, in the order accepted
         number = int(space.removeprefix("user"))
         assert turns == list(range(number, 240, len(SPACES))), space
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="needs a host without a GPU")
+def test_a_child_that_cannot_start_fails_the_worker_with_one_line(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The issue's host: `cuda` asked for and no GPU. The engine child exits at once each time; after the
+    second exit the parent stops the workers and exits 1, so a container's restart policy acts."""
+    env = worker_env(redis_server.url, tmp_path / "data", NAMESPACE, SHARDS)
+    env |= {
+        "MEMORYOS_WORKER_PROCESSES": "2",
+        "MEMORYOS_EMBEDDING_DEVICE": "cuda",
+        "MEMORYOS_WORKER_MAX_CHILD_FAILURES": "2",
+    }
+    ended = subprocess.run(
+        [sys.executable, "-m", "memoryos.cli.main", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert ended.returncode == 1
+    last = ended.stderr.strip().splitlines()[-1]
+    assert last == (
+        "memoryos worker: memoryos-embedding-engine exited 2 times within 300 s (exit codes 1, 1); "
+        "every process stopped"
+    )

@@ -15,8 +15,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from memoryos import MemoryConfig
-from services.api.main import create_app
 from services.api.settings import ApiSettings
+from services.serve import create_served_app
 
 
 def offline_config(data_dir: Path, **overrides: Any) -> MemoryConfig:
@@ -36,14 +36,15 @@ class RunningApi:
 
 @contextlib.contextmanager
 def running_api(settings: ApiSettings, config: MemoryConfig, **parts: Any) -> Iterator[RunningApi]:
-    """Serve `create_app(settings, config, **parts)` until the block exits; ready (`/readyz` 200) on entry.
+    """Serve `create_served_app(settings, config, **parts)` (the API, MCP at /mcp) until the block exits;
+    ready (`/readyz` 200) on entry.
 
     Unless a test sets `max_write_lag_s` itself (the backpressure tests do), the write-lag bound is off: its
     0.5 s is often exceeded on a 2-core CI machine running the suite, and a 429 there would fail tests about
     something else (a forget racing reads, say)."""
     if "max_write_lag_s" not in settings.model_fields_set:
         settings = settings.model_copy(update={"max_write_lag_s": 0.0})
-    app = create_app(settings, config, **parts)
+    app = create_served_app(settings, config, **parts)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -17,10 +17,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.support.threaded_http import StatefulServer, ThreadedTestServer
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Silence the per-request stderr lines."""
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(StatefulServer):
     daemon_threads = True
     request_queue_size = 128
     """Listen backlog: dozens of concurrent clients connect at once in concurrency tests (default 5)."""
@@ -187,27 +189,11 @@ class _Server(ThreadingHTTPServer):
         self.state = _State()
 
 
-class ScriptedOpenAIServer:
+class ScriptedOpenAIServer(ThreadedTestServer[RecordedRequest]):
     """The running server: queue replies with `script`, read what was sent from `requests`."""
 
     def __init__(self) -> None:
-        self._server = _Server()
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="openai-test-server",
-            daemon=True,
-        )
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._server.state.lock:
-            return list(self._server.state.requests)
+        super().__init__(_Server(), "openai-test-server")
 
     @property
     def in_flight(self) -> int:
@@ -241,16 +227,6 @@ class ScriptedOpenAIServer:
         function swaps the model's behaviour for the next request: a failing model that recovers."""
         with self._server.state.lock:
             self._server.state.responder = responder
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and wake handlers still sleeping in a scripted delay."""
-        self._server.state.closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 import services.allocator
 from services.allocator import PeriodicTrim, fix_mmap_threshold
 from services.api.settings import ApiSettings
-from services.api.spaces import EmbeddedSpaces
 from services.queue.settings import QueueSettings
+from services.spaces.embedded import EmbeddedSpaces
 from tests.support.api_server import offline_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,15 @@ from pydantic import ValidationError
 from memoryos import MemoryConfig
 from services.api.auth import KeysFileError, KeyStore, parse_keys_file
 from services.api.rate_limit import RateLimiter
-from services.api.settings import ApiSettings, UnsafeBindError, check_bind
-from services.api.spaces import EmbeddedSpaces
+from services.api.settings import (
+    PLACEHOLDER_API_KEY,
+    ApiSettings,
+    UnsafeBindError,
+    WeakApiKeyError,
+    check_bind,
+    check_keys,
+)
+from services.spaces.embedded import EmbeddedSpaces
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
@@ -19,6 +26,35 @@ def test_an_exposed_address_without_keys_is_refused(host: str) -> None:
         check_bind(ApiSettings(host=host))
     check_bind(ApiSettings(host=host, allow_unauthenticated=True))
     check_bind(ApiSettings(host=host, keys={"k": "t"}))
+
+
+@pytest.mark.parametrize("key", [PLACEHOLDER_API_KEY, "short-key", ""])
+def test_the_placeholder_or_a_short_key_is_refused_at_start(key: str) -> None:
+    """Naming the setting, never the key (it could be a real one, short)."""
+    with pytest.raises(WeakApiKeyError, match=r"^MEMORYOS_API_KEYS ") as refused:
+        check_keys(ApiSettings(keys={"a-long-enough-random-key": "acme", key: "globex"}))
+    assert key not in str(refused.value) or not key
+    check_keys(ApiSettings(keys={"a-long-enough-random-key": "acme"}))
+    check_keys(ApiSettings())
+
+
+def test_serve_with_the_example_s_key_stops_with_one_line(tmp_path: Path) -> None:
+    """`memoryos serve` as compose starts it from an unedited .env.api.example: exit 2, one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "MEMORYOS_API_KEYS": json.dumps({PLACEHOLDER_API_KEY: "default"}),
+        "MEMORYOS_API_HOST": "0.0.0.0",
+        "MEMORYOS_DATA_DIR": str(tmp_path),
+    }
+    code = "import sys; from memoryos.cli.main import main; sys.exit(main(['serve']))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "MEMORYOS_API_KEYS" in line and "placeholder" in line and PLACEHOLDER_API_KEY not in line
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from memoryos.scheduler.batch_fill import estimate_tokens
+from memoryos.embedding.base import estimate_tokens
 from memoryos.scheduler.batcher import RETRY_MAX_S, BatcherClosedError, EmbeddingBatcher, retry_delay_s
 from tests.support.fakes import HashEmbedder
 

@@ -15,6 +15,7 @@ from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 from tests.support.deploy_files import (
     COMPOSE_FILES,
+    ROOT,
     compose_containers,
     compose_variables,
     configmap_literals,
@@ -40,7 +41,7 @@ OTHER_NAMES = {
     "NVIDIA_DRIVER_CAPABILITIES": "NVIDIA container toolkit",
 }
 # Compose-only knobs (interpolation into the compose files, never read by MemoryOS).
-COMPOSE_PREFIXES = ("DEPLOY_", "VLLM_", "REDIS_")
+COMPOSE_PREFIXES = ("DEPLOY_", "VLLM_", "TEI_", "REDIS_")
 
 
 def setting_names() -> set[str]:
@@ -94,12 +95,19 @@ def test_compose_sets_only_settings(path) -> None:
 
 def test_env_example_sets_only_settings_and_compose_knobs() -> None:
     example = env_example()
-    assert "MEMORYOS_API_KEYS" in example
+    assert "MEMORYOS_API_KEYS" not in example  # a secret: in .env.api, read by the API alone
     check(set(example), ".env.example", compose_knobs=True)
     # Every variable the compose files interpolate without a default is documented in .env.example.
     for path in COMPOSE_FILES:
         required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", path.read_text()))
         assert required <= set(example), f"{path.name}: {required - set(example)} missing in .env.example"
+
+
+@pytest.mark.parametrize("name", [".env.api.example", ".env.llm.example"])
+def test_the_secrets_examples_set_only_settings(name: str) -> None:
+    names = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", (ROOT / name).read_text(), re.M))
+    assert names
+    check(names, name)
 
 
 def test_dockerfile_sets_only_settings() -> None:

@@ -23,7 +23,18 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tests.support.deploy_files import COMPOSE_FILES, DEPLOY, ROOT, compose_containers, load_yaml_documents
+from memoryos.config import MemoryConfig
+from services.queue.settings import QueueSettings
+from tests.support.deploy_files import (
+    COMPOSE_FILES,
+    DEPLOY,
+    ROOT,
+    compose_containers,
+    env_example,
+    interpolate,
+    load_yaml_documents,
+    pod_specs,
+)
 
 REQUIREMENTS = ROOT / "requirements"
 
@@ -114,14 +125,13 @@ def test_the_api_set_has_no_embedding_stack_and_no_faiss() -> None:
 API_IMAGE_PROBE = """
 import importlib.metadata, json, sys
 from memoryos import MemoryConfig
-from services.api.serve import run_server  # `memoryos serve`, the api image's command
-from services.api.main import create_app
+from services.serve import create_served_app, run_server  # `memoryos serve`, the api image's command
 from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 
 # Redis mode, as `--redis-url` builds it; nothing connects before a request (port 9 is never asked).
 queue = QueueSettings(redis_url="redis://127.0.0.1:9/0")
-app = create_app(ApiSettings(allow_unauthenticated=True), MemoryConfig(data_dir=sys.argv[1]), queue)
+app = create_served_app(ApiSettings(allow_unauthenticated=True), MemoryConfig(data_dir=sys.argv[1]), queue)
 assert type(app.state.api.spaces).__name__ == "QueuedSpaces"
 owners = importlib.metadata.packages_distributions()
 print(json.dumps({name: owners.get(name, []) for name in sorted({m.partition(".")[0] for m in sys.modules})}))
@@ -209,7 +219,7 @@ def test_the_dockerfile_takes_its_indexes_as_build_arguments_and_secrets() -> No
     assert not DOCKERFILE.read_text().startswith("# syntax=")
     gpu_local = pins("gpu-worker")["torch"].local
     assert ("ARG", f"TORCH_INDEX_URL=https://download.pytorch.org/whl/{gpu_local}") in instructions
-    cuda_image = re.search(r"ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.(\d+)", DOCKERFILE.read_text())
+    cuda_image = re.search(r"ARG CUDA_IMAGE=docker.io/nvidia/cuda:(\d+)\.(\d+)", DOCKERFILE.read_text())
     assert cuda_image and f"cu{cuda_image[1]}{cuda_image[2]}" == gpu_local, "CUDA base and torch build differ"
 
 
@@ -244,7 +254,7 @@ def test_the_python_floor_agrees_everywhere() -> None:
     assert floor
     text = DOCKERFILE.read_text()
     assert f"({floor[1]}, {floor[2]}, {floor[3]}) <= v[:3]" in text
-    image = re.search(r"ARG PYTHON_IMAGE=python:(\d+\.\d+\.\d+)-", text)
+    image = re.search(r"ARG PYTHON_IMAGE=docker.io/library/python:(\d+\.\d+\.\d+)-", text)
     assert image and Version(image[1]) >= Version(".".join(floor.groups()))
 
 
@@ -255,6 +265,10 @@ def test_compose_redis_is_durable(path) -> None:
     assert "--appendonly yes" in command
     assert re.search(r"--appendfsync \$\{REDIS_APPENDFSYNC:-always\}", command)
     assert "--maxmemory-policy noeviction" in command
+    # Without a bound noeviction never refuses (the API's 503 `queue_full`): Redis grows until the host
+    # runs out of memory.
+    assert re.search(r"--maxmemory \$\{REDIS_MAXMEMORY:-\d+[kmg]b\}", command)
+    assert re.fullmatch(r"\d+[kmg]b", env_example()["REDIS_MAXMEMORY"])
     assert any(str(volume).endswith(":/data") for volume in redis["volumes"])
 
 
@@ -295,6 +309,20 @@ def test_the_gpu_compose_reserves_the_gpu_and_offers_vllm() -> None:
     )
 
 
+def test_the_gpu_compose_offers_tei_taking_the_worker_s_requests() -> None:
+    """The tei profile's server is on the worker's GPU and takes as many texts per request as the worker
+    sends by default (TEI refuses a request over its --max-client-batch-size)."""
+    services = yaml.safe_load(COMPOSE_FILES[1].read_text())["services"]
+    tei = services["tei"]
+    assert tei["profiles"] == ["tei"]
+    assert tei["image"].startswith("ghcr.io/huggingface/text-embeddings-inference:")
+    devices = tei["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    command = tei["command"]
+    max_client_batch = int(command[command.index("--max-client-batch-size") + 1])
+    assert max_client_batch >= MemoryConfig().embedding_api_batch_size
+
+
 def test_kubernetes_worker_drains_and_scales_on_queue_depth() -> None:
     (worker,) = [d for d in load_yaml_documents(DEPLOY / "base" / "worker.yaml") if d["kind"] == "Deployment"]
     spec = worker["spec"]["template"]["spec"]
@@ -308,6 +336,39 @@ def test_kubernetes_worker_drains_and_scales_on_queue_depth() -> None:
     assert gpu_spec["tolerations"] and gpu_spec["nodeSelector"]
 
 
+def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes() -> None:
+    """The worker images, both compose files and the Kubernetes probes ask /healthz on the health port
+    (200 only while every worker process serves), never one process's /metrics (issue 51: with N processes
+    9400 is child 0's alone)."""
+    port = QueueSettings.model_fields["worker_health_port"].default
+    text = DOCKERFILE.read_text()
+    bodies = dict(
+        zip(
+            re.findall(r"^FROM \S+ AS (\S+)$", text, re.M),
+            re.split(r"^FROM \S+ AS \S+$", text, flags=re.M)[1:],
+            strict=True,
+        )
+    )
+    for stage in ("worker-cpu", "worker-gpu-pypi", "worker-gpu"):
+        (check,) = re.findall(r"^HEALTHCHECK .*\n\s+CMD (.*)$", bodies[stage], re.M)
+        assert f"/healthz' % os.environ.get('MEMORYOS_WORKER_HEALTH_PORT', '{port}')" in check, stage
+    for path in COMPOSE_FILES:
+        worker = yaml.safe_load(path.read_text())["services"]["worker"]
+        assert f"'http://127.0.0.1:{port}/healthz'" in " ".join(worker["healthcheck"]["test"]), path.name
+        assert "MEMORYOS_WORKER_HEALTH_PORT" not in worker["environment"], path.name
+    (deployment,) = [
+        d for d in load_yaml_documents(DEPLOY / "base" / "worker.yaml") if d["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port}, probe
+    for path, name, spec in pod_specs():  # no patch points a worker probe elsewhere
+        for patched in spec["containers"]:
+            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                if name == "memoryos-worker" and "httpGet" in patched.get(probe, {}):
+                    assert patched[probe]["httpGet"] == {"path": "/healthz", "port": port}, (path, probe)
+
+
 def test_compose_runs_the_commands_the_issue_names() -> None:
     argvs = {tuple(c.argv[:2]) for path in COMPOSE_FILES for c in compose_containers(path)}
     assert {
@@ -317,3 +378,101 @@ def test_compose_runs_the_commands_the_issue_names() -> None:
         ("rq", "cron"),
         ("memoryos", "mcp"),
     } <= argvs
+
+
+def seconds(duration: str) -> int:
+    """Compose's `1m30s`, `120s`, `2m` in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert parts and duration, f"not a duration compose takes: {duration!r}"
+    return int(parts[1] or 0) * 60 + int(parts[2] or 0)
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_workers_drain_as_long_as_kubernetes_lets_them(path: Path) -> None:
+    """One drain (a batch applied, the open spaces snapshotted, leases released) takes the same time under
+    either runner: compose must not SIGKILL a worker sooner than Kubernetes would."""
+    grace = [
+        spec["terminationGracePeriodSeconds"]
+        for _, name, spec in pod_specs()
+        if name == "memoryos-worker" and "terminationGracePeriodSeconds" in spec
+    ]
+    assert grace, "no terminationGracePeriodSeconds on the Kubernetes worker"
+    worker = yaml.safe_load(path.read_text())["services"]["worker"]
+    assert seconds(worker["stop_grace_period"]) >= max(grace)
+
+
+SECRETS = {"MEMORYOS_API_KEYS", "MEMORYOS_OPENAI_API_KEY", "MEMORYOS_EMBEDDING_API_KEY"}
+"""The settings that are secrets; .env.example must hold none (every container reads it)."""
+
+
+def names_in_env_file(path: Path) -> set[str]:
+    """The variables an env file sets, its commented-out examples included (what an operator fills in)."""
+    return set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", path.read_text(), re.M))
+
+
+def names_given(service: dict) -> set[str]:
+    """Every name a compose service receives: its environment and its env files, each read from the
+    `.example` an operator copies it from (`.env` from `.env.example`)."""
+    names = set(service.get("environment") or {})
+    for entry in service.get("env_file") or []:
+        relative = interpolate(entry["path"] if isinstance(entry, dict) else entry, {})
+        names |= names_in_env_file(ROOT / f"{relative}.example")
+    return names
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_gives_each_secret_only_to_the_services_that_use_it(path: Path) -> None:
+    """The API keys reach the API alone; the LLM's key reaches the workers, rq and mcp, never the API (Redis
+    mode calls no model) nor rq cron (it only schedules)."""
+    assert not SECRETS & names_in_env_file(ROOT / ".env.example"), ".env.example is read by every service"
+    services = yaml.safe_load(path.read_text())["services"]
+    given = {name: names_given(service) for name, service in services.items()}
+    assert {name for name, names in given.items() if "MEMORYOS_API_KEYS" in names} == {"api"}
+    llm = {name for name, names in given.items() if "MEMORYOS_OPENAI_API_KEY" in names}
+    assert llm == {"worker", "rq-worker", "mcp"}
+
+
+REGISTRY_HOST = re.compile(r"^(?:[^/]*[.:][^/]*|localhost)/")
+"""An image reference's registry host: a first path part with a dot or a port, or localhost."""
+
+
+def pulled_images() -> dict[str, str]:
+    """Every image reference the deployment files name, with where: the Dockerfile's base-image defaults
+    and FROM lines, the compose files' `image:` with their defaults, .env.example's images, and the
+    Kubernetes manifests' images (those an overlay renames, as rendered)."""
+    found: dict[str, str] = {}
+    instructions = dockerfile_instructions()
+    stages = {args.split()[-1] for kind, args in instructions if kind == "FROM" and " AS " in args.upper()}
+    for kind, args in instructions:
+        if kind == "ARG" and re.match(r"\w+_IMAGE=", args):
+            found[f"Dockerfile ARG {args}"] = args.partition("=")[2]
+        if kind == "FROM":
+            image = args.split()[0]
+            if image not in stages and not image.startswith("$"):
+                found[f"Dockerfile FROM {args}"] = image
+    for path in COMPOSE_FILES:
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            found[f"{path.name}:{name}"] = interpolate(service["image"], {})
+    for name, value in env_example().items():
+        if name.endswith("_IMAGE"):
+            found[f".env.example {name}"] = value + ":tag" if name == "DEPLOY_IMAGE" else value
+    renamed: dict[str, str] = {}
+    for overlay in sorted((DEPLOY / "overlays").glob("*/kustomization.yaml")):
+        for image in yaml.safe_load(overlay.read_text()).get("images", []):
+            renamed[image["name"]] = image["newName"]
+    for path, name, spec in pod_specs():
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            image = container["image"]
+            found[f"{path.relative_to(ROOT)}:{name}"] = renamed.get(image, image)
+    return found
+
+
+def test_every_image_names_its_registry() -> None:
+    """podman (and CRI-O) with no search registries refuse a short name such as `redis:7` or
+    `nvidia/cuda:...`: every image is named with its registry host."""
+    images = pulled_images()
+    assert {"Dockerfile ARG PYTHON_IMAGE", "Dockerfile ARG CUDA_IMAGE"} <= {
+        w.partition("=")[0] for w in images
+    }
+    short = {where: image for where, image in images.items() if not REGISTRY_HOST.match(image)}
+    assert not short, f"images without a registry host: {short}"

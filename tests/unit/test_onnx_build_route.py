@@ -32,7 +32,9 @@ def test_without_torch_the_cpu_builds_its_export(runtime, device, cpu_known):
 
 @pytest.mark.parametrize("device", ["cpu", "auto", "cuda"])
 def test_without_torch_the_torch_runtime_is_refused(device):
-    with pytest.raises(MemoryOSError, match=r"embedding_runtime: 'torch' needs PyTorch.*memoryos\[torch\]"):
+    with pytest.raises(
+        MemoryOSError, match=r"embedding_runtime: 'torch' needs PyTorch.*pip install -e '[^']*\[torch\]"
+    ):
         choose_route("torch", device, device == "cpu", torch_importable=False)
 
 
@@ -40,6 +42,6 @@ def test_without_torch_the_torch_runtime_is_refused(device):
 def test_without_torch_a_device_only_torch_drives_is_refused_naming_the_field(device):
     with pytest.raises(
         MemoryOSError,
-        match=rf"embedding_model_kwargs.device: '{device}' needs PyTorch.*memoryos\[torch\].*CUDA",
+        match=rf"embedding_model_kwargs.device: '{device}' needs PyTorch.*pip install -e '[^']*\[torch\].*CUDA",
     ):
         choose_route("auto", device, False, torch_importable=False, field="embedding_model_kwargs.device")

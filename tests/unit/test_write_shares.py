@@ -1,12 +1,12 @@
-"""Fair shares of the write capacity under pressure (`services/api/write_shares.py`): the space writing
+"""Fair shares of the write capacity under pressure (`services/spaces/write_shares.py`): the space writing
 far past the others is refused first, nobody is refused without pressure, and a refused space is admitted
 again once its burst leaves the window."""
 
 import pytest
 
 from memoryos.space.pool import SpaceKey
-from services.api.access import BackpressureError
-from services.api.write_shares import OVERLOADED_S, SLACK, WINDOW_S, WriteShares
+from services.spaces.protocol import BackpressureError
+from services.spaces.write_shares import OVERLOADED_S, SLACK, WINDOW_S, WriteShares
 from tests.support.fakes import FakeClock
 
 QUIET = [SpaceKey("acme", f"user{i}", "helper") for i in range(10)]

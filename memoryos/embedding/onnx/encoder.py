@@ -52,8 +52,7 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
 def cpu_session_options(threads: int) -> Any:
     """ONNX Runtime options for an encoder on CPU: `threads` intra-op threads, and no spinning. By default
     the pool's threads spin after each run waiting for the next; between page batches that burns cores
-    the request threads need. Measured here on a loaded 2-core machine, 10 batches of 32 x 40 tokens:
-    3.4 s of CPU without spinning against 5.1 s with it, and no slower in wall time."""
+    the request threads need, and runs no faster for it (docs/engine.md)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()

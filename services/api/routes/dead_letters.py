@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from services.api.deps import CallerDep, StateDep
 from services.api.openapi import KEYED_ERRORS
 from services.api.routes import API_PREFIX
-from services.queue.dead_letters import DeadLetter
+from services.spaces.protocol import DeadLetter
 
 router = APIRouter(prefix=API_PREFIX, tags=["queue"], responses=KEYED_ERRORS)
 

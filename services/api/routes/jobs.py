@@ -11,18 +11,17 @@ from typing import Annotated
 from anyio import to_thread
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
-from rq.job import Job
+from rq.job import Job, JobStatus
 
 from memoryos.errors import InvalidInputError
 from services.api.deps import CallerDep, QueuedDep, SpaceDep
-from services.api.models import JobAccepted, JobView, ReindexRequest
+from services.api.models import JobAccepted, JobError, JobView, ReindexRequest
 from services.api.openapi import KEYED_ERRORS, SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
 from services.api.routes.bundles import BUNDLE_BODY, BUNDLE_MEDIA_TYPE, received_bundle
 from services.jobs.bundles import enqueue_export, enqueue_import
-from services.jobs.status import JOB_ID, JobNotFoundError, export_transfer_id, job_view, tenant_job
+from services.jobs.status import JOB_ID, JobNotFoundError, export_transfer_id, tenant_job
 from services.jobs.tasks import enqueue_reindex
-from services.queue.bundle_transfer import chunks, stored_size
 
 router = APIRouter(tags=["jobs"], responses=KEYED_ERRORS)
 
@@ -36,6 +35,41 @@ JobId = Annotated[
 
 def _accepted(job: Job) -> JobAccepted:
     return JobAccepted(job_id=job.id, kind=job.meta["kind"], status_url=f"/v1/jobs/{job.id}")
+
+
+def job_view(job: Job) -> JobView:
+    status = job.get_status(refresh=False)
+    kind = job.meta["kind"]
+    view = JobView(
+        job_id=job.id,
+        kind=kind,
+        user_id=job.meta["user_id"],
+        assistant_id=job.meta["assistant_id"],
+        status=JobStatus(status).value if status is not None else "expired",
+        enqueued_at=job.enqueued_at,
+        ended_at=job.ended_at,
+        retries_left=None if status in (JobStatus.FINISHED, JobStatus.FAILED) else job.retries_left,
+    )
+    if status == JobStatus.FINISHED:
+        result = dict(job.return_value() or {})
+        if kind == "export":
+            result = {"size_bytes": result["size_bytes"], "download": f"/v1/jobs/{job.id}/bundle"}
+        view.result = result
+    elif status == JobStatus.FAILED:
+        recorded = job.meta.get("error")
+        view.error = (
+            JobError.model_validate(recorded)
+            if recorded
+            else JobError(status=500, code="internal", message=f"the job failed ({_last_exception(job)})")
+        )
+    return view
+
+
+def _last_exception(job: Job) -> str:
+    """The class of the job's last exception (its message may name the rq worker's paths)."""
+    result = job.latest_result()
+    last = (result.exc_string or "").strip().splitlines()[-1:] if result is not None else []
+    return last[0].split(":", 1)[0].rsplit(".", 1)[-1] if last else "no reason recorded"
 
 
 @router.post(
@@ -98,10 +132,8 @@ async def job_bundle(job_id: JobId, caller: CallerDep, queued: QueuedDep) -> Str
     """Streamed from Redis in chunks; 409 before the job has finished, 404 once the bundle expired."""
     job = await _job(job_id, caller, queued)
     transfer_id = export_transfer_id(job)
-    keys = queued.queue.keys
     try:
-        size = await to_thread.run_sync(stored_size, queued.client, keys, transfer_id)
-        pieces = await to_thread.run_sync(chunks, queued.client, keys, transfer_id)
+        size, pieces = await to_thread.run_sync(queued.stored_bundle, transfer_id)
     except InvalidInputError:
         raise JobNotFoundError(f"the bundle of job {job_id} expired; queue another export") from None
     return StreamingResponse(

@@ -10,7 +10,7 @@ from services.api.deps import SpaceDep, StateDep
 from services.api.models import FactUpdate, PageUpdate
 from services.api.openapi import SPACE_READ_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
-from services.queue.calls import (
+from services.spaces.calls import (
     DELETE_FACT,
     DELETE_PAGE,
     FACT_HISTORY,

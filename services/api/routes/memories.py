@@ -28,7 +28,7 @@ from services.api.models import (
 )
 from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
-from services.queue.calls import LIST_PAGES, WRITE_STATUS
+from services.spaces.calls import LIST_PAGES, WRITE_STATUS
 
 router = APIRouter(prefix=SPACE_PREFIX, tags=["memories"], responses=SPACE_ERRORS)
 

@@ -10,7 +10,7 @@ from services.api.deps import SpaceDep, StateDep
 from services.api.models import Profile
 from services.api.openapi import SPACE_READ_ERRORS
 from services.api.routes import SPACE_PREFIX
-from services.queue.calls import CONSOLIDATE, LIST_FACTS, PROFILE, STATS
+from services.spaces.calls import CONSOLIDATE, LIST_FACTS, PROFILE, STATS
 
 router = APIRouter(prefix=SPACE_PREFIX, tags=["profile"], responses=SPACE_READ_ERRORS)
 

@@ -6,10 +6,9 @@ this read did not see acknowledged (another client's, or, in service mode, a que
 waits until each named write is stored, and answers 504 if that takes over `wait_timeout_s`; the read
 itself then waits for the vectors of every page stored before it, those writes' included, as the engine
 does for any read, for what is left of its vector bound (`max_vector_wait_s`): the wait for the writes
-spends it. The bound keeps a read's latency under a backlog, and a read that had waited 0.5 s for its
-writes then waited another 0.5 s for vectors (the Redis-mode tail under load, docs/reliability.md).
-Waiting here for the vectors too cost a poll interval and left the pages behind other spaces' in the
-embedding queue, where the engine's own wait moves them ahead (`EmbeddingBatcher.notify`).
+spends it. One bound for both waits keeps a read's latency under a backlog (docs/reliability.md, Reads
+under load). The vectors are left to the engine's wait, not polled here: it moves the pages ahead of other
+spaces' in the embedding queue (`EmbeddingBatcher.notify`) and costs no poll interval.
 """
 
 import time
@@ -24,7 +23,7 @@ from services.api.deps import ApiState, SpaceDep, StateDep
 from services.api.models import GeneratedResponse, ResponseRequest, RetrieveRequest
 from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX
-from services.queue.calls import RESPOND, RETRIEVE, WRITE_STATUS
+from services.spaces.calls import RESPOND, RETRIEVE, WRITE_STATUS
 
 router = APIRouter(prefix=SPACE_PREFIX, tags=["reads"], responses=SPACE_ERRORS)
 

@@ -1,11 +1,11 @@
-"""The worker's side of owner calls over Redis (`services/queue/reads.py`): a thread that takes requests
+"""The worker's side of owner calls over Redis (`services/queue/owner_calls.py`): a thread that takes requests
 for the shards this worker owns and hands each to one of `worker_read_threads` threads, which waits until
 the space's writes up to the request's `through` entry are applied, runs the call on the engine
-(`services/queue/calls.py`) and pushes the answer to the request's reply list.
+(`services/spaces/calls.py`) and pushes the answer to the request's reply list.
 
 Several threads, because a read waits: for its space's writes to leave the stream, then for their
-vectors. With one thread every other user's read queued behind that wait, and under a steady write load
-reads timed out (503) while the worker was only waiting (docs/reliability.md, "Reads under load"). A
+vectors. With one thread every other user's read would queue behind that wait, and under a steady write
+load reads would time out (503) while the worker only waits (docs/reliability.md, "Reads under load"). A
 request is taken from Redis only when a thread is free, so what waits beyond them waits in Redis, where
 the API's timeout bounds it."""
 
@@ -24,10 +24,10 @@ from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
 from memoryos.space.pool import SpaceKey
 from services.queue import streams
-from services.queue.calls import REINDEX, owner_call, run_call
 from services.queue.connection import REDIS_UNAVAILABLE
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
+from services.spaces.calls import REINDEX, owner_call, run_call
 from services.worker.bundles import run_bundle_call
 from services.worker.outage import RedisOutage
 from services.worker.reindex import run_reindex_call
@@ -42,14 +42,15 @@ SERVED_POLL_S = 0.01
 """How often a call waits to be served again on a shard whose lease the main loop is renewing."""
 
 
-def run_read(memory: Memoryos, kind: str, args: dict[str, Any]) -> Any:
+def run_owner_call(memory: Memoryos, kind: str, args: dict[str, Any]) -> Any:
     """One owner call on the engine, its result as JSON data."""
     call = owner_call(kind)
     return call.result.dump_python(run_call(memory, call, args), mode="json")
 
 
-class ReadServer:
-    """Answers reads for the shards `owned()` returns, until `stop` is set."""
+class OwnerCallServer:
+    """Answers owner calls (reads, edits, bundles, reindex) for the shards `owned()` returns, until `stop`
+    is set."""
 
     def __init__(
         self,
@@ -101,7 +102,7 @@ class ReadServer:
                 if not free.acquire(timeout=0.1):
                     continue
                 try:
-                    popped = self.client.blpop([self.keys.reads(s) for s in shards], timeout=1)
+                    popped = self.client.blpop([self.keys.owner_calls(s) for s in shards], timeout=1)
                 except REDIS_UNAVAILABLE as error:
                     # A call caught midway: its caller times out (503) and retries.
                     free.release()
@@ -141,7 +142,7 @@ class ReadServer:
             else:
                 opened = self.spaces.writing(key) if call.creates else self.spaces.reading(key)
                 with opened as memory:
-                    result = run_read(memory, request["kind"], request["args"])
+                    result = run_owner_call(memory, request["kind"], request["args"])
             reply: dict[str, Any] = {"ok": True, "result": result}
         except (MemoryOSError, ValueError, TypeError, TimeoutError) as error:
             reply = {
@@ -182,9 +183,9 @@ class ReadServer:
         stream, or the API's timeout has passed (it answers 503 itself then). An entry leaves only once
         settled (applied, held for a reindex or dead-lettered), and a space's entries settle in the order
         accepted, so none of the space's earlier writes is left either: one lookup, however deep the
-        stream. (Scanning the stream for the space's entries read its oldest 1,000 only, and a read
-        behind a deeper backlog went ahead of its own writes.) It looks again when the consumer says the
-        shard's entries left (`stream_progress.py`), not on a timer."""
+        stream (a scan for the space's entries would be bounded, and a read behind a deeper backlog would
+        go ahead of its own writes). It looks again when the consumer says the shard's entries left
+        (`stream_progress.py`), not on a timer."""
         deadline = time.monotonic() + self.settings.read_timeout_s
         if through == "0-0":
             return

@@ -1,9 +1,9 @@
 """`Spaces`: what the REST routes and the MCP tools need of memory spaces, whichever mode serves them.
 
-Two implementations: `EmbeddedSpaces` (`spaces.py`: `memoryos serve`, the engine in this process, a write
-acknowledged once SQLite holds it) and `QueuedSpaces` (`queued_spaces.py`: `memoryos serve --redis-url`,
+Two implementations: `EmbeddedSpaces` (`embedded.py`: `memoryos serve`, the engine in this process, a write
+acknowledged once SQLite holds it) and `QueuedSpaces` (`queued.py`: `memoryos serve --redis-url`,
 a write acknowledged once Redis holds it, every other call answered by the worker that owns the space).
-Callers name what to run (`services/queue/calls.py`), never pass code, so the same request works in both.
+Callers name what to run (`services/spaces/calls.py`), never pass code, so the same request works in both.
 """
 
 from collections.abc import Callable
@@ -16,8 +16,8 @@ from memoryos.portability.bundle import ImportReport
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey
-from services.queue.calls import OwnerCall
 from services.queue.dead_letters import DeadLetter
+from services.spaces.calls import OwnerCall
 
 T = TypeVar("T")
 
@@ -49,6 +49,21 @@ class SpaceFigures:
     open_spaces: int
     batcher: BatcherStats | None
     """This process's embedding batcher, when it embeds (embedded mode, once a model is loaded)."""
+
+
+class SpacesLimits(Protocol):
+    """The bounds a `Spaces` keeps, as the serving process's settings state them (`ApiSettings`)."""
+
+    max_write_lag_s: float
+    max_pending_pages: int
+    memory_budget_mb: int
+    max_open_spaces: int
+    allocator_trim_interval_s: float
+    sampler_interval_s: float
+
+    def backpressure_retry_after(self) -> int:
+        """Seconds a write refused by backpressure should wait before it comes back."""
+        ...
 
 
 class Spaces(Protocol):

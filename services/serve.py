@@ -1,17 +1,35 @@
-"""`memoryos serve`: the embedded API in this process — local data directory, the engine's in-process
-scheduler, no Redis — or, with `--redis-url`, the API alone in front of Redis and `memoryos worker`
-processes (it loads no model). Imported by the CLI only when the command runs, so `memoryos --help` and
-the engine never import FastAPI or uvicorn."""
+"""`memoryos serve`: the REST API with the MCP server mounted at `/mcp` (the same keys and spaces), embedded
+in this process — local data directory, the engine's in-process scheduler, no Redis — or, with
+`--redis-url`, in front of Redis and `memoryos worker` processes (it loads no model). Reached through the
+`memoryos.services` entry points only when the command runs, so `memoryos --help` and the engine never
+import FastAPI or uvicorn."""
 
 import argparse
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
+from memoryos import MemoryConfig
 from memoryos.cli.session import config_of
 from services.allocator import fix_mmap_threshold
 from services.api.main import create_app
-from services.api.settings import ApiSettings, check_bind
+from services.api.settings import ApiSettings, check_bind, check_keys
+from services.mcp.http_app import mount_mcp
 from services.queue.settings import QueueSettings, redacted_url
+
+
+def create_served_app(
+    settings: ApiSettings | None = None,
+    config: MemoryConfig | None = None,
+    queue: QueueSettings | None = None,
+    **parts: Any,
+) -> FastAPI:
+    """What `memoryos serve` serves: the API (`services.api.main.create_app`, the same arguments) with MCP
+    over streamable HTTP at `/mcp`, behind the same keys and over the same spaces."""
+    app = create_app(settings, config, queue, **parts)
+    mount_mcp(app)
+    return app
 
 
 def settings_of(args: argparse.Namespace) -> ApiSettings:
@@ -30,11 +48,12 @@ def run_server(args: argparse.Namespace) -> None:
     close, pages not yet embedded stay durable for the next start)."""
     settings = settings_of(args)
     check_bind(settings)  # before anything is loaded or bound
+    check_keys(settings)
     config = config_of(args)
     queue = QueueSettings(redis_url=args.redis_url) if getattr(args, "redis_url", None) else None
     if queue is None:  # embedded: this process opens and evicts the spaces (off unless configured)
         fix_mmap_threshold(settings.mmap_threshold_kb * 1024)
-    app = create_app(settings, config, queue)
+    app = create_served_app(settings, config, queue)
     url = f"http://{settings.host}:{settings.port}"
     auth = "API keys required" if settings.authenticated else "no API key (single tenant 'default')"
     behind = f"queue {redacted_url(queue.redis_url)}" if queue else f"data {config.data_dir}"

@@ -2,12 +2,11 @@
 is refused first.
 
 The API's lag bound (`max_write_lag_s`) refuses every write once embedding (or, with Redis, applying)
-falls behind, whoever caused it. One user written flat out then took about three times the writes of 64
-others together, since a well-behaved client waits out its `Retry-After` while a flat-out one is back at
-once, and every other user's reads slowed behind that user's pages (docs/reliability.md, "Reads under
-load"). So under pressure — from half of the bound, and for `OVERLOADED_S` after the bound refused a
-write (the lag swings past the bound and back between two samples, so the half-way mark alone was seldom
-seen, and with 1 s the flat-out writer still took as much as 64 others together) —
+falls behind, whoever caused it. A well-behaved client waits out its `Retry-After` while a flat-out one
+is back at once, so alone that bound lets one user take most of the writes and slow every other user's
+reads behind its pages (docs/reliability.md, "Reads under load"). So under pressure — from half of the
+bound, and for `OVERLOADED_S` after the bound refused a write (the lag swings past the bound and back
+between two samples, so the half-way mark alone is seldom seen) —
 a space whose writes in the last `WINDOW_S` exceed `SLACK` times the mean of the spaces writing in that
 window is refused with the same 429 and `Retry-After`; the others go on. Without pressure nothing is
 refused here: a single busy user on an idle service gets all of it.
@@ -22,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from memoryos.space.pool import SpaceKey
-from services.api.access import BackpressureError
+from services.spaces.protocol import BackpressureError
 
 WINDOW_S = 1.0
 """How far back a space's writes count: long enough to hold a few writes of a steady client, short enough

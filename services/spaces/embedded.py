@@ -41,25 +41,23 @@ from memoryos.space.layout import STORE_FILE
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey, SpacePool
 from services.allocator import PeriodicTrim
-from services.api.access import BackpressureError, SpaceFigures, WritePlan
-from services.api.settings import ApiSettings
-from services.api.write_shares import WriteShares
-from services.queue.calls import OwnerCall, run_call
 from services.queue.dead_letters import DeadLetter
+from services.spaces.calls import OwnerCall, run_call
+from services.spaces.protocol import BackpressureError, SpaceFigures, SpacesLimits, WritePlan
+from services.spaces.write_shares import WriteShares
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 REQUEST_THREADS = 40
-"""Threads that run engine calls for requests other than writes: anyio's default limit, which these
-calls had before."""
+"""Threads that run engine calls for requests other than writes: anyio's default limit."""
 
 WRITE_THREADS = 16
 """Threads that plan and store writes, apart from the rest. A read waits on its thread until the writes
 before it are searchable (the engine's read contract), so while the embedder lags, reads can hold every
-request thread; a write queued behind them was acknowledged only once embedding caught up (the 1,000-user
-soak at 40 writes/s on a loaded machine: write p50 20 s). Writes hold a thread for the store's commit only."""
+request thread, and a write queued behind them would wait for embedding to catch up (docs/reliability.md,
+Load). Writes hold a thread for the store's commit only."""
 
 MAX_TRACKED_WRITES = 10_000
 """Acknowledged writes remembered per space for the lag figure; beyond it the oldest are forgotten (the lag
@@ -69,7 +67,7 @@ then reads low rather than memory growing)."""
 class EmbeddedSpaces:
     """Open spaces of this process, the calls on them, and their backlog. Thread-safe."""
 
-    def __init__(self, config: MemoryConfig, settings: ApiSettings, **parts: Any) -> None:
+    def __init__(self, config: MemoryConfig, settings: SpacesLimits, **parts: Any) -> None:
         """`config`: the engine's settings (its `tenant` is replaced per call); `parts` (embedder, llm,
         clock, scheduler) go to every `Memoryos` opened, as `Memoryos.from_config` takes them."""
         lag_bound = settings.max_write_lag_s
@@ -130,9 +128,9 @@ class EmbeddedSpaces:
 
     def _forget(self, key: SpaceKey) -> None:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`): a read
-        that came first answers from the space, one that comes after finds no space (404). Erasing through
-        an instance other calls were using closed their SQLite connection under them (500s, then a crash
-        in libsqlite3). Without opening it: no model load; the shared embedding cache is emptied too. Its
+        that came first answers from the space, one that comes after finds no space (404); erasing through
+        an instance other calls are using would close their SQLite connection under them
+        (docs/lifecycle.md). Without opening it: no model load; the shared embedding cache is emptied too. Its
         tombstone is written first, so a restored copy of the space is erased again at the next start
         (`memoryos/space/tombstones.py`)."""
         embedder = self.parts.get("embedder") or shared_embedder(self.config)
@@ -211,8 +209,8 @@ class EmbeddedSpaces:
     @staticmethod
     async def _on_thread(threads: ThreadPoolExecutor, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on one of `threads`. A plain executor rather than `anyio.to_thread`: its hop costs
-        the event loop ~30 µs against ~80 (measured here), on the path of every write, and the loop is
-        what bounds the write rate on 2 cores (docs/api.md)."""
+        the event loop less, on the path of every write, and the loop is what bounds the write rate on a
+        few cores (docs/api.md, "The loop's share of a write")."""
         return await asyncio.get_running_loop().run_in_executor(threads, work, *args)
 
     def _call(self, key: SpaceKey, work: Callable[[Memoryos], T], create: bool) -> T:

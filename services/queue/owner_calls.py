@@ -1,22 +1,22 @@
 """Calls over Redis: the API asks the worker that owns the space to run an owner call (a read, or an edit
-it applies at once; `services/queue/calls.py`) and awaits its answer.
+it applies at once; `services/spaces/calls.py`) and awaits its answer.
 
 The owner holds the space's open index and the model (queries jump its embedding queue). A request names
 the newest entry of the space's shard when it was sent (`through`): the worker answers once every write of
 that space up to it is applied, so a read sees each write acknowledged before it — the engine's own read
 contract — and the engine then waits for their vectors. No owner (no live worker holds the shard), or
-no answer in time, is `ReadUnavailableError`: the API's 503 with Retry-After.
+no answer in time, is `OwnerUnavailableError`: the API's 503 with Retry-After.
 """
 
 import json
 import time
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
+from pydantic import TypeAdapter
 
 from memoryos.ids import new_id
 from memoryos.space.pool import SpaceKey
-from services.queue.calls import OwnerCall
 from services.queue.connection import BLOCK_SLICE_S
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue
@@ -25,24 +25,18 @@ from services.queue.settings import QueueSettings
 T = TypeVar("T")
 
 
-REMOTE_ERRORS: dict[str, tuple[int, str | None]] = {
-    "SpaceNotFoundError": (404, "space_not_found"),
-    "ItemNotFoundError": (404, "item_not_found"),
-    "InvalidInputError": (422, None),
-    "InvalidBundleError": (422, None),
-    "SpaceNotEmptyError": (409, "conflict"),
-    "EmbeddingModelMismatchError": (409, "embedding_model_mismatch"),
-    "SpaceBusyError": (503, "space_busy"),
-    "TimeoutError": (503, None),
-    "SchedulerClosedError": (503, None),
-    "BatcherClosedError": (503, None),
-    "LLMError": (502, None),
-}
-"""An engine error the owning worker answered, by class name: the HTTP status and error code the API
-answers it with, the same as for that error in embedded mode. Below 500, its message is for the caller."""
+class OwnerCall(Protocol[T]):
+    """What the transport needs of a call (`services.spaces.calls.OwnerCall`): the method's name, and how
+    to read its JSON answer back as the method's own type."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def result(self) -> TypeAdapter[T]: ...
 
 
-class ReadUnavailableError(Exception):
+class OwnerUnavailableError(Exception):
     """No worker owns the space's shard, or it did not answer within the timeout: retry later."""
 
     def __init__(self, message: str, retry_after_s: float) -> None:
@@ -50,7 +44,7 @@ class ReadUnavailableError(Exception):
         super().__init__(message)
 
 
-class RemoteReadError(Exception):
+class OwnerRefusedError(Exception):
     """The worker ran the read and the engine refused it: `kind` is the engine's error class name
     (`SpaceNotFoundError`, `InvalidInputError`, ...), `field` the field it names, if any. An invalid
     bundle names the file the owner staged it in: here its field is `bundle`, not the owner's path."""
@@ -62,7 +56,7 @@ class RemoteReadError(Exception):
         super().__init__(message)
 
 
-class ReadClient:
+class OwnerCallClient:
     """The API's side: one request, one reply list, both in Redis."""
 
     def __init__(self, client: redis.Redis, settings: QueueSettings) -> None:
@@ -80,7 +74,7 @@ class ReadClient:
         timeout_s = self.settings.read_timeout_s if timeout_s is None else timeout_s
         shard = shard_of(key, self.settings.shard_count)
         if self.client.get(self.keys.lease(shard)) is None:
-            raise ReadUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
+            raise OwnerUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
         request_id = new_id()
         request = {
             "id": request_id,
@@ -89,17 +83,17 @@ class ReadClient:
             "args": args,
             "through": self.writes.last_write_id(key),
         }
-        self.client.rpush(self.keys.reads(shard), json.dumps(request))
+        self.client.rpush(self.keys.owner_calls(shard), json.dumps(request))
         reply = self._wait_reply(request_id, timeout_s)
         if reply is None:
-            raise ReadUnavailableError(
+            raise OwnerUnavailableError(
                 f"the worker owning shard {shard} did not answer within {timeout_s} s",
                 self.settings.read_timeout_s,
             )
         answer = json.loads(reply[1])
         if not answer["ok"]:
             error = answer["error"]
-            raise RemoteReadError(error["kind"], error["message"], error.get("field"))
+            raise OwnerRefusedError(error["kind"], error["message"], error.get("field"))
         return call.result.validate_python(answer["result"])
 
     def _wait_reply(self, request_id: str, timeout_s: float) -> Any:

@@ -3,7 +3,7 @@ arguments and a typed result.
 
 One list serves both modes of the API. Embedded, the call runs on the process's own open space; with
 Redis, the API sends the method's name and arguments to the worker that owns the space
-(`services/queue/reads.py`), the worker runs the same method (`run_call`) and answers the result as JSON,
+(`services/queue/owner_calls.py`), the worker runs the same method (`run_call`) and answers the result as JSON,
 and the API turns it back into the same type (`OwnerCall.result`). Nothing outside this list can be run
 remotely: a request naming any other method is refused.
 

@@ -2,12 +2,13 @@
 
 This process holds no space and loads no model. A write is planned (checked) by the engine here, appended
 to its shard's stream and acknowledged once Redis holds it (`services/queue/producer.py`); the worker that
-owns the shard applies it. Every other call goes to that worker (`services/queue/reads.py`), which runs it
+owns the shard applies it. Every other call goes to that worker (`services/queue/owner_calls.py`), which runs it
 after every write of the space accepted before the call. The API is ready when Redis answers: writes are
 accepted with no worker running, so autoscaling on queue depth can start workers from zero.
 """
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -16,22 +17,21 @@ import redis
 from anyio import to_thread
 
 from memoryos import MemoryConfig
-from memoryos.errors import SpaceNotFoundError
+from memoryos.errors import InvalidInputError, SpaceNotFoundError
 from memoryos.portability.bundle import ImportReport
 from memoryos.space.ops import AddTurns, ForgetSpace
 from memoryos.space.pool import SpaceKey
-from services.api.access import BackpressureError, SpaceFigures, WritePlan
-from services.api.settings import ApiSettings
-from services.api.write_shares import WriteShares
-from services.jobs.tasks import purge_space_jobs
 from services.queue import streams
-from services.queue.bundle_transfer import download, upload
-from services.queue.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
+from services.queue.bundle_transfer import chunks, download, stored_size, upload
 from services.queue.connection import connect
 from services.queue.dead_letters import DeadLetter, list_dead_letters
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError
 from services.queue.producer import QueueFullError, WriteQueue
-from services.queue.reads import ReadClient, RemoteReadError
 from services.queue.settings import QueueSettings
+from services.queue.space_jobs import purge_space_jobs
+from services.spaces.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
+from services.spaces.protocol import BackpressureError, SpaceFigures, SpacesLimits, WritePlan
+from services.spaces.write_shares import WriteShares
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ T = TypeVar("T")
 class QueuedSpaces:
     """Writes to the shard streams, calls to each space's owner."""
 
-    def __init__(self, config: MemoryConfig, settings: QueueSettings, api: ApiSettings) -> None:
+    def __init__(self, config: MemoryConfig, settings: QueueSettings, api: SpacesLimits) -> None:
         """`api`: the Retry-After of a write refused because its shard's stream is full, spread like the
         embedded API's (workers apply hundreds a second, but refused clients must not return together)."""
         self.config = config
@@ -47,7 +47,7 @@ class QueuedSpaces:
         self.api = api
         self.client: redis.Redis = connect(settings)
         self.queue = WriteQueue(self.client, settings)
-        self.reads = ReadClient(self.client, settings)
+        self.owner_calls = OwnerCallClient(self.client, settings)
         self.max_bundle_bytes = settings.max_queued_bundle_mb * 1024 * 1024
         self.write_lag_s = 0.0
         """The age of the oldest write not yet applied, as last sampled by `maintain`."""
@@ -56,12 +56,16 @@ class QueuedSpaces:
     async def call(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T:
         timeout_s = self.settings.read_timeout_s if call.facade else self.settings.bundle_timeout_s
         try:
-            return await to_thread.run_sync(self.reads.ask, key, call, args, timeout_s)
-        except RemoteReadError as error:
+            return await to_thread.run_sync(self.owner_calls.ask, key, call, args, timeout_s)
+        except OwnerRefusedError as error:
             if error.kind == "SpaceNotFoundError":  # rebuilt here: the worker's message names its paths
-                tenant_dir = self.config.model_copy(update={"tenant": key.tenant})
-                raise SpaceNotFoundError(tenant_dir.space_dir(key.user_id, key.assistant_id)) from None
+                raise self._not_found(key) from None
             raise
+
+    def _not_found(self, key: SpaceKey) -> SpaceNotFoundError:
+        """The space's `SpaceNotFoundError`, named by this process's settings (never the worker's paths)."""
+        tenant_dir = self.config.model_copy(update={"tenant": key.tenant})
+        return SpaceNotFoundError(tenant_dir.space_dir(key.user_id, key.assistant_id))
 
     async def write(self, key: SpaceKey, plan: WritePlan) -> tuple[AddTurns, list[int]]:
         bound = self.api.max_write_lag_s
@@ -100,7 +104,10 @@ class QueuedSpaces:
     async def export_bundle(self, key: SpaceKey, out: Path) -> None:
         """The owner writes the bundle into Redis (`bundle_transfer.py`); this process streams it out."""
         sent = await self.call(key, EXPORT_BUNDLE, max_bytes=self.max_bundle_bytes)
-        await to_thread.run_sync(download, self.client, self.queue.keys, sent.transfer_id, out)
+        try:
+            await to_thread.run_sync(download, self.client, self.queue.keys, sent.transfer_id, out)
+        except InvalidInputError:  # written moments ago and gone: a forget purged it, and the space with it
+            raise self._not_found(key) from None
 
     async def import_bundle(self, key: SpaceKey, bundle: Path) -> ImportReport:
         """The upload crosses Redis to the owner, which imports it into the (empty) space."""
@@ -108,6 +115,13 @@ class QueuedSpaces:
             upload, self.client, self.queue.keys, key, bundle, self.max_bundle_bytes
         )
         return await self.call(key, IMPORT_BUNDLE, transfer_id=transfer_id)
+
+    def stored_bundle(self, transfer_id: str) -> tuple[int, Iterator[bytes]]:
+        """The size and the pieces, read as they are consumed, of a bundle waiting in Redis (a finished
+        export job's); `InvalidInputError` once it expired. Blocking."""
+        return stored_size(self.client, self.queue.keys, transfer_id), chunks(
+            self.client, self.queue.keys, transfer_id
+        )
 
     async def ready(self) -> bool:
         try:
@@ -137,8 +151,8 @@ class QueuedSpaces:
 
     def refuse_over_lag(self) -> None:
         """`BackpressureError` while the oldest write not yet applied is older than `max_write_lag_s`: a
-        read waits until its space's writes are applied, so an unbounded queue became reads answered 503
-        after the read timeout (149 of 552 at 64 clients on 2 cores); refusing writes keeps both short.
+        read waits until its space's writes are applied, so an unbounded queue turns into reads answered 503
+        after the read timeout (docs/reliability.md, Reads under load); refusing writes keeps both short.
         The shard streams' own length bound (`queue_max_entries`) still caps Redis's memory."""
         lag, bound = self.write_lag_s, self.api.max_write_lag_s
         if bound and lag >= bound:

@@ -1,0 +1,85 @@
+"""The API in Redis mode when its Redis is full (`maxmemory` reached under `noeviction`, as the compose
+files and deploy/base/redis.conf run it), through real HTTP: writes answer 503 `queue_full` with
+`Retry-After`, never 500; every write acknowledged before is applied by the worker; and writes are taken
+again once Redis has room."""
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from memoryos import MemoryConfig
+from services.api.settings import ApiSettings
+from services.queue.settings import QueueSettings
+from tests.support.api_server import running_api
+from tests.support.queue_worker import Running
+from tests.support.redis_server import running_redis
+
+pytestmark = pytest.mark.integration
+
+KEY = "key-full"
+ROOM_BYTES = 256 * 1024
+"""What Redis may hold beyond its use when the test starts: some writes fit, then it is full."""
+
+
+def wait_until(condition: object, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def turn(number: int) -> dict[str, str]:
+    """A write of ~4 KB, so a few dozen fill the room the test leaves."""
+    return {
+        "user_input": f"Note {number}: " + "I keep a long diary of my garden. " * 120,
+        "agent_response": "Noted.",
+        "write_id": f"w-{number}",
+    }
+
+
+def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    with running_redis(tmp_path / "redis") as server:
+        admin = redis.Redis.from_url(server.url)
+        queue = QueueSettings(redis_url=server.url, shard_count=4, lease_ttl_s=1.0, read_timeout_s=5.0)
+        settings = ApiSettings(port=0, keys={KEY: "acme"})
+        with (
+            running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as api,
+            httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=30) as http,
+        ):
+            space = api.space_url("maya", "bot")
+            admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + ROOM_BYTES)
+
+            acknowledged: list[str] = []
+            refused = None
+            for number in range(1000):
+                answer = http.post(f"{space}/memories", json=turn(number))
+                if answer.status_code == 503:
+                    refused = answer
+                    break
+                assert answer.status_code in (201, 202), answer.text
+                acknowledged.append(turn(number)["write_id"])
+            assert refused is not None, "Redis never filled up"
+            assert acknowledged, "Redis was full before the first write"
+            assert refused.json()["error"] == "queue_full", refused.text
+            assert "full" in refused.json()["message"] and "nothing was queued" in refused.json()["message"]
+            assert int(refused.headers["retry-after"]) >= 1
+            refused_id = turn(len(acknowledged))["write_id"]
+
+            admin.config_set("maxmemory", 0)  # the operator gives Redis room
+            written = http.post(f"{space}/memories", json=turn(len(acknowledged) + 1))
+            assert written.status_code in (201, 202), written.text
+
+            worker = Running(queue, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-full")
+            try:
+                for write_id in [*acknowledged, turn(len(acknowledged) + 1)["write_id"]]:
+                    wait_until(
+                        lambda write_id=write_id: (
+                            http.get(f"{space}/writes/{write_id}").json().get("searchable") is True
+                        )
+                    )
+                assert http.get(f"{space}/writes/{refused_id}").json().get("searchable") is not True
+            finally:
+                worker.stop()
