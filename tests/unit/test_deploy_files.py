@@ -309,6 +309,20 @@ def test_the_gpu_compose_reserves_the_gpu_and_offers_vllm() -> None:
     )
 
 
+def test_the_gpu_compose_worker_starts_after_the_servers_sharing_its_gpu_and_keeps_faiss_off_it() -> None:
+    """vLLM refuses to start unless its fraction of the GPU's memory is free: the worker waits for it (and
+    for TEI) when their profile runs, and no worker process puts faiss indexes on the shared GPU unless
+    the operator says so."""
+    services = yaml.safe_load(COMPOSE_FILES[1].read_text())["services"]
+    worker = services["worker"]
+    assert worker["depends_on"]["redis"] == {"condition": "service_healthy"}
+    for server in ("vllm", "tei"):
+        assert worker["depends_on"][server] == {"condition": "service_healthy", "required": False}
+        assert services[server]["healthcheck"]["test"]
+    faiss_setting = interpolate(str(worker["environment"]["MEMORYOS_FAISS_USE_GPU"]), {})
+    assert MemoryConfig(faiss_use_gpu=faiss_setting).faiss_use_gpu == "never"  # type: ignore[arg-type]
+
+
 def test_the_gpu_compose_offers_tei_taking_the_worker_s_requests() -> None:
     """The tei profile's server is on the worker's GPU and takes as many texts per request as the worker
     sends by default (TEI refuses a request over its --max-client-batch-size)."""
