@@ -9,10 +9,11 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
 from memoryos import MemoryConfig
 from memoryos.cli.embedding_engine import serve_engine
@@ -90,7 +91,7 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
         )
         supervisor = Supervisor(workers, engine if socket_path else None, supervision)
         stop = _stop_on_signals()
-        with serving_health(settings.worker_health_port, supervisor.unhealthy):
+        with serving_health(settings.worker_health_port, supervisor.unhealthy, supervisor.metrics):
             try:
                 supervisor.run(stop)
             except ChildKeepsFailingError as error:
@@ -144,7 +145,9 @@ def _serve(
     engine_socket: Path | None = None,
 ) -> None:
     """One worker until SIGTERM/SIGINT. `torch_threads`: the default when none is configured;
-    `engine_socket`: the embedding engine's, when this worker loads no model."""
+    `engine_socket`: the embedding engine's, when this worker loads no model. Its metrics are served on
+    the metrics port and, as they are (no `worker_process` label), on the health port: a scrape moved
+    from 9400 to 9399 keeps the series a one-process worker's dashboards and HPA already know."""
     fix_mmap_threshold(settings.worker_mmap_threshold_kb * 1024)  # before any space is opened
     stop = _stop_on_signals()
     config = config_of(args)
@@ -153,9 +156,9 @@ def _serve(
     if torch_threads is not None and config.torch_threads is None:
         config = config.model_copy(update={"torch_threads": torch_threads})
     worker = Worker(settings, config, worker_id=args.worker_id, **parts)
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker, shared_scheduler(worker.spaces.config)))
     if settings.worker_metrics_port:
-        registry = CollectorRegistry()
-        registry.register(WorkerCollector(worker, shared_scheduler(worker.spaces.config)))
         start_http_server(settings.worker_metrics_port, registry=registry)
     worker.spaces.warm_up()
     gc.freeze()  # the model and runtime live as long as the worker: kept out of full collections' walks
@@ -163,5 +166,6 @@ def _serve(
         f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}",
         flush=True,
     )
-    with serving_health(settings.worker_health_port, list):  # one process: healthy while it serves
+    # one process: healthy while it serves
+    with serving_health(settings.worker_health_port, list, partial(generate_latest, registry)):
         worker.run(stop)

@@ -17,7 +17,7 @@ fails no better for being started again (no GPU, a broken driver): the parent st
 raises `ChildKeepsFailingError`, and `memoryos worker` exits 1 so that the container's restart policy,
 not this loop, acts. On SIGTERM or SIGINT it passes SIGTERM on and waits for every child to drain (each
 finishes its batch in flight, releases its leases and closes its spaces). `Supervisor.unhealthy` is what
-its /healthz answers (`health.py`).
+its /healthz answers (`health.py`), `Supervisor.metrics` its /metrics (`child_metrics.py`).
 """
 
 import logging
@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, TypeVar
 
 from memoryos import backoff
-from services.worker.health import metrics_answer
+from services.worker.child_metrics import merged_exposition
+from services.worker.health import metrics_answer, metrics_text
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 STABLE_AFTER_S = 60.0
 """A child that ran this long before it exited counts as a first failure again."""
+Answer = TypeVar("Answer")
 
 
 class ChildKeepsFailingError(RuntimeError):
@@ -96,8 +98,9 @@ class Supervisor:
         supervision: Supervision | None = None,
     ) -> None:
         self._supervision = supervision or Supervision()
-        self._has_engine = engine is not None
-        self._children = [_Child(spec) for spec in ([engine] if engine else []) + list(workers)]
+        self._engine = [_Child(engine)] if engine else []  # none or one slot
+        self._workers = [_Child(spec) for spec in workers]
+        self._children = self._engine + self._workers
         self._context = multiprocessing.get_context("spawn")
 
     def run(self, stop: threading.Event) -> None:
@@ -116,10 +119,8 @@ class Supervisor:
                     if child.process is None and now >= child.restart_at:
                         self._start(child)
         finally:
-            first = self._children[:1] if self._has_engine else []
-            rest = self._children[len(first) :]
-            _terminate([child.process for child in rest if child.process is not None])
-            _terminate([child.process for child in first if child.process is not None])
+            _terminate([child.process for child in self._workers if child.process is not None])
+            _terminate([child.process for child in self._engine if child.process is not None])
 
     def unhealthy(self) -> list[str]:
         """The children not working now, one line each: not running (exited, waiting for their restart),
@@ -127,15 +128,27 @@ class Supervisor:
         server's threads: it reads the slots, never reaps a process."""
         down = [f"{child.spec.name}: not running" for child in self._children if child.process is None]
         probed = [child for child in self._children if child.process is not None and child.spec.metrics_port]
-        if probed:
-            with ThreadPoolExecutor(max_workers=min(len(probed), 32)) as pool:
-                answers = list(pool.map(metrics_answer, [child.spec.metrics_port for child in probed]))
-            down += [
-                f"{child.spec.name}: /metrics on port {child.spec.metrics_port} does not answer"
-                for child, answered in zip(probed, answers, strict=True)
-                if not answered
-            ]
+        answers = _ask_each(metrics_answer, [child.spec.metrics_port for child in probed])
+        down += [
+            f"{child.spec.name}: /metrics on port {child.spec.metrics_port} does not answer"
+            for child, answered in zip(probed, answers, strict=True)
+            if not answered
+        ]
         return down
+
+    def metrics(self) -> bytes:
+        """The metrics of every running worker child as one exposition, each sample labelled with the
+        child's index in `workers` (`child_metrics.py`); a child that does not answer is left out (its
+        /healthz line names it). Called from the health server's threads, as `unhealthy`."""
+        ports = {
+            index: child.spec.metrics_port
+            for index, child in enumerate(self._workers)
+            if child.process is not None and child.spec.metrics_port
+        }
+        texts = _ask_each(metrics_text, list(ports.values()))
+        return merged_exposition(
+            {index: text for index, text in zip(ports, texts, strict=True) if text is not None}
+        )
 
     def _start(self, child: _Child) -> None:
         process = self._context.Process(target=child.spec.target, args=child.spec.args, name=child.spec.name)
@@ -166,6 +179,14 @@ class Supervisor:
             ran_s,
             child.restart_at - now,
         )
+
+
+def _ask_each(ask: Callable[[int], Answer], ports: list[int]) -> list[Answer]:
+    """`ask(port)` of every port at once, so that N silent children cost one timeout, not N."""
+    if not ports:
+        return []
+    with ThreadPoolExecutor(max_workers=min(len(ports), 32)) as pool:
+        return list(pool.map(ask, ports))
 
 
 def _exit_name(code: int) -> str:

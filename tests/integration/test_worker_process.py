@@ -1,21 +1,33 @@
 """The real `memoryos worker` process against a real `redis-server`: SIGTERM drains and gives the shards
-back at once; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway under
+back at once; its health port serves the same metrics as its metrics port; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway under
 the running worker, lose no acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.serving.faults`."""
 
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
-from bench.serving.faults import NAMESPACE, SHARDS, SPACES, run_fault_loop, start_worker, stored_texts
+from bench.serving.faults import (
+    NAMESPACE,
+    SHARDS,
+    SPACES,
+    run_fault_loop,
+    start_worker,
+    start_worker_process,
+    stored_texts,
+    worker_env,
+)
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
-from tests.support.redis_server import RedisServer, running_redis
+from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +74,40 @@ def test_sigterm_drains_and_gives_the_shards_back_at_once(redis_server: RedisSer
     applied = stored_texts(tmp_path / "data")
     assert max(applied.values(), default=1) == 1
     assert len(applied) + queue.depth() == 40  # applied, or still queued for the next owner: none lost
+
+
+def series(port: int) -> set[tuple[str, frozenset[tuple[str, str]]]] | None:
+    """The sample names and labels `GET /metrics` on `port` answers; None while it is not served yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except urllib.error.URLError:
+        return None
+    return {
+        (sample.name, frozenset(sample.labels.items()))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_one_process_serves_its_metrics_on_the_health_port_as_on_its_metrics_port(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    health_port, metrics_port = free_port(), free_port()
+    env = worker_env(redis_server.url, tmp_path / "data") | {
+        "MEMORYOS_WORKER_HEALTH_PORT": str(health_port),
+        "MEMORYOS_WORKER_METRICS_PORT": str(metrics_port),
+    }
+    worker = start_worker_process(env, "w-one")
+    try:
+        wait_for(lambda: series(health_port) is not None)
+        on_health, on_metrics = series(health_port), series(metrics_port)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    finally:
+        worker.kill()
+    assert on_health == on_metrics  # no worker_process label: the series a scrape of 9400 knew
+    assert on_health is not None and ("memoryos_queue_depth", frozenset()) in on_health
 
 
 def test_killed_workers_and_a_redis_restart_lose_no_acknowledged_write(

@@ -1,6 +1,7 @@
 """`memoryos worker --processes 2` (and its embedding engine child) against a real `redis-server`: the
-children divide the shards, every space's writes apply once and in order whichever child owns it, a child
-killed with SIGKILL is started again and loses nothing (the parent's /healthz 503 until it serves again),
+children divide the shards, every space's writes apply once and in order whichever child owns it, the
+parent's health port serves /metrics with both children's queue depths, a child killed with SIGKILL is
+started again and loses nothing (the parent's /healthz 503 until it serves again),
 SIGTERM to the parent drains every child and gives the shards back; and a child that cannot start (no GPU
 for `cuda`) fails the whole worker after `MEMORYOS_WORKER_MAX_CHILD_FAILURES` exits, with one line."""
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.serving.faults import worker_env
 from bench.serving.ingest import descendants, free_ports
@@ -74,6 +76,18 @@ def health_status(port: int) -> int:
         return error.code
 
 
+def queue_depths(port: int) -> dict[str, float]:
+    """`memoryos_queue_depth` by `worker_process`, from the parent's /metrics on its health port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        families = text_string_to_metric_families(reply.read().decode())
+        return {
+            sample.labels["worker_process"]: sample.value
+            for family in families
+            if family.name == "memoryos_queue_depth"
+            for sample in family.samples
+        }
+
+
 def write(queue: WriteQueue, first: int, count: int) -> None:
     for i in range(first, first + count):
         turn = {"user_input": f"turn {i:04d}", "agent_response": "ok"}
@@ -121,6 +135,7 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
 
         write(queue, 0, 120)
         wait_for(lambda: queue.depth() == 0)
+        wait_for(lambda: queue_depths(health_port) == {"0": 0, "1": 0})  # one scrape port, both children
         killed = children(parent.pid, engine_pid)
         assert len(killed) == 2
         os.kill(killed[0], signal.SIGKILL)  # holding its leases: they lapse after the TTL

@@ -1,7 +1,8 @@
 """The supervisor of `memoryos worker --processes N` with real spawned children (tests/support/
 supervised_children.py): a child failing N times within the window stops every child and fails the run;
 fewer failures, or failures after a stable stretch, are restarted; /healthz answers 503 while a child
-is down or its metrics port is silent, and 200 again once it is back."""
+is down or its metrics port is silent, and 200 again once it is back; /metrics on the same port holds every
+answering worker child's samples, labelled with its index, each family once."""
 
 import os
 import signal
@@ -14,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.worker.health import metrics_answer, serving_health
 from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
@@ -77,12 +80,18 @@ def running(supervisor: Supervisor) -> Iterator[threading.Event]:
     assert not errors, errors
 
 
-def health(port: int) -> tuple[int, str]:
+def get(port: int, path: str) -> tuple[int, str, str]:
+    """Status, content type and body of `GET path` on `port`."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as reply:
-            return reply.status, reply.read().decode()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.headers["Content-Type"], reply.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def health(port: int) -> tuple[int, str]:
+    status, _, body = get(port, "/healthz")
+    return status, body
 
 
 def test_a_child_failing_n_times_in_the_window_stops_every_child_and_fails(tmp_path: Path) -> None:
@@ -145,6 +154,7 @@ def test_healthz_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path: 
     with serving_health(health_port, supervisor.unhealthy), running(supervisor):
         wait_for(lambda: health(health_port)[0] == 200)
         assert health(health_port) == (200, "ok\n")
+        assert get(health_port, "/metrics")[0] == 404  # served only where metrics are given
 
         os.kill(starts(worker)[0], signal.SIGKILL)
         wait_for(lambda: health(health_port)[0] == 503)
@@ -165,3 +175,51 @@ def test_a_running_worker_child_whose_metrics_port_is_silent_is_unhealthy(tmp_pa
     with running(supervisor):
         wait_for(lambda: len(starts(stuck)) == 1)
         assert supervisor.unhealthy() == [f"worker-0: /metrics on port {silent_port} does not answer"]
+
+
+def test_the_health_port_serves_every_answering_worker_childs_metrics_as_one(tmp_path: Path) -> None:
+    health_port, port_0, port_1, silent_port = (free_port() for _ in range(4))
+    supervisor = Supervisor(
+        [
+            ChildSpec("worker-0", serve_metrics, (slot(tmp_path, "0"), port_0), port_0),
+            ChildSpec("worker-1", serve_metrics, (slot(tmp_path, "1"), port_1), port_1),
+            ChildSpec("worker-2", exit_after, (slot(tmp_path, "2"), TIMEOUT_S), silent_port),
+        ],
+        ChildSpec("engine", exit_after, (slot(tmp_path, "engine"), TIMEOUT_S)),  # serves no metrics
+    )
+    with serving_health(health_port, supervisor.unhealthy, supervisor.metrics), running(supervisor):
+        wait_for(lambda: metrics_answer(port_0) and metrics_answer(port_1))
+        status, content_type, text = get(health_port, "/metrics")
+
+    assert (status, content_type) == (200, CONTENT_TYPE_LATEST)
+    families = list(text_string_to_metric_families(text))
+    names = [family.name for family in families]
+    assert len(names) == len(set(names)), names
+    assert {family.name: family.type for family in families} == {
+        "child_port": "gauge",
+        "child_requests": "counter",
+        "child_requests_created": "gauge",
+        "child_seconds": "histogram",
+        "child_seconds_created": "gauge",
+        "child_info": "gauge",
+    }
+    by_name = {family.name: family for family in families}
+    for family in families:  # worker-2 silent: left out, not a failed scrape
+        assert {sample.labels["worker_process"] for sample in family.samples} == {"0", "1"}, family
+    assert {s.labels["worker_process"]: s.value for s in by_name["child_port"].samples} == {
+        "0": port_0,
+        "1": port_1,
+    }
+    assert sorted(
+        (s.name, s.labels.get("le", ""), s.labels["worker_process"], s.value)
+        for s in by_name["child_seconds"].samples
+    ) == sorted(
+        (name, le, index, value)
+        for index in ("0", "1")
+        for name, le, value in [
+            ("child_seconds_bucket", "1.0", 1.0),
+            ("child_seconds_bucket", "+Inf", 1.0),
+            ("child_seconds_count", "", 1.0),
+            ("child_seconds_sum", "", 0.5),
+        ]
+    )

@@ -3,19 +3,11 @@ them. Each records its start as a file in `starts_dir` (the test counts restarts
 
 import os
 import sys
+import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-
-class _Metrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
 
 def _record_start(starts_dir: Path) -> int:
@@ -25,17 +17,29 @@ def _record_start(starts_dir: Path) -> int:
     return number
 
 
+def _serve_metrics_forever(port: int) -> None:
+    """Serve /metrics on `port` with one family of each kind, valued by the port (told apart once
+    merged), until SIGTERM ends the process."""
+    registry = CollectorRegistry()
+    Gauge("child_port", "The port this child serves on.", registry=registry).set(port)
+    Counter("child_requests", "Counted to the port.", registry=registry).inc(port)
+    Histogram("child_seconds", "One observation.", buckets=(1.0,), registry=registry).observe(0.5)
+    Info("child", "What runs.", registry=registry).info({"port": str(port)})
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    threading.Event().wait()
+
+
 def serve_metrics(starts_dir: Path, port: int) -> None:
     """A working worker child, as health sees one: 200 on /metrics at `port` until SIGTERM ends it."""
     _record_start(starts_dir)
-    HTTPServer(("127.0.0.1", port), _Metrics).serve_forever()
+    _serve_metrics_forever(port)
 
 
 def fail_first(starts_dir: Path, failures: int, port: int) -> None:
     """Exits 1 at once on its first `failures` starts (a driver that is not there), then works."""
     if _record_start(starts_dir) <= failures:
         sys.exit(1)
-    HTTPServer(("127.0.0.1", port), _Metrics).serve_forever()
+    _serve_metrics_forever(port)
 
 
 def exit_after(starts_dir: Path, seconds: float) -> None:
