@@ -374,13 +374,17 @@ def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes()
         d for d in load_yaml_documents(DEPLOY / "base" / "worker.yaml") if d["kind"] == "Deployment"
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}  # probes name the port (`health`)
     for probe in ("startupProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port}, probe
+        get = container[probe]["httpGet"]
+        assert (get["path"], named.get(get["port"], get["port"])) == ("/healthz", port), probe
     for path, name, spec in pod_specs():  # no patch points a worker probe elsewhere
         for patched in spec["containers"]:
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 if name == "memoryos-worker" and "httpGet" in patched.get(probe, {}):
-                    assert patched[probe]["httpGet"] == {"path": "/healthz", "port": port}, (path, probe)
+                    get = patched[probe]["httpGet"]
+                    found = (get["path"], named.get(get["port"], get["port"]))
+                    assert found == ("/healthz", port), (path, probe)
 
 
 def test_compose_runs_the_commands_the_issue_names() -> None:

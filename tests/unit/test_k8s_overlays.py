@@ -1,0 +1,285 @@
+"""The Kubernetes overlays and components (issue 51, point 7): the worker is probed and scraped on its one
+health port, the gpu overlay rolls out without a spare GPU, the ReadWriteMany volumes take the storage
+class set once in a component, and KEDA replaces the HPA where an overlay asks for it.
+
+The source files are read as the other deploy tests read them. Each overlay is also rendered, alone and
+with the components it offers commented out, and the render checked, with the kubectl that
+`.ci/deploy-check` pins (it passes DEPLOY_CHECK_KUBECTL; else the deploy tools' cache or PATH): without
+one those tests skip, and `.ci/deploy-check` runs them.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.queue.settings import QueueSettings
+from tests.support.deploy_files import DEPLOY, load_yaml_documents
+
+HEALTH_PORT = QueueSettings.model_fields["worker_health_port"].default
+"""MEMORYOS_WORKER_HEALTH_PORT's default, 9399: /healthz and every worker process's /metrics."""
+OVERLAYS = sorted(path.name for path in (DEPLOY / "overlays").iterdir() if path.is_dir())
+COMPONENTS = DEPLOY / "components"
+WORKER = "memoryos-worker"
+RWX_VOLUMES = {"memoryos-data", "memoryos-models"}
+OFFERED = re.compile(r"^#\s*- \.\./\.\./components/(\S+)", re.M)
+"""A component an overlay offers commented out (what `.ci/deploy-check` also renders enabled)."""
+
+
+def documents(*parts: str) -> list[dict[str, Any]]:
+    return load_yaml_documents(DEPLOY.joinpath(*parts))
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def kustomization(*parts: str) -> dict[str, Any]:
+    return yaml.safe_load(DEPLOY.joinpath(*parts, "kustomization.yaml").read_text())
+
+
+def offered(overlay: str) -> list[str]:
+    return OFFERED.findall((DEPLOY / "overlays" / overlay / "kustomization.yaml").read_text())
+
+
+def probe_ports(container: dict[str, Any]) -> dict[str, int | str]:
+    """Each probe's httpGet port, a port name resolved to its containerPort."""
+    named = {port["name"]: port["containerPort"] for port in container.get("ports", []) if "name" in port}
+    return {
+        probe: named.get(container[probe]["httpGet"]["port"], container[probe]["httpGet"]["port"])
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe")
+        if "httpGet" in container.get(probe, {})
+    }
+
+
+def assert_probed_and_scraped_on_the_health_port(docs: list[dict[str, Any]]) -> None:
+    worker = one(docs, "Deployment", WORKER)
+    template = worker["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    ports = probe_ports(container)
+    assert {"startupProbe", "livenessProbe"} <= ports.keys()
+    assert set(ports.values()) == {HEALTH_PORT}, ports
+    assert HEALTH_PORT in [port["containerPort"] for port in container["ports"]]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(HEALTH_PORT)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    policy = one(docs, "NetworkPolicy", "memoryos-worker-metrics")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == WORKER
+    (rule,) = policy["spec"]["ingress"]
+    assert [peer["namespaceSelector"]["matchLabels"] for peer in rule["from"]] == [
+        {"kubernetes.io/metadata.name": "monitoring"}
+    ]
+    assert rule["ports"] == [{"port": HEALTH_PORT, "protocol": "TCP"}], (
+        "the one scrape port, 9400 + i no more"
+    )
+
+
+def test_the_worker_is_probed_and_scraped_on_its_health_port() -> None:
+    """9399 answers /healthz for every worker process and serves all their metrics: the probes, the
+    Prometheus annotations and the monitoring namespace's ingress all name it, whatever
+    MEMORYOS_WORKER_PROCESSES is (9400 + i are each one process's)."""
+    assert_probed_and_scraped_on_the_health_port(
+        documents("base", "worker.yaml") + documents("base", "network-policy.yaml")
+    )
+    # No overlay or component moves them elsewhere.
+    for path in [*(DEPLOY / "overlays").rglob("*.yaml"), *COMPONENTS.rglob("*.yaml")]:
+        for doc in load_yaml_documents(path):
+            if doc.get("kind") == "Deployment" and doc["metadata"]["name"] == WORKER:
+                template = doc["spec"].get("template", {})
+                annotations = template.get("metadata", {}).get("annotations", {})
+                assert "prometheus.io/port" not in annotations, path
+                for container in template.get("spec", {}).get("containers", []):
+                    assert not probe_ports(container), path
+
+
+def test_the_gpu_overlay_rolls_out_without_a_spare_gpu() -> None:
+    """At maxReplicas = the GPU count every GPU is taken, so a surge pod would wait for one forever: the
+    gpu overlay takes one worker down first (its drain hands its shards to the others); the CPU base keeps
+    starting the new worker first."""
+    base = one(documents("base", "worker.yaml"), "Deployment", WORKER)
+    assert base["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    (patch,) = documents("overlays", "gpu", "worker-gpu.yaml")
+    assert patch["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert patch["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_the_storage_class_is_set_once_for_both_rwx_volumes() -> None:
+    """deploy/components/rwx-storage-class: one value (a local-config ConfigMap, never applied) copied into
+    both ReadWriteMany claims, offered to the cpu and gpu overlays."""
+    volumes = documents("base", "data-volumes.yaml")
+    rwx = {d["metadata"]["name"] for d in volumes if d["spec"]["accessModes"] == ["ReadWriteMany"]}
+    assert rwx == RWX_VOLUMES
+    assert not any("storageClassName" in d["spec"] for d in volumes), "the component sets it, nothing else"
+    component = kustomization("components", "rwx-storage-class")
+    assert component["kind"] == "Component"
+    (value,) = [
+        d for file in component["resources"] for d in documents("components", "rwx-storage-class", file)
+    ]
+    assert value["kind"] == "ConfigMap"
+    assert value["metadata"]["annotations"]["config.kubernetes.io/local-config"] == "true"
+    assert value["data"]["storageClassName"]
+    (replacement,) = component["replacements"]
+    assert replacement["source"] == {
+        "kind": "ConfigMap",
+        "name": value["metadata"]["name"],
+        "fieldPath": "data.storageClassName",
+    }
+    targets = {t["select"]["name"]: t for t in replacement["targets"]}
+    assert targets.keys() == RWX_VOLUMES
+    for target in targets.values():
+        assert target["select"]["kind"] == "PersistentVolumeClaim"
+        assert target["fieldPaths"] == ["spec.storageClassName"]
+        assert target["options"]["create"] is True
+    for overlay in ("cpu", "gpu"):
+        assert "rwx-storage-class" in offered(overlay), overlay
+
+
+def test_keda_replaces_the_hpa_in_the_keda_overlays() -> None:
+    """deploy/components/keda deletes the HPA and adds a ScaledObject for the same Deployment, scaling on
+    the total queue depth (one prometheus trigger; 64 redis-streams triggers would scale on the largest
+    shard, not the sum) with the HPA's numbers. cpu-keda and gpu-keda put it over cpu and gpu."""
+    hpa = one(documents("base", "worker-autoscaling.yaml"), "HorizontalPodAutoscaler", WORKER)
+    component = kustomization("components", "keda")
+    assert component["kind"] == "Component"
+    (deletion,) = [d for p in component["patches"] for d in documents("components", "keda", p["path"])]
+    assert deletion == {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": WORKER},
+        "$patch": "delete",
+    }
+    (inner,) = component["components"]
+    scaled = kustomization("components", "keda", inner)
+    (scaled_object,) = [
+        d for file in scaled["resources"] for d in documents("components", "keda", inner, file)
+    ]
+    assert scaled_object["apiVersion"] == "keda.sh/v1alpha1" and scaled_object["kind"] == "ScaledObject"
+    assert scaled_object["spec"]["scaleTargetRef"] == hpa["spec"]["scaleTargetRef"]
+    (trigger,) = scaled_object["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert re.fullmatch(
+        r'sum\(memoryos_queue_depth\{namespace="[a-z0-9-]+"\}\)', trigger["metadata"]["query"]
+    )
+    copied = {
+        (r["source"]["kind"], r["source"]["name"], r["source"]["fieldPath"]): [
+            path for t in r["targets"] if t["select"]["name"] == WORKER for path in t["fieldPaths"]
+        ]
+        for r in scaled["replacements"]
+    }
+    hpa_field = ("HorizontalPodAutoscaler", WORKER)
+    assert copied[(*hpa_field, "spec.minReplicas")] == ["spec.minReplicaCount"]
+    assert copied[(*hpa_field, "spec.maxReplicas")] == ["spec.maxReplicaCount"]
+    assert copied[(*hpa_field, "spec.behavior")] == ["spec.advanced.horizontalPodAutoscalerConfig.behavior"]
+    assert copied[(*hpa_field, "spec.metrics.0.pods.target.averageValue")] == [
+        "spec.triggers.0.metadata.threshold"
+    ]
+    for base in ("cpu", "gpu"):
+        overlay = kustomization("overlays", f"{base}-keda")
+        assert overlay["resources"] == [f"../{base}"]
+        assert overlay["components"] == ["../../components/keda"]
+        # Not in the overlay that patches the HPA: its components would copy the HPA before the patches.
+        assert "keda" not in offered(base) + kustomization("overlays", base).get("components", [])
+
+
+# The renders.
+
+
+def kubectl() -> str | None:
+    configured = os.environ.get("DEPLOY_CHECK_KUBECTL")
+    if configured:
+        return configured
+    tools = Path(os.environ.get("DEPLOY_TOOLS_DIR", Path.home() / ".cache" / "memoryos" / "deploy-tools"))
+    return str(tools / "bin" / "kubectl") if (tools / "bin" / "kubectl").exists() else shutil.which("kubectl")
+
+
+Render = Callable[[str, tuple[str, ...]], list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory) -> Render:
+    """The resources `kubectl kustomize` renders for an overlay, with the given components added over it
+    as `.ci/deploy-check` adds them (an overlay of the overlay)."""
+    binary = kubectl()
+    if binary is None:
+        pytest.skip("no kubectl: .ci/deploy-check runs these with its pinned one (DEPLOY_CHECK_KUBECTL)")
+    renders: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+
+    def rendered(overlay: str, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        if (overlay, components) not in renders:
+            target = DEPLOY / "overlays" / overlay
+            if components:
+                target = tmp_path_factory.mktemp(f"{overlay}-with")
+                (target / "kustomization.yaml").write_text(
+                    yaml.safe_dump(
+                        {
+                            "resources": [os.path.relpath(DEPLOY / "overlays" / overlay, target)],
+                            "components": [os.path.relpath(COMPONENTS / c, target) for c in components],
+                        }
+                    )
+                )
+            result = subprocess.run(
+                [binary, "kustomize", str(target)], capture_output=True, text=True, timeout=120, check=False
+            )
+            assert result.returncode == 0, result.stderr
+            renders[(overlay, components)] = [d for d in yaml.safe_load_all(result.stdout) if d]
+        return renders[(overlay, components)]
+
+    return rendered
+
+
+CASES = [(overlay, ()) for overlay in OVERLAYS] + [
+    (overlay, tuple(offered(overlay))) for overlay in OVERLAYS if offered(overlay)
+]
+CASE_IDS = ["+".join([overlay, *components]) for overlay, components in CASES]
+
+
+@pytest.mark.parametrize(("overlay", "components"), CASES, ids=CASE_IDS)
+def test_each_render(render: Render, overlay: str, components: tuple[str, ...]) -> None:
+    """Every overlay, alone and with what it offers: the worker on its health port; the gpu rollout; the
+    storage class on both RWX claims exactly when the component is there; KEDA or the HPA, never both."""
+    docs = render(overlay, components)
+    assert_probed_and_scraped_on_the_health_port(docs)
+    rolling = one(docs, "Deployment", WORKER)["spec"]["strategy"]["rollingUpdate"]
+    gpu = overlay.startswith("gpu")
+    assert rolling == ({"maxSurge": 0, "maxUnavailable": 1} if gpu else {"maxSurge": 1, "maxUnavailable": 0})
+
+    claims = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    assert claims.keys() == RWX_VOLUMES
+    if "rwx-storage-class" in components:
+        (value,) = documents("components", "rwx-storage-class", "storage-class.yaml")
+        assert {spec.get("storageClassName") for spec in claims.values()} == {
+            value["data"]["storageClassName"]
+        }
+    else:
+        assert not any("storageClassName" in spec for spec in claims.values())
+    assert not any(d["kind"] == "ConfigMap" and "local-config" in str(d["metadata"]) for d in docs)
+
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    scaled_objects = [d for d in docs if d["kind"] == "ScaledObject"]
+    if not overlay.endswith("-keda"):
+        assert [h["metadata"]["name"] for h in hpas] == [WORKER] and not scaled_objects
+        return
+    assert not hpas, "KEDA makes its own HPA: ours must go"
+    (scaled_object,) = scaled_objects
+    hpa = one(render(overlay.removesuffix("-keda"), ()), "HorizontalPodAutoscaler", WORKER)
+    spec = scaled_object["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": WORKER}
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (
+        hpa["spec"]["minReplicas"],
+        hpa["spec"]["maxReplicas"],
+    )
+    assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == hpa["spec"]["behavior"]
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 300, "slow scale-down"
+    namespace = hpa["metadata"]["namespace"]
+    assert scaled_object["metadata"]["namespace"] == namespace
+    (trigger,) = spec["triggers"]
+    assert trigger["metadata"]["query"] == f'sum(memoryos_queue_depth{{namespace="{namespace}"}})'
+    assert trigger["metadata"]["threshold"] == hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
