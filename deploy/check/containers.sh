@@ -15,8 +15,9 @@
 #      machine's pip configuration by deploy/check/pipconf.py, outside the repository.
 #   4. docker-compose.yml up with podman-compose, under its own project name and port, then from the
 #      host: /readyz, a keyed write then retrieve, /metrics of the API and the worker, every HEALTHCHECK
-#      (`podman healthcheck run`), the worker killed (restart policy brings it back) and Redis restarted
-#      with nothing lost, the MCP image's stdio `initialize`; then teardown, volumes included.
+#      (`podman healthcheck run`), the worker and then Redis SIGKILLed with acknowledged writes unapplied
+#      (restart policies bring them back) and every acknowledged write counted after, the MCP image's
+#      stdio `initialize`; then teardown, volumes included.
 # It ends with the image sizes, build times and one line per check.
 #
 # Settings (environment): CHECK_PYTHON, the interpreter whose installation goes into the base (default
@@ -254,26 +255,51 @@ for service in redis api worker; do
 done
 record "HEALTHCHECK healthy: redis, api, worker"
 
-# The worker killed from the host as the OOM killer would (SIGKILL to `memoryos worker`, the child of
-# the container's init, which then exits): the restart policy starts it again, and its spaces are on the
-# data volume. The count may already be above 0: a worker that starts before Redis answers exits and
-# is restarted the same way.
-restarts() { podman inspect --format '{{.RestartCount}}' "$(ctr worker)"; }
-before=$(restarts)
-kill -KILL "$(pgrep -P "$(podman inspect --format '{{.State.Pid}}' "$(ctr worker)")" -f 'memoryos worker')"
-restarted() { [ "$(restarts)" -gt "$before" ]; }
-until_ok 120 "worker restarted by its restart policy" restarted
-remember write-after-worker-kill
-until_ok 180 "retrieve after the worker's restart" all_retrieved
-record "worker killed, restarted by its policy (restarts: $(restarts)); nothing lost"
+# Faults with writes in flight. The worker's processes are stopped (SIGSTOP from the host) while a burst
+# of writes is acknowledged, so each burst is queued and unapplied when the fault strikes; the check
+# then counts every acknowledged write in the space. A worker or a Redis killed with nothing queued
+# would prove nothing about acknowledged writes.
+BURST=30
+container_pid() { podman inspect --format '{{.State.Pid}}' "$(ctr "$1")"; }
+descendants() {  # PID: every process below PID (the container's init), children first
+    local child
+    for child in $(ps -o pid= --ppid "$1"); do descendants "$child"; echo "$child"; done
+}
+signal_worker() { descendants "$(container_pid worker)" | xargs -r kill "-$1"; }
+burst() {  # NAME: BURST acknowledged writes (each curl -f: a 2xx before the next)
+    local i
+    for i in $(seq 1 "$BURST"); do remember "$1-$i"; done
+}
+restarts() { podman inspect --format '{{.RestartCount}}' "$(ctr "$1")"; }
+restarted_since() { [ "$(restarts "$1")" -gt "$2" ]; }  # SERVICE COUNT
 
-podman restart "$(ctr redis)" > /dev/null
-remember_when_up() { remember write-after-redis-restart; }
-until_ok 120 "a write after the Redis restart" remember_when_up
-until_ok 180 "retrieve after the Redis restart" all_retrieved
+# The worker SIGKILLed as the OOM killer would, mid-batch: stopped, BURST writes acknowledged, resumed,
+# and killed 0.2 s later, while it applies them (its restart policy starts it again; the writes it had
+# not acknowledged to Redis are delivered again, the ones it had are applied exactly once).
+before=$(restarts worker)
+signal_worker STOP
+burst worker-kill
+signal_worker CONT
+sleep 0.2
+kill -KILL "$(pgrep -P "$(container_pid worker)" -f 'memoryos worker')"
+until_ok 120 "worker restarted by its restart policy" restarted_since worker "$before"
+until_ok 240 "retrieve after the worker's kill" all_retrieved
+record "worker SIGKILLed 0.2 s into applying $BURST acknowledged writes; restarted by its policy, all retrieved"
+
+# Redis SIGKILLed (its process, from the host: no shutdown, no final AOF rewrite) with BURST acknowledged
+# writes queued and none applied: the AOF (appendfsync always) holds each write it acknowledged.
+before=$(restarts redis)
+signal_worker STOP
+burst redis-kill
+kill -KILL "$(container_pid redis)"
+until_ok 120 "Redis restarted by its restart policy" restarted_since redis "$before"
+signal_worker CONT
+remember_when_up() { remember write-after-redis-kill; }
+until_ok 120 "a write after the Redis kill" remember_when_up
+until_ok 240 "retrieve after the Redis kill" all_retrieved
 count=$(call "$space/memories?limit=100" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["pages"]))')
-[ "$count" = "${#written[@]}" ] || fail "the space holds $count pages, ${#written[@]} were written"
-record "Redis restarted (AOF): all ${#written[@]} writes retrieved, $count pages listed"
+[ "$count" = "${#written[@]}" ] || fail "the space holds $count pages, ${#written[@]} were acknowledged"
+record "Redis SIGKILLed with $BURST acknowledged writes unapplied; restarted from its AOF: all ${#written[@]} acknowledged writes retrieved, $count pages listed"
 
 initialize='{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "containers-check", "version": "0"}}}'
 answer=$(echo "$initialize" | timeout 120 podman run -i --rm localhost/memoryos:mcp --user check-user 2> /dev/null | head -1)

@@ -283,3 +283,19 @@ def test_each_render(render: Render, overlay: str, components: tuple[str, ...]) 
     (trigger,) = spec["triggers"]
     assert trigger["metadata"]["query"] == f'sum(memoryos_queue_depth{{namespace="{namespace}"}})'
     assert trigger["metadata"]["threshold"] == hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+
+
+def test_every_secret_volume_says_whether_it_is_optional() -> None:
+    """podman kube play 4.3 (Debian bookworm's) dereferences a secret volume's unset `optional` and
+    crashes on the whole file (podman #16636): each secret volume states Kubernetes' default itself."""
+    secret_volumes = [
+        (path.name, volume)
+        for path in sorted((DEPLOY / "base").glob("*.yaml"))
+        for doc in load_yaml_documents(path)
+        if doc.get("kind") in ("Deployment", "StatefulSet")
+        for volume in doc["spec"]["template"]["spec"].get("volumes", [])
+        if "secret" in volume
+    ]
+    assert secret_volumes, "the API mounts its keys from a secret"
+    for source, volume in secret_volumes:
+        assert isinstance(volume["secret"].get("optional"), bool), f"{source}: volume {volume['name']}"
