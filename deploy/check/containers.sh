@@ -22,7 +22,8 @@
 #
 # Settings (environment): CHECK_PYTHON, the interpreter whose installation goes into the base (default
 # python3: CPython 3.11.3+ built for bookworm, e.g. pyenv's); DEBIAN_MIRROR; CHECK_API_PORT (18765);
-# CHECK_CACHE (~/.cache/memoryos/containers: podman-compose's venv).
+# CHECK_CACHE (~/.cache/memoryos/containers: podman-compose's venv); CHECK_KEEP_FAILED=1 leaves a failed
+# check's stack running for inspection.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$(date +%s)
@@ -200,6 +201,10 @@ teardown() {
             podman logs --tail 30 "$(ctr "$service")" 2>&1
         done
     fi
+    if [ "$status" != 0 ] && [ -n "${CHECK_KEEP_FAILED:-}" ]; then
+        step "kept for inspection (CHECK_KEEP_FAILED): podman-compose -p $PROJECT -f docker-compose.yml down -v"
+        return
+    fi
     step "teardown"
     compose down -v > "$work/down.log" 2>&1 || cat "$work/down.log"
     rm -rf "$work"
@@ -225,19 +230,26 @@ record "/readyz 200, $(($(date +%s) - t0)) s after up"
 
 # A write names its write id; the retrieve waits for those ids, so it sees them once applied by the worker.
 written=()
-remember() {  # WRITE_ID: one exchange whose text carries the id, for retrieve to find
+remember() {  # WRITE_ID: one exchange whose text carries the id, for retrieve to find; counted once acknowledged
     call -X POST "$space/memories" \
-        -d "{\"user_input\": \"my locker code is $1\", \"agent_response\": \"noted: $1\", \"write_id\": \"$1\"}" > /dev/null
+        -d "{\"user_input\": \"my locker code is $1\", \"agent_response\": \"noted: $1\", \"write_id\": \"$1\"}" > /dev/null \
+        || return 1  # explicit: `set -e` does not act in a function that until_ok calls
     written+=("$1")
 }
-all_retrieved() {
-    local ids body
+all_retrieved() {  # every acknowledged write applied: a retrieve waiting for their ids answers, and each is listed
+    local ids listing
     ids=$(printf '"%s",' "${written[@]}")
-    body=$(call -X POST "$space/retrieve" -d "{\"query\": \"locker code\", \"top_k\": 10, \"wait_for_write_ids\": [${ids%,}], \"wait_timeout_s\": 30}") || return 1
-    for id in "${written[@]}"; do grep -q "$id" <<< "$body" || return 1; done
+    call -X POST "$space/retrieve" -d "{\"query\": \"locker code\", \"top_k\": 10, \"wait_for_write_ids\": [${ids%,}], \"wait_timeout_s\": 30}" > /dev/null || return 1
+    listing=$(call "$space/memories?limit=100") || return 1
+    for id in "${written[@]}"; do grep -qF "\"my locker code is $id\"" <<< "$listing" || return 1; done
+}
+retrieve_finds() {  # WRITE_ID: a retrieve that waits for it returns its page
+    local body
+    body=$(call -X POST "$space/retrieve" -d "{\"query\": \"locker code\", \"top_k\": 10, \"wait_for_write_ids\": [\"$1\"], \"wait_timeout_s\": 30}") || return 1
+    grep -qF "$1" <<< "$body"
 }
 remember write-before-restarts
-until_ok 180 "retrieve of the first write" all_retrieved
+until_ok 180 "retrieve of the first write" retrieve_finds write-before-restarts
 record "keyed write, then retrieve finds it"
 
 # Read whole, then searched: `producer | grep -q` fails under pipefail whenever grep exits at its match
@@ -268,7 +280,7 @@ descendants() {  # PID: every process below PID (the container's init), children
 signal_worker() { descendants "$(container_pid worker)" | xargs -r kill "-$1"; }
 burst() {  # NAME: BURST acknowledged writes (each curl -f: a 2xx before the next)
     local i
-    for i in $(seq 1 "$BURST"); do remember "$1-$i"; done
+    for i in $(seq 1 "$BURST"); do remember "$1-$i" || fail "write $1-$i was not acknowledged"; done
 }
 restarts() { podman inspect --format '{{.RestartCount}}' "$(ctr "$1")"; }
 restarted_since() { [ "$(restarts "$1")" -gt "$2" ]; }  # SERVICE COUNT
