@@ -14,13 +14,12 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from tests.support.fakes import HashEmbedder
-from tests.support.threaded_http import StatefulServer, ThreadedTestServer
+from tests.support.threaded_http import ScriptedHandler, StatefulServer, ThreadedTestServer
 
 SERVER_DIM = 24
 SCALE = 3.0
@@ -64,7 +63,7 @@ def server_vector(text: str, dim: int) -> list[float]:
     return [float(value) * SCALE for value in HashEmbedder(dim=dim).vector(text)]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     server: "_Server"
 
     def do_POST(self) -> None:
@@ -95,22 +94,6 @@ class _Handler(BaseHTTPRequestHandler):
         tokens = sum(len(text.split()) for text in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         self._send_json(200, {"object": "list", "model": body["model"], "data": data, "usage": usage})
-
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # The client gave up (its timeout): nothing to answer.
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the per-request stderr lines."""
 
 
 class _Server(StatefulServer):

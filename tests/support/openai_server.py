@@ -17,12 +17,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from tests.support.threaded_http import StatefulServer, ThreadedTestServer
+from tests.support.threaded_http import ScriptedHandler, StatefulServer, ThreadedTestServer
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def _word_count(text: str) -> int:
     return len(text.split())
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     server: "_Server"
     _handling = False
     """This request is counted in the server's `in_flight`."""
@@ -157,26 +156,11 @@ class _Handler(BaseHTTPRequestHandler):
             }
         self._send_json(200, completion)
 
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json", headers)
-
     def _send(
         self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
     ) -> None:
         self._done_handling()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # The client gave up (its timeout): nothing to answer.
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the per-request stderr lines."""
+        super()._send(status, data, content_type, headers)
 
 
 class _Server(StatefulServer):
