@@ -1,10 +1,13 @@
-"""`python -m bench.llm.guard_confusion`: each guard rule's confusion counts on the labelled set.
+"""`python -m bench.llm.guard_confusion`: each guard rule's confusion counts on the two labelled sets.
 
 `tests/data/llm_proposals.json` holds facts and profile updates proposed by the local model over LoCoMo
-turns (`bench/llm/collect_proposals.py`) and the issue's bad examples, labelled good or bad by hand, each
-bad one with the rule that should refuse it. Per rule: bad ones it refuses (true refusals), bad ones it lets
-through, good ones it keeps, good ones it refuses. `tests/unit/test_guard_rules.py` asserts on the same
-verdicts; docs/evaluation.md ("Real-model tier") quotes this table.
+turns of the dev conversations (`bench/llm/collect_proposals.py`) and the issue's bad examples, labelled
+good or bad by hand, each bad one with the rule that should refuse it: the set the thresholds were tuned
+on. `tests/data/llm_proposals_heldout.json` is the same kind of set from other conversations, labelled
+before the guards changed again, with Chinese and Japanese windows: the measure of what the tuning did not
+see. Per rule: bad ones it refuses (true refusals), bad ones it lets through, good ones it keeps, good ones
+it refuses. `tests/unit/test_guard_rules.py` asserts on the tuning set's verdicts; docs/evaluation.md
+("Guards on long-term memory") quotes these tables.
 """
 
 import json
@@ -16,6 +19,7 @@ from memoryos.planning.guards import GuardSettings, Rule, fact_refusal, profile_
 from memoryos.types import Page
 
 LABELLED_SET = Path(__file__).parents[2] / "tests" / "data" / "llm_proposals.json"
+HELD_OUT_SET = LABELLED_SET.with_name("llm_proposals_heldout.json")
 FACT_RULES: tuple[Rule, ...] = ("fact_not_sentence", "fact_ungrounded")
 PROFILE_RULES: tuple[Rule, ...] = ("profile_dropped", "profile_unsupported")
 
@@ -23,11 +27,19 @@ PROFILE_RULES: tuple[Rule, ...] = ("profile_dropped", "profile_unsupported")
 class LabelledSet:
     """The labelled proposals and the guards' verdict on each, under the given settings."""
 
-    def __init__(self, path: Path = LABELLED_SET, settings: GuardSettings | None = None) -> None:
+    def __init__(
+        self, path: Path = LABELLED_SET, settings: GuardSettings | None = None, language: str | None = None
+    ) -> None:
         self.data: dict[str, Any] = json.loads(path.read_text())
         self.settings = settings or GuardSettings.of(MemoryConfig())
-        self.facts: list[dict[str, Any]] = self.data["facts"]
-        self.profiles: list[dict[str, Any]] = self.data["profiles"]
+        wanted = [c for c in (*self.data["facts"], *self.data["profiles"]) if self._speaks(c, language)]
+        self.facts: list[dict[str, Any]] = [c for c in wanted if "text" in c]
+        self.profiles: list[dict[str, Any]] = [c for c in wanted if "proposed" in c]
+
+    def _speaks(self, case: dict[str, Any], language: str | None) -> bool:
+        """Whether the case's window is in `language` (any, when None); windows say theirs, English
+        when they do not."""
+        return language is None or self.data["windows"][case["window"]].get("language", "en") == language
 
     def pages(self, window: str) -> list[Page]:
         turns = self.data["windows"][window]["turns"]
@@ -60,13 +72,28 @@ class LabelledSet:
         }
 
 
-def main() -> None:
-    labelled = LabelledSet()
+def print_table(labelled: LabelledSet) -> None:
     print("| rule | bad refused | bad let through | good kept | good refused |")
     print("| --- | --- | --- | --- | --- |")
     for rule in (*FACT_RULES, *PROFILE_RULES):
         c = labelled.confusion(rule)
         print(f"| {rule} | {c['bad_refused']} | {c['bad_missed']} | {c['good_kept']} | {c['good_refused']} |")
+
+
+def main() -> None:
+    """The tuning set's table, then the held-out set's, whole and per language."""
+    tables = [
+        ("tuning set (conv-26, conv-30, conv-41)", LABELLED_SET, None),
+        ("held-out set", HELD_OUT_SET, None),
+        *(
+            (f"held-out set, {language} windows only", HELD_OUT_SET, language)
+            for language in ("en", "zh", "ja")
+        ),
+    ]
+    for title, path, language in tables:
+        labelled = LabelledSet(path, language=language)
+        print(f"\n{title}: {len(labelled.facts)} facts, {len(labelled.profiles)} profile updates\n")
+        print_table(labelled)
 
 
 if __name__ == "__main__":
