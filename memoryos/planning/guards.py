@@ -10,8 +10,14 @@ only (memory text only at DEBUG), and is counted per rule in `REFUSALS`.
 
 Grounding compares crude stems (`stem`): "hiking" and "hike", "likes" and "like" meet; a paraphrase that
 shares no word with the turns does not, which is why the thresholds ask for a share of the words, not all.
+Words are split by script. Scripts that space their words (Latin, Cyrillic, Greek, Hangul...) give words;
+Chinese and Japanese do not, so a run of Han and kana would be one word, and a Chinese fact one word never
+found in its turns. Such a run gives character bigrams instead, after its stopwords and
+hiragana (particles and endings) are cut out: "用户和狗去爬山" is 狗去, 去爬, 爬山, all found in
+"我昨天带我的狗去爬山了", while single characters would be found by chance in any long conversation.
 """
 
+import functools
 import logging
 import re
 import threading
@@ -30,14 +36,40 @@ log = logging.getLogger(__name__)
 Rule = Literal["fact_not_sentence", "fact_ungrounded", "profile_dropped", "profile_unsupported"]
 """The names refusals are logged and counted under."""
 
-_WORD = re.compile(r"[^\W_]+")
-_ATTRIBUTE_SPLIT = re.compile(r"[\n;,]|\.(?:\s|$)")
+_HAN = "\u3005\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_HIRAGANA = "\u3041-\u309f"
+_KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+_UNSPACED = _HAN + _HIRAGANA + _KATAKANA
+_RUN = re.compile(f"[{_UNSPACED}]+")
+"""A run of Chinese or Japanese text: a clause, not a word."""
+_WORD = re.compile(f"(?:(?![{_UNSPACED}])[^\\W_])+")
+"""A word of a script that spaces its words."""
+_TOKEN = re.compile(f"{_RUN.pattern}|{_WORD.pattern}")
+_KANA = re.compile(f"[{_HIRAGANA}{_KATAKANA}]")
+_HANGUL = re.compile("[\uac00-\ud7a3]")
+_ATTRIBUTE_SPLIT = re.compile(r"[\n;,、，；。]|\.(?:\s|$)")
 _SUFFIXES = ("ingly", "edly", "ings", "ists", "ing", "ies", "ied", "ers", "ist", "er", "ed", "es", "ly", "s")
+CHARACTERS_PER_WORD = 1.5
+"""Chinese words average about one and a half characters, so a run of Han and kana counts this many
+characters a word towards `fact_min_words`: "用户养狗" (4) is a sentence, "爬山" (2) a fragment."""
 
 
 def _word_set(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
+
+_HANGUL_SUFFIXES = tuple(
+    sorted(
+        _word_set(
+            """했어요 합니다 에게서 에서는 이라는 에게 에서 으로 까지 부터 처럼 보다 했다 한다 하고 해요 하는 이다
+            라는 은 는 이 가 을 를 에 와 과 도 의 로 만 랑"""
+        ),
+        key=len,
+        reverse=True,
+    )
+)
+"""Korean particles and endings glued to a word ("개와", "개를": dog), cut as English suffixes are,
+longest first."""
 
 STOPWORDS = _word_set(
     """a about above after again against all also am an and any are as at be because been before being
@@ -47,28 +79,51 @@ STOPWORDS = _word_set(
     over own same she should so some such than that the their theirs them themselves then there these
     they this those through to too under until up very was we were what when where which while who whom
     why will with would you your yours yourself yourselves one ones thing things lot lots really well
-    user users assistant assistants speaker person people someone something currently recently"""
+    user users assistant assistants speaker person people someone something currently recently
+    用户 助手 使用者 的 了 和 与 及 是 在 有 也 都 就 而 或 被 把 对 于 将 从 向 给 很 这 那 个 一 些 只
+    我 你 他 她 它 们 您 吗 呢 吧 啊 着 过 地 得 之 其 并 又 还 为 以 等 会 要 能
+    ユーザー アシスタント 私 彼 彼女 僕 俺
+    사용자 어시스턴트 그 그녀 그들 나 저 우리 당신 너"""
 )
 """Words that carry no content of their own. "like" is here as the preposition it mostly is in facts
 ("activities like hiking"); "user" and "assistant" are every fact's subject, so matching them proves
-nothing about the turns."""
+nothing about the turns. Chinese and Japanese entries cut the runs they occur in, as hiragana (particles
+and endings) do; Korean ones match a word's stem."""
 
 PROFILE_LABELS = _word_set(
     """name age gender occupation job work profession location lives live home hobby hobbies interest
     interests personality trait traits preference preferences habit habits goal goals communication style
-    identity background family relationship relationships status values value note notes"""
+    identity background family relationship relationships status values value note notes
+    姓名 名字 年龄 性别 职业 工作 地点 住址 居住地 爱好 兴趣 性格 特点 偏好 喜好 习惯 目标 沟通风格 沟通 风格
+    身份 背景 家庭 家人 人际关系 关系 状态 价值观 备注 生活中的人
+    名前 年齢 性別 職業 仕事 場所 住所 趣味 興味 性格 好み 習慣 目標 コミュニケーションスタイル 身元 背景
+    家族 人間関係 関係 メモ
+    이름 나이 성별 직업 직장 위치 거주지 취미 관심사 성격 선호 습관 목표 가족 관계 배경"""
 )
 """Headings a profile line may start with ("Hobbies: painting"): formatting, not an attribute's content."""
 
-PRONOUN_SUBJECTS = _word_set("he she they it i we you his her their its my our your him them")
+_PROFILE_IGNORED = STOPWORDS | PROFILE_LABELS
+
+PRONOUN_SUBJECTS = _word_set(
+    """he she they it i we you his her their its my our your him them
+    그 그녀 그들 나 내 저 제 우리 당신 너 네"""
+)
 """A fact opening with one of these names nobody once stored alone: the prompt asks to resolve pronouns,
-and the 1.5B model often did not ("He is interested in yoga")."""
+and the 1.5B model often did not ("He is interested in yoga"). Korean ones are stems ("그는": he)."""
+
+PRONOUN_PREFIXES = ("他", "她", "它", "我", "你", "您", "彼", "私", "僕", "俺", "あなた")
+"""The same for a fact opening with a run of Chinese or Japanese ("他们", "彼女は"), which no space ends."""
 
 
 def stem(word: str) -> str:
-    """A crude stem: a common suffix, then a final "e", removed while three letters stay. Enough to match
-    inflections across a paraphrase ("hiking"/"hike", "shoes"/"shoe"); never meant to be linguistics."""
+    """A crude stem: a common suffix, then a final "e", removed while three letters stay; for a Korean
+    word, a particle or ending while a syllable stays. Enough to match inflections across a paraphrase
+    ("hiking"/"hike", "shoes"/"shoe", "개와"/"개를"); never meant to be linguistics."""
     word = word.casefold()
+    if _HANGUL.search(word):
+        return next(
+            (word[: -len(s)] for s in _HANGUL_SUFFIXES if word.endswith(s) and len(word) > len(s)), word
+        )
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: -len(suffix)]
@@ -77,18 +132,67 @@ def stem(word: str) -> str:
 
 
 def content_stems(text: str, ignore: frozenset[str] = STOPWORDS) -> set[str]:
-    """The stems of the words of `text` that are not in `ignore` (numbers included: an age is content)."""
-    return {stem(word) for word in _WORD.findall(text) if word.casefold() not in ignore}
+    """The stems of the words of `text` that are not in `ignore` (numbers included: an age is content),
+    and the character bigrams of its Chinese and Japanese runs once `ignore` and hiragana are cut out (a
+    character left alone counts as itself)."""
+    stems = {stem(word) for word in _WORD.findall(text) if not _among(word, ignore)}
+    for run in _RUN.findall(text):
+        for piece in _cutter(ignore, japanese=_KANA.search(run) is not None).split(run):
+            stems |= _bigrams(piece) if len(piece) > 1 else set(piece)
+    return stems
+
+
+def word_count(text: str) -> int:
+    """Words of spaced scripts, and Chinese and Japanese characters at `CHARACTERS_PER_WORD` a word."""
+    characters = sum(len(run) for run in _RUN.findall(text))
+    return len(_WORD.findall(text)) + int(characters / CHARACTERS_PER_WORD + 0.5)
+
+
+def _opens_with_pronoun(text: str) -> bool:
+    first = _TOKEN.search(text)
+    if first is None:
+        return False
+    token = first.group()
+    if _RUN.fullmatch(token):
+        return token.startswith(PRONOUN_PREFIXES)
+    return _among(token, PRONOUN_SUBJECTS)
+
+
+def _among(word: str, words: frozenset[str]) -> bool:
+    """Whether `word` is one of `words`; a Korean word by its stem, its particle cut off ("그는": 그)."""
+    return word.casefold() in words or (_HANGUL.search(word) is not None and stem(word) in words)
+
+
+def _bigrams(run: str) -> set[str]:
+    return {run[i : i + 2] for i in range(len(run) - 1)}
+
+
+@functools.cache
+def _cutter(ignore: frozenset[str], japanese: bool) -> re.Pattern[str]:
+    """What splits a Chinese or Japanese run into content: hiragana, and the words of `ignore` written in
+    those scripts, longest first. A run with kana is Japanese, where a single kanji is most often part of
+    a word (京都, 一緒), so only longer words of `ignore` cut it."""
+    words = sorted(
+        (w for w in ignore if _RUN.fullmatch(w) and (len(w) > 1 or not japanese)), key=len, reverse=True
+    )
+    return re.compile("|".join([f"[{_HIRAGANA}]+", *map(re.escape, words)]))
 
 
 def source_stems(pages: Sequence[Page]) -> set[str]:
     """What the source turns support: the stems of every word of both sides of each turn (stopwords too:
-    "like" in a turn supports "likes" in a fact), and of its date, spelt as a model turns "yesterday" into
-    a date ("7 May 2023", "Monday")."""
+    "like" in a turn supports "likes" in a fact), every character and bigram of their Chinese and Japanese
+    runs, and the same of their date, spelt as a model turns "yesterday" into a date ("7 May 2023",
+    "Monday", "2023年5月7日", "星期日")."""
     stems: set[str] = set()
     for page in pages:
-        stems |= content_stems(f"{page.user_input}\n{page.agent_response}", ignore=frozenset())
-        stems |= _date_stems(page.timestamp)
+        stems |= _all_stems(f"{page.user_input}\n{page.agent_response}") | _date_stems(page.timestamp)
+    return stems
+
+
+def _all_stems(text: str) -> set[str]:
+    stems = {stem(word) for word in _WORD.findall(text)}
+    for run in _RUN.findall(text):
+        stems |= set(run) | _bigrams(run)
     return stems
 
 
@@ -97,7 +201,11 @@ def _date_stems(timestamp: str) -> set[str]:
         moment = datetime.strptime(timestamp, TIMESTAMP_FORMAT)
     except ValueError:
         return content_stems(timestamp)
-    return content_stems(f"{moment.year} {moment.day} {moment:%B %A}", ignore=frozenset())
+    weekday = moment.weekday()
+    return _all_stems(
+        f"{moment.year} {moment.month} {moment.day} {moment:%B %A} {moment.year}年{moment.month}月{moment.day}日 "
+        f"星期{'一二三四五六日'[weekday]} {'月火水木金土日'[weekday]}曜日"
+    )
 
 
 @dataclass(frozen=True)
@@ -133,9 +241,8 @@ def fact_refusal(fact: str, sources: set[str], settings: GuardSettings) -> Rule 
     """Why `fact` may not be stored, or None. A fact is a sentence that stands alone (at least
     `fact_min_words` words, one of them content, not opening with a pronoun), and at least
     `fact_min_grounding` of its content words occur in its source turns."""
-    words = _WORD.findall(fact)
     content = content_stems(fact)
-    if len(words) < settings.fact_min_words or not content or words[0].casefold() in PRONOUN_SUBJECTS:
+    if word_count(fact) < settings.fact_min_words or not content or _opens_with_pronoun(fact):
         return "fact_not_sentence"
     if _grounded_share(content, sources) < settings.fact_min_grounding:
         return "fact_ungrounded"
@@ -154,8 +261,8 @@ def profile_refusal(
     attributes (a line, or an item of a comma-separated line) whose new words are less than
     `profile_min_grounding` found in the turns.
     """
-    before = content_stems(previous, STOPWORDS | PROFILE_LABELS)
-    after = content_stems(proposed, STOPWORDS | PROFILE_LABELS)
+    before = content_stems(previous, _PROFILE_IGNORED)
+    after = content_stems(proposed, _PROFILE_IGNORED)
     if before:
         lost = len(before - after)
         if 1 - lost / len(before) < settings.profile_min_kept:
@@ -163,7 +270,7 @@ def profile_refusal(
     unsupported = sum(
         1
         for attribute in _attributes(proposed)
-        if (new := content_stems(attribute, STOPWORDS | PROFILE_LABELS) - before)
+        if (new := content_stems(attribute, _PROFILE_IGNORED) - before)
         and _grounded_share(new, sources) < settings.profile_min_grounding
     )
     if unsupported > settings.profile_max_unsupported:

@@ -170,12 +170,14 @@ def find_duplicate(vector: np.ndarray, existing: np.ndarray, threshold: float) -
     return best if float(cosines[best]) >= threshold else None
 
 
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")
+"""Letters and digits of every script: with ASCII ones only, every Chinese or Russian fact would compare as
+the same empty text, and a second one count as a restatement of the first."""
 
 
 def normalized_fact(text: str) -> str:
     """A fact's comparison form: lowercase words, so 'Likes tea.' and 'likes  tea' are the same fact."""
-    return " ".join(_WORD.findall(text.lower()))
+    return " ".join(_WORD.findall(text.casefold()))
 
 
 def knowledge_to_drop(updated_at: dict[int, float], capacity: int) -> list[int]:
