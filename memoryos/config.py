@@ -352,6 +352,14 @@ class MemoryConfig(BaseSettings):
         description="New profile attributes no turn supports that an update may carry: one inferred trait "
         "is tolerated, a list of invented ones ('Age: 25, has a partner, two children') is not.",
     )
+    guard_analysis_attempts: int = Field(
+        3,
+        ge=1,
+        description="Analyses of a slice of pages whose proposals the guards refused before the slice is "
+        "marked analyzed with what passed: a later pass sees the pages that joined the segment since and "
+        "the profile of the time, and a server that does not decode deterministically samples anew. Each "
+        "costs a profile and a facts call; 1 marks a refused slice analyzed at once.",
+    )
     scheduler_store_threads: int = Field(
         4,
         gt=0,

@@ -29,7 +29,15 @@ from memoryos.planning import guards, rebuild
 from memoryos.planning.rebuild import ApplyOps
 from memoryos.space import policy
 from memoryos.space.memory_space import MemorySpace
-from memoryos.space.ops import AddKnowledge, AnyOp, FileTopic, LinkChain, MarkAnalyzed, UpdateProfile
+from memoryos.space.ops import (
+    AddKnowledge,
+    AnyOp,
+    DeferAnalysis,
+    FileTopic,
+    LinkChain,
+    MarkAnalyzed,
+    UpdateProfile,
+)
 from memoryos.types import Page
 from memoryos.validation import TIMESTAMP_FORMAT, format_unix_timestamp
 
@@ -290,19 +298,24 @@ class Consolidator:
 
     async def _analyze(self, space: MemorySpace, segment_id: int, pages: Sequence[Page]) -> None:
         """One slice's profile and facts, as the LLM proposes them less what the guards refuse
-        (`guards.py`): a refused profile leaves the previous one, a refused fact is left out, and the slice
-        is marked analyzed all the same (asked again at temperature 0, the model would propose the same)."""
+        (`guards.py`): a refused profile leaves the previous one, a refused fact is left out, and what
+        passed is applied. A slice with a refusal is not marked analyzed but deferred, so a later pass
+        analyses it again (with the pages that joined the segment since, under the profile of the time),
+        until `guard_analysis_attempts` analyses of it were refused: it is then marked analyzed, and
+        counted as given up."""
         previous = space.profile()
         profile, knowledge = await asyncio.gather(
             self.llm.update_profile(previous, pages), self.llm.extract_knowledge(pages)
         )
         user, assistant = knowledge.user_facts, knowledge.assistant_facts
-        profile_kept = True
+        profile_kept, refused = True, False
         if guards.guards_enabled(space.config):
             guard = guards.ProposalGuard(guards.GuardSettings.of(space.config), space.directory.name)
-            user = guard.facts("user", user, pages)
-            assistant = guard.facts("assistant", assistant, pages)
+            kept_user = guard.facts("user", user, pages)
+            kept_assistant = guard.facts("assistant", assistant, pages)
             profile_kept = guard.profile(previous, profile, pages)
+            refused = not profile_kept or len(kept_user) < len(user) or len(kept_assistant) < len(assistant)
+            user, assistant = kept_user, kept_assistant
         timestamp = format_unix_timestamp(self.clock())
         sources = [p.page_id for p in pages]
         vectors = await self.embed_texts([*user, *assistant]) if user or assistant else None
@@ -325,8 +338,25 @@ class Consolidator:
                         at=self.clock(),
                     )
                 )
-        ops.append(MarkAnalyzed(segment_id=segment_id, page_ids=sources, at=self.clock()))
+        ops.append(self._analysis_mark(space, segment_id, sources, refused))
         await self.apply(space, *ops)  # the slice's profile, facts and mark: one commit, all or none
+
+    def _analysis_mark(
+        self, space: MemorySpace, segment_id: int, page_ids: list[int], refused: bool
+    ) -> MarkAnalyzed | DeferAnalysis:
+        """Analyzed, or deferred while a refused slice has attempts left. Facts that passed are stored
+        either way: asked again, the model restates them, and a restatement refreshes the stored fact."""
+        if not refused:
+            return MarkAnalyzed(segment_id=segment_id, page_ids=page_ids, at=self.clock())
+        attempt = space.analysis_attempts(page_ids) + 1
+        deferred = attempt < space.config.guard_analysis_attempts
+        guards.REFUSALS.record("analysis_deferred" if deferred else "analysis_given_up")
+        log.info(
+            "slice with refused proposals " + ("deferred" if deferred else "given up"),
+            extra={"space": space.directory.name, "segment_id": segment_id, "attempt": attempt},
+        )
+        mark = DeferAnalysis if deferred else MarkAnalyzed
+        return mark(segment_id=segment_id, page_ids=page_ids, at=self.clock())
 
 
 def _chain_of(space: MemorySpace, page: Page | None) -> list[Page]:

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 Rule = Literal["fact_not_sentence", "fact_ungrounded", "profile_dropped", "profile_unsupported"]
 """The names refusals are logged and counted under."""
 
+SliceOutcome = Literal["analysis_deferred", "analysis_given_up"]
+"""What became of a slice with a refusal, counted beside the rules: left for a later pass to analyse
+again, or marked analyzed once `guard_analysis_attempts` analyses of it were refused."""
+
 _HAN = "\u3005\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 _HIRAGANA = "\u3041-\u309f"
 _KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
@@ -288,18 +292,19 @@ def _grounded_share(content: set[str], sources: set[str]) -> float:
 
 
 class RefusalCounter:
-    """Proposals refused, per rule, since the process started. Consolidation runs on the scheduler's loop
-    while metrics are read from other threads, so it takes a lock; readers get a copy."""
+    """Proposals refused, per rule, and slices deferred or given up, since the process started.
+    Consolidation runs on the scheduler's loop while metrics are read from other threads, so it takes a
+    lock; readers get a copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[Rule, int] = {}
+        self._counts: dict[Rule | SliceOutcome, int] = {}
 
-    def record(self, rule: Rule, count: int = 1) -> None:
+    def record(self, rule: Rule | SliceOutcome, count: int = 1) -> None:
         with self._lock:
             self._counts[rule] = self._counts.get(rule, 0) + count
 
-    def snapshot(self) -> dict[Rule, int]:
+    def snapshot(self) -> dict[Rule | SliceOutcome, int]:
         with self._lock:
             return dict(self._counts)
 

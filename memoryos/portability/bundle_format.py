@@ -26,7 +26,8 @@ from memoryos.storage.vector_blobs import STORED_DTYPE
 from memoryos.types import FactOrigin, KnowledgeKind, Tier
 
 FORMAT_NAME: Final = "memoryos-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2: a page's `analysis_attempts`; version-1 bundles import with none counted."""
 MANIFEST_MEMBER = "manifest.json"
 FINGERPRINT_META = frozenset({"schema_version", "embedding_model", "embedding_dim", "vector_generation"})
 """Meta keys the manifest states (the embedding fingerprint) or the target store owns (its schema
@@ -92,6 +93,7 @@ class PageItem(BundleItem):
     segment_id: int | None
     chain_id: int | None
     analyzed: bool
+    analysis_attempts: int = 0
     vector: str | None = Field(description="None: the page was still waiting for its vector.")
     vector_seq: int | None
     created_at: float | None

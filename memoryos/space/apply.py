@@ -16,6 +16,7 @@ from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
     AnyOp,
+    DeferAnalysis,
     DeleteFacts,
     DeletePages,
     EmbedPages,
@@ -97,6 +98,9 @@ class OpApplier:
                 self.store.set_page_fields(op.page_ids, analyzed=1)
                 self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
                 detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
+            case DeferAnalysis():
+                self.store.count_analysis_attempt(op.page_ids)
+                detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
             case DeletePages():
                 detail = apply_lifecycle.delete_pages(self.store, op)
             case UpdatePage():
@@ -142,7 +146,7 @@ class OpApplier:
                 pages = self.store.pages(op.page_ids)
                 if len(pages) != len(op.page_ids) or any(p.tier != "stm" for p in pages):
                     return "pages no longer all in short-term memory"
-            case MarkAnalyzed():
+            case MarkAnalyzed() | DeferAnalysis():
                 pages = self.store.pages(op.page_ids)
                 if len(pages) != len(op.page_ids) or any(
                     p.segment_id != op.segment_id or p.analyzed for p in pages

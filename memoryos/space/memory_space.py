@@ -365,6 +365,11 @@ class MemorySpace:
         return self.store.pages(self.store.segment_page_ids(segment_id, only_unanalyzed=True))
 
     @_locked
+    def analysis_attempts(self, page_ids: Sequence[int]) -> int:
+        """The most analyses any of these pages had refused by the guards (`DeferAnalysis`)."""
+        return self.store.analysis_attempts(page_ids)
+
+    @_locked
     def profile(self) -> str:
         return self.store.latest_profile()
 

@@ -37,12 +37,13 @@ from memoryos.ids import new_id
 from memoryos.storage.vector_blobs import STORED_DTYPE, STORED_MAX, at_stored_precision
 from memoryos.types import KnowledgeKind, Turn
 
-OP_FORMAT_VERSION = 2
+OP_FORMAT_VERSION = 3
 """The op wire format this MemoryOS writes and the newest it reads. Bump it when an op's fields change
 meaning; an older MemoryOS then refuses the newer ops instead of applying them wrongly.
 
 Version 2: the lifecycle ops (edits, deletes, TTL, rebuilds of derived texts) and provenance
-fields on `AddKnowledge` and `UpdateProfile`; version-1 ops read unchanged."""
+fields on `AddKnowledge` and `UpdateProfile`; version-1 ops read unchanged.
+Version 3: `DeferAnalysis`; version-1 and 2 ops read unchanged."""
 
 
 # --- ids --------------------------------------------------------------------------------------------------
@@ -321,6 +322,15 @@ class MarkAnalyzed(Op):
     page_ids: list[int]
 
 
+class DeferAnalysis(Op):
+    """The guards refused part of what the LLM proposed from these pages: they stay unanalyzed, each with
+    one more attempt counted, and the segment keeps its heat, so the next pass analyses them again."""
+
+    kind: Literal["defer_analysis"] = "defer_analysis"
+    segment_id: int
+    page_ids: list[int]
+
+
 class DeletePages(Op):
     """Remove pages: text, vector, full-text entries, and every fact whose only sources they were.
 
@@ -423,6 +433,7 @@ AnyOp = Annotated[
     | UpdateProfile
     | AddKnowledge
     | MarkAnalyzed
+    | DeferAnalysis
     | DeletePages
     | UpdatePage
     | DeleteFacts

@@ -261,7 +261,7 @@ class PageQueries(StoreQueries):
             self._withdraw_vector(page.page_id)
         self._db.execute(
             "UPDATE pages SET user_input = ?, agent_response = ?, meta_data = ?, vector = NULL, "
-            "vector_seq = NULL, analyzed = 0, updated_at = ? WHERE page_id = ?",
+            "vector_seq = NULL, analyzed = 0, analysis_attempts = 0, updated_at = ? WHERE page_id = ?",
             (user_input, agent_response, json.dumps(meta_data) if meta_data else None, at, page.page_id),
         )
         self._db.execute(
@@ -331,6 +331,22 @@ class PageQueries(StoreQueries):
 
     def next_page_expiry(self) -> float | None:
         return self._one("SELECT MIN(expires_at) FROM pages WHERE expires_at IS NOT NULL")
+
+    def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
+        self._db.executemany(
+            "UPDATE pages SET analysis_attempts = analysis_attempts + 1 WHERE page_id = ?",
+            [(pid,) for pid in page_ids],
+        )
+
+    def analysis_attempts(self, page_ids: Sequence[int]) -> int:
+        """The most refused analyses any of the pages had (0 for none, or no such page)."""
+        most = 0
+        for start in range(0, len(page_ids), 900):
+            chunk = page_ids[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            found = self._one(f"SELECT MAX(analysis_attempts) FROM pages WHERE page_id IN ({marks})", chunk)
+            most = max(most, int(found or 0))
+        return most
 
     def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
         assignments = ", ".join(f"{name} = ?" for name in fields)

@@ -15,9 +15,12 @@ texts (chain and segment summaries, the profile) are marked for rebuilding when 
 deleted or edited (`chains.stale`, `segments.stale`, meta `profile_stale`); and `withdrawn_vectors` lists,
 in order, the pages whose vector left the index (deleted or edited), so every process sharing the space
 drops them from its in-memory index too.
+
+Version 4: `pages.analysis_attempts`, the analyses of a page whose proposals the guards refused, so a
+refused slice is analysed again a bounded number of times rather than lost or retried forever.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -53,6 +56,7 @@ CREATE TABLE IF NOT EXISTS pages (
     segment_id     INTEGER REFERENCES segments(segment_id),
     chain_id       INTEGER REFERENCES chains(chain_id),
     analyzed       INTEGER NOT NULL DEFAULT 0,
+    analysis_attempts INTEGER NOT NULL DEFAULT 0,
     vector         BLOB,
     vector_seq     INTEGER,
     created_at     REAL,
@@ -156,6 +160,10 @@ CREATE TABLE withdrawn_vectors (
     seq     INTEGER PRIMARY KEY AUTOINCREMENT,
     page_id INTEGER NOT NULL
 );
+""",
+    # 3 -> 4. No page was refused and kept unanalyzed before version 4.
+    3: """
+ALTER TABLE pages ADD COLUMN analysis_attempts INTEGER NOT NULL DEFAULT 0;
 """,
 }
 """`MIGRATIONS[v]` takes a store from version v to v + 1."""

@@ -3,7 +3,8 @@ stub server answering MemoryOS's own prompts as a weak model did — a one-word 
 profile that invents a family, a facts reply that ignores its schema — through the real `openai` client.
 
 Grounded proposals are stored with their source pages; refused ones leave the previous state, are counted
-per rule, and are logged at INFO with ids and counts only (the refused text only at DEBUG)."""
+per rule, and are logged at INFO with ids and counts only (the refused text only at DEBUG); a slice with a
+refusal is analysed again by later passes, `guard_analysis_attempts` times in all."""
 
 import logging
 from collections.abc import Iterator
@@ -87,13 +88,20 @@ def test_refused_facts_and_profile_leave_memory_as_it_was_counted_and_logged_wit
         memory.add_memory(user_input, agent_response)
     memory.force_mid_term_analysis()
     assert memory.space.profile() == FIRST_PROFILE  # the invented family was refused
+    for _ in range(memory.config.guard_analysis_attempts):  # refused slices are analysed again, bounded
+        memory.force_mid_term_analysis()
     assert all(not memory.space.unanalyzed_pages(s.segment_id) for s in memory.space.segments())
+    assert memory.space.profile() == FIRST_PROFILE
+    assert {
+        f.knowledge for f in memory.space.knowledge("user") + memory.space.knowledge("assistant")
+    } == GOOD_FACTS
     memory.close()
 
     after = REFUSALS.snapshot()
     grew = {rule: after.get(rule, 0) - before.get(rule, 0) for rule in after}
     assert grew["fact_not_sentence"] >= 1 and grew["fact_ungrounded"] >= 1
-    assert grew["profile_unsupported"] == 1 and grew.get("profile_dropped", 0) == 0
+    assert grew["profile_unsupported"] >= 1 and grew.get("profile_dropped", 0) == 0
+    assert grew["analysis_deferred"] >= 1 and grew["analysis_given_up"] >= 1
     info = [r for r in caplog.records if r.levelno == logging.INFO and r.name == "memoryos.planning.guards"]
     assert {r.getMessage() for r in info} == {"LLM facts refused", "LLM profile update refused"}
     logged = " ".join(str(vars(r)) for r in info)

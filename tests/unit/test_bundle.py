@@ -21,6 +21,7 @@ from memoryos.portability.bundle import (
 )
 from memoryos.portability.bundle_format import MEMBERS
 from memoryos.space.layout import STORE_FILE
+from memoryos.storage.schema import SCHEMA_VERSION
 from memoryos.storage.sqlite_store import SqliteStore
 from memoryos.storage.vector_blobs import at_stored_precision
 from tests.support.fakes import FakeClock, HashEmbedder
@@ -388,6 +389,6 @@ def test_manifest_is_readable_without_memoryos(tmp_path: Path, source: tuple[Mem
         "tenant": "default",
         "user_id": "alice",
         "assistant_id": ASSISTANT,
-        "schema_version": 3,
+        "schema_version": SCHEMA_VERSION,
     }
     assert list(manifest["members"]) == [m.name for m in MEMBERS]
