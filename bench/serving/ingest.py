@@ -253,6 +253,7 @@ def worker_environment(
         "MEMORYOS_EMBEDDING_SPEED_ONLY": "true" if speed_only else "false",
         "MEMORYOS_FAISS_USE_GPU": "auto",
         "MEMORYOS_WORKER_METRICS_PORT": str(metrics_port),
+        "MEMORYOS_WORKER_HEALTH_PORT": "0",  # not asked here; its default 9399 may be taken
         "PYTHONUNBUFFERED": "1",
     }
 

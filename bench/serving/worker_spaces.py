@@ -72,6 +72,7 @@ def start_worker(
         "MEMORYOS_REDIS_URL": redis_url,
         "MEMORYOS_WORKER_MEMORY_BUDGET_MB": str(budget_mb),
         "MEMORYOS_WORKER_METRICS_PORT": str(metrics_port),
+        "MEMORYOS_WORKER_HEALTH_PORT": "0",  # not asked here; its default 9399 may be taken
         "MEMORYOS_SHARD_COUNT": "16",
     }
     command = [sys.executable, "-m", "memoryos.cli.main", "worker", "--redis-url", redis_url]

@@ -76,6 +76,7 @@ def test_the_one_machine_redis_recipe_writes_retrieves_and_stops(tmp_path: Path)
     env = {name: value for name, value in os.environ.items() if not name.startswith("MEMORYOS_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # this venv's memoryos
     env["MEMORYOS_WORKER_METRICS_PORT"] = str(free_port())  # the doc's 9400 may be taken here
+    env["MEMORYOS_WORKER_HEALTH_PORT"] = str(free_port())  # and its 9399
 
     shell = subprocess.Popen(
         ["bash", "-e", "-c", script],

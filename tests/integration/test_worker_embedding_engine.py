@@ -127,6 +127,7 @@ def test_two_workers_share_one_engine_and_an_engine_killed_mid_batch_loses_nothi
         "MEMORYOS_WORKER_PROCESSES": "2",
         "MEMORYOS_EMBEDDING_ENGINE_TIMEOUT_S": "0.5",
         "MEMORYOS_WORKER_METRICS_PORT": str(metrics_port),
+        "MEMORYOS_WORKER_HEALTH_PORT": "0",  # not asked here; its default 9399 may be taken
         HOLD_FILE_ENV: str(hold),
     }
     client = redis.Redis.from_url(redis_server.url)
