@@ -2,23 +2,23 @@
 
 The prompt is mem0's `ACCURACY_PROMPT` (evaluation/metrics/llm_judge.py) word for word, with its system
 message, temperature 0 and a JSON reply `{"label": ...}`, so our judge scores read like the published
-ones. Token F1 punishes a right answer worded differently ("7 May 2023" vs "May 7th"); the judge does not,
+ones. The call is bounded as the engine's are (`openai_client.CompletionCodec`): a token cap, the label's
+JSON schema where the endpoint takes it and free text where it refuses it, one re-ask of an unparseable
+reply. Token F1 punishes a right answer worded differently ("7 May 2023" vs "May 7th"); the judge does not,
 which is why both are reported. Judge calls are counted apart from the system's own LLM usage.
 """
 
 import json
 import re
-from typing import Protocol, cast
-
-from openai import OpenAIError
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from typing import Any, Protocol
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import LLMError
 from memoryos.llm.base import OperationUsage
-from memoryos.llm.openai_backend import openai_client
+from memoryos.llm.chat_tasks import ChatTask
+from memoryos.llm.openai_client import CallBounds, CompletionCodec, ask_blocking, openai_client
 from memoryos.llm.parsing import strip_think
-from memoryos.llm.usage import estimate_tokens
+from memoryos.llm.prompts import ChatMessage
 
 JUDGE_SYSTEM = "You are an expert grader that determines if answers to questions match a gold standard answer"
 
@@ -50,6 +50,19 @@ Just return the label CORRECT or WRONG in a json format with the key as "label".
 
 _LABEL = re.compile(r"\b(CORRECT|WRONG)\b")
 
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"label": {"type": "string", "enum": ["CORRECT", "WRONG"]}},
+    "required": ["label"],
+    "additionalProperties": False,
+}
+"""The reply mem0 asks for, as a strict schema: a server with structured outputs can send nothing else."""
+
+JUDGE_MAX_TOKENS = 256
+"""The judge's reply cap: a label in JSON is a dozen tokens, and a model answering in free text (the
+fallback) writes a sentence of reasoning before it; a reply that loops unbounded holds the endpoint (a
+local model's slot) until it ends."""
+
 
 class AnswerJudge(Protocol):
     """Grades one generated answer; `usage` sums the judge's own calls."""
@@ -60,7 +73,7 @@ class AnswerJudge(Protocol):
     def is_correct(self, question: str, gold_answer: str, generated_answer: str) -> bool: ...
 
 
-def judge_messages(question: str, gold_answer: str, generated_answer: str) -> list[dict[str, str]]:
+def judge_messages(question: str, gold_answer: str, generated_answer: str) -> list[ChatMessage]:
     prompt = ACCURACY_PROMPT.format(
         question=question, gold_answer=gold_answer, generated_answer=generated_answer
     )
@@ -87,50 +100,29 @@ def parse_label(reply: str) -> bool:
     return bool(labels[-1] == "CORRECT")
 
 
+def judge_task(question: str, gold_answer: str, generated_answer: str) -> ChatTask[bool]:
+    """One judge call as a chat task: the engine's codec then sends it bounded, with its fallback."""
+    return ChatTask(
+        "judge", judge_messages(question, gold_answer, generated_answer), parse_label, schema=JUDGE_SCHEMA
+    )
+
+
 class OpenAIJudge:
     """The judge on an OpenAI-compatible endpoint: the configured key and base URL, `model` or the
-    configured `llm_model`."""
+    configured `llm_model`, at temperature 0 and at most `max_tokens` a reply."""
 
-    def __init__(self, config: MemoryConfig, model: str | None = None) -> None:
+    def __init__(
+        self, config: MemoryConfig, model: str | None = None, max_tokens: int = JUDGE_MAX_TOKENS
+    ) -> None:
         self._client = openai_client(config, "the LLM judge")
-        self.model = model or config.llm_model
-        self._usage = OperationUsage()
+        judge_config = config.model_copy(update={"llm_model": model or config.llm_model})
+        self._codec = CompletionCodec(judge_config, bounds={"judge": CallBounds(max_tokens, 0.0)})
+        self.model = judge_config.llm_model
 
     @property
     def usage(self) -> OperationUsage:
-        return self._usage.model_copy()
+        return self._codec.usage.snapshot().get("judge", OperationUsage())
 
     def is_correct(self, question: str, gold_answer: str, generated_answer: str) -> bool:
         """One judge call; an unparseable reply is asked for once more, then raises `LLMError`."""
-        messages = judge_messages(question, gold_answer, generated_answer)
-        try:
-            return parse_label(self._complete(messages))
-        except LLMError:
-            return parse_label(self._complete(messages))
-
-    def _complete(self, messages: list[dict[str, str]]) -> str:
-        try:
-            response = self._client.chat.completions.create(
-                model=self.model,
-                messages=cast(list[ChatCompletionMessageParam], messages),
-                temperature=0.0,
-                response_format={"type": "json_object"},
-            )
-        except (OpenAIError, ValueError) as err:
-            raise LLMError(f"judge call failed: {type(err).__name__}: {err}"[:300]) from err
-        if (
-            not isinstance(response, ChatCompletion)
-            or not response.choices
-            or not response.choices[0].message
-        ):
-            raise LLMError("judge call got a malformed response")
-        content = response.choices[0].message.content or ""
-        usage = response.usage
-        self._usage.calls += 1
-        if usage is not None and usage.prompt_tokens is not None and usage.completion_tokens is not None:
-            self._usage.prompt_tokens += usage.prompt_tokens
-            self._usage.completion_tokens += usage.completion_tokens
-        else:
-            self._usage.prompt_tokens += sum(estimate_tokens(m["content"]) for m in messages)
-            self._usage.completion_tokens += estimate_tokens(content)
-        return content
+        return ask_blocking(self._client, self._codec, judge_task(question, gold_answer, generated_answer))

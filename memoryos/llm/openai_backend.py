@@ -22,7 +22,7 @@ from memoryos.llm import chat_tasks
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
 from memoryos.llm.chat_tasks import ChatTask
 from memoryos.llm.openai_async import AsyncOpenAILLM
-from memoryos.llm.openai_client import CALL_ERRORS, CompletionCodec, async_openai_client, openai_client
+from memoryos.llm.openai_client import CompletionCodec, ask_blocking, async_openai_client, openai_client
 from memoryos.types import Page
 
 __all__ = ["OpenAILLM", "openai_client"]
@@ -75,15 +75,4 @@ class OpenAILLM:
         return self._ask(chat_tasks.answer_task(request))
 
     def _ask(self, task: ChatTask[T]) -> T:
-        """Sends, with blocking calls, each request the codec's exchange yields (re-ask and fallback)."""
-        exchange = self._codec.exchange(task)
-        try:
-            request = next(exchange)
-            while True:
-                try:
-                    outcome: object = self._client.chat.completions.create(**request)
-                except CALL_ERRORS as err:
-                    outcome = err
-                request = exchange.send(outcome)
-        except StopIteration as done:
-            return done.value
+        return ask_blocking(self._client, self._codec, task)

@@ -9,7 +9,7 @@ yields.
 """
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -104,6 +104,22 @@ def async_openai_client(config: MemoryConfig, purpose: str) -> AsyncOpenAI:
     return AsyncOpenAI(**client_options(config, purpose))
 
 
+def ask_blocking(client: OpenAI, codec: "CompletionCodec", task: ChatTask[T]) -> T:
+    """The task's result, sending with blocking calls each request the codec's exchange yields (its
+    re-ask and structured-output fallback)."""
+    exchange = codec.exchange(task)
+    try:
+        request = next(exchange)
+        while True:
+            try:
+                outcome: object = client.chat.completions.create(**request)
+            except CALL_ERRORS as err:
+                outcome = err
+            request = exchange.send(outcome)
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
 class CompletionCodec:
     """The I/O-free halves of one chat completion for a task, counted in one `UsageCounter`.
 
@@ -113,10 +129,12 @@ class CompletionCodec:
     for good, and from then on the JSON tasks are read from free text as they were before.
     """
 
-    def __init__(self, config: MemoryConfig) -> None:
+    def __init__(self, config: MemoryConfig, bounds: Mapping[Operation, CallBounds] | None = None) -> None:
         self.model = config.llm_model
         self.usage = UsageCounter()
-        self._bounds = call_bounds(config)
+        self._bounds = call_bounds(config) if bounds is None else bounds
+        """Each task's bounds: the memory tasks' from the configuration unless a caller with tasks of its
+        own (the eval judge) gives them."""
         self.structured_outputs: bool | None = None
         """Whether the endpoint takes `response_format` with a JSON schema; None until a reply says."""
 

@@ -11,8 +11,8 @@ from typing import Literal
 
 from memoryos.llm.base import OperationUsage
 
-Operation = Literal["continuity", "chain_summary", "topic", "profile", "knowledge", "answer"]
-"""The names usage is reported under, one per `MemoryLLM` method."""
+Operation = Literal["continuity", "chain_summary", "topic", "profile", "knowledge", "answer", "judge"]
+"""The names usage is reported under: one per `MemoryLLM` method, and the eval judge's."""
 
 
 class UsageCounter:

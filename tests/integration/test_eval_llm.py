@@ -82,7 +82,7 @@ def test_answers_and_judge_labels_are_scored(openai_server: ScriptedOpenAIServer
     assert [body["model"] for body in sent] == ["answer-model", "judge-model"] * 2
     answer_prompt = json.dumps(sent[0]["messages"])
     assert "Marta on Tuesdays" in answer_prompt and "Ana" in answer_prompt and "Ben" in answer_prompt
-    assert sent[1]["temperature"] == 0.0 and sent[1]["response_format"] == {"type": "json_object"}
+    assert sent[1]["temperature"] == 0.0 and sent[1]["response_format"]["type"] == "json_schema"
     assert (
         "Gold answer: Marta\nGenerated answer: Marta, the violin teacher" in sent[1]["messages"][1]["content"]
     )
