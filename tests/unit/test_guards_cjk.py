@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryos import MemoryConfig, Memoryos
+from memoryos import MemoryConfig
 from memoryos.llm.base import ExtractedKnowledge
 from memoryos.planning.guards import (
     GuardSettings,
@@ -24,7 +24,8 @@ from memoryos.planning.guards import (
 )
 from memoryos.space.policy import normalized_fact
 from memoryos.types import Page
-from tests.support.fakes import FakeClock, HashEmbedder, ScriptedLLM
+from tests.support.fakes import ScriptedLLM
+from tests.unit.test_refused_analysis import open_memory, unanalyzed
 
 SETTINGS = GuardSettings.of(MemoryConfig())
 
@@ -160,23 +161,14 @@ class ChineseLLM(ScriptedLLM):
 
 def test_a_chinese_conversation_is_analysed_into_its_facts_and_profile(tmp_path: Path) -> None:
     """Before issue 52 both facts were refused as one-word fragments and the profile as unsupported."""
-    config = MemoryConfig(
-        data_dir=tmp_path,
-        openai_api_key=None,
-        faiss_use_gpu="never",
-        ingest_mode="inline",
-        short_term_capacity=1,
-        llm_guards="on",
-    )
     llm = ChineseLLM()
-    with Memoryos.from_config("li", config, embedder=HashEmbedder(), llm=llm, clock=FakeClock()) as memory:
-        memory.add_memories(
-            [{"user_input": page.user_input, "agent_response": page.agent_response} for page in CHINESE]
-        )
+    with open_memory(tmp_path, llm) as memory:
+        exchanges = [(page.user_input, page.agent_response) for page in CHINESE] + [("晚安", "晚安！")]
+        memory.add_memories([{"user_input": user, "agent_response": reply} for user, reply in exchanges])
         memory.force_mid_term_analysis()
         assert {f.knowledge for f in memory.space.knowledge("user")} == set(FACT_OF_TURN.values())
         assert set(memory.space.profile().splitlines()) == set(PROFILE_OF_TURN.values())
-        assert all(not memory.space.unanalyzed_pages(s.segment_id) for s in memory.space.segments())
+        assert unanalyzed(memory) == []
         assert sorted(llm.analysed) == [1, 2], "each page analysed once: nothing was refused"
 
 

@@ -44,7 +44,8 @@ class ProposingLLM(ScriptedLLM):
         return ExtractedKnowledge(user_facts=[GROUNDED, INVENTED], assistant_facts=[])
 
 
-def open_memory(root: Path, llm: ProposingLLM, attempts: int) -> Memoryos:
+def open_memory(root: Path, llm: ScriptedLLM, attempts: int = 3) -> Memoryos:
+    """Guards on, two turns kept short-term, analysis only when forced."""
     config = MemoryConfig(
         data_dir=root,
         openai_api_key=None,
