@@ -6,16 +6,15 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from memoryos.cli.lifecycle import Command
 from memoryos.cli.session import config_of
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
 
 log = logging.getLogger(__name__)
 
-Command = Callable[..., argparse.ArgumentParser]
 STATS_LOG_EVERY_S = 60.0
 """How often the engine logs its counters (counts and rates only, never a text)."""
 
