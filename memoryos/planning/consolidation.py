@@ -310,10 +310,10 @@ class Consolidator:
         user, assistant = knowledge.user_facts, knowledge.assistant_facts
         profile_kept, refused = True, False
         if guards.guards_enabled(space.config):
-            guard = guards.ProposalGuard(guards.GuardSettings.of(space.config), space.directory.name)
-            kept_user = guard.facts("user", user, pages)
-            kept_assistant = guard.facts("assistant", assistant, pages)
-            profile_kept = guard.profile(previous, profile, pages)
+            guard = guards.ProposalGuard(guards.GuardSettings.of(space.config), space.directory.name, pages)
+            kept_user = guard.facts("user", user)
+            kept_assistant = guard.facts("assistant", assistant)
+            profile_kept = guard.profile(previous, profile)
             refused = not profile_kept or len(kept_user) < len(user) or len(kept_assistant) < len(assistant)
             user, assistant = kept_user, kept_assistant
         timestamp = format_unix_timestamp(self.clock())

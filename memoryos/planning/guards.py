@@ -319,15 +319,20 @@ class ProposalGuard:
 
     settings: GuardSettings
     space: str
+    pages: Sequence[Page]
     counter: RefusalCounter = REFUSALS
 
-    def facts(self, kind: str, facts: Iterable[str], pages: Sequence[Page]) -> list[str]:
+    @functools.cached_property
+    def sources(self) -> set[str]:
+        """The slice's `source_stems`, found once for all its facts and its profile."""
+        return source_stems(self.pages)
+
+    def facts(self, kind: str, facts: Iterable[str]) -> list[str]:
         """The facts that pass; each refused one is counted, and the slice's refusals logged once."""
-        sources = source_stems(pages)
         kept: list[str] = []
         refused: dict[Rule, int] = {}
         for fact in facts:
-            rule = fact_refusal(fact, sources, self.settings)
+            rule = fact_refusal(fact, self.sources, self.settings)
             if rule is None:
                 kept.append(fact)
                 continue
@@ -337,20 +342,25 @@ class ProposalGuard:
         if refused:
             log.info(
                 "LLM facts refused",
-                extra={"space": self.space, "kind": kind, "pages": _page_range(pages), "refused": refused},
+                extra={
+                    "space": self.space,
+                    "kind": kind,
+                    "pages": _page_range(self.pages),
+                    "refused": refused,
+                },
             )
         return kept
 
-    def profile(self, previous: str, proposed: str, pages: Sequence[Page]) -> bool:
+    def profile(self, previous: str, proposed: str) -> bool:
         """Whether `proposed` may replace `previous`; a refusal is counted and logged."""
-        verdict = profile_refusal(previous, proposed, source_stems(pages), self.settings)
+        verdict = profile_refusal(previous, proposed, self.sources, self.settings)
         if verdict is None:
             return True
         rule, count = verdict
         self.counter.record(rule)
         log.info(
             "LLM profile update refused",
-            extra={"space": self.space, "rule": rule, "count": count, "pages": _page_range(pages)},
+            extra={"space": self.space, "rule": rule, "count": count, "pages": _page_range(self.pages)},
         )
         log.debug("profile refused (%s): %r replacing %r", rule, proposed, previous)
         return False
