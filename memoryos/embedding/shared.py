@@ -46,9 +46,10 @@ EMBEDDER_FIELDS = frozenset(
     }
 )
 """Every setting the embedder reads: configs that differ in any of them never share a model."""
+_JSON_FIELDS = set(EMBEDDER_FIELDS - {"embedding_api_key"})
+"""`EMBEDDER_FIELDS` but the key, which the JSON would mask: it keys `_shared_embedder` by itself."""
 
 
 def shared_embedder(config: MemoryConfig) -> Embedder:
     """The process's embedder for `config`'s embedding settings, created on first request."""
-    json_fields = set(EMBEDDER_FIELDS - {"embedding_api_key"})
-    return _shared_embedder(config.model_dump_json(include=json_fields), config.embedding_api_key)
+    return _shared_embedder(config.model_dump_json(include=_JSON_FIELDS), config.embedding_api_key)
