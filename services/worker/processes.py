@@ -127,11 +127,9 @@ class Supervisor:
         or a worker whose metrics port does not answer (still loading, or stuck). Called from the health
         server's threads: it reads the slots, never reaps a process."""
         down = [f"{child.spec.name}: not running" for child in self._children if child.process is None]
-        probed = [child for child in self._children if child.process is not None and child.spec.metrics_port]
-        answers = _ask_each(metrics_answer, [child.spec.metrics_port for child in probed])
         down += [
             f"{child.spec.name}: /metrics on port {child.spec.metrics_port} does not answer"
-            for child, answered in zip(probed, answers, strict=True)
+            for _, child, answered in _probe(self._children, metrics_answer)
             if not answered
         ]
         return down
@@ -140,14 +138,8 @@ class Supervisor:
         """The metrics of every running worker child as one exposition, each sample labelled with the
         child's index in `workers` (`child_metrics.py`); a child that does not answer is left out (its
         /healthz line names it). Called from the health server's threads, as `unhealthy`."""
-        ports = {
-            index: child.spec.metrics_port
-            for index, child in enumerate(self._workers)
-            if child.process is not None and child.spec.metrics_port
-        }
-        texts = _ask_each(metrics_text, list(ports.values()))
         return merged_exposition(
-            {index: text for index, text in zip(ports, texts, strict=True) if text is not None}
+            {index: text for index, _, text in _probe(self._workers, metrics_text) if text is not None}
         )
 
     def _start(self, child: _Child) -> None:
@@ -181,12 +173,19 @@ class Supervisor:
         )
 
 
-def _ask_each(ask: Callable[[int], Answer], ports: list[int]) -> list[Answer]:
-    """`ask(port)` of every port at once, so that N silent children cost one timeout, not N."""
-    if not ports:
+def _probe(children: list[_Child], ask: Callable[[int], Answer]) -> list[tuple[int, _Child, Answer]]:
+    """`ask(port)` of the metrics port of every running child of `children` that has one, with the
+    child's index in `children`: all at once, so that N silent children cost one timeout, not N."""
+    probed = [
+        (index, child)
+        for index, child in enumerate(children)
+        if child.process is not None and child.spec.metrics_port
+    ]
+    if not probed:
         return []
-    with ThreadPoolExecutor(max_workers=min(len(ports), 32)) as pool:
-        return list(pool.map(ask, ports))
+    with ThreadPoolExecutor(max_workers=min(len(probed), 32)) as pool:
+        answers = list(pool.map(ask, [child.spec.metrics_port for _, child in probed]))
+    return [(index, child, answer) for (index, child), answer in zip(probed, answers, strict=True)]
 
 
 def _exit_name(code: int) -> str:
