@@ -25,30 +25,32 @@ wanted() {  # name...: whether any of these runs is wanted (ONLY="name ...": jus
   [ -z "${ONLY:-}" ] && return 0
   local name; for name in "$@"; do [[ " $ONLY " == *" $name "* ]] && return 0; done; return 1
 }
+run_bench() {  # name key jsonl summary command...: run it (--out added), append its JSON's `key` part, named,
+  # to $OUT/jsonl, and print `summary` (a Python expression over that part, r)
+  local name=$1 key=$2 jsonl=$3 summary=$4; shift 4
+  timeout $(( $(left) - 5 )) "$@" --out "/tmp/$name.json" > /dev/null 2> "/tmp/$name.log"
+  echo "$name rc=$? $(date +%T) $(python3 -c "import json; r=json.load(open('/tmp/$name.json'))['$key']
+r['name']='$name'; print(json.dumps(r), file=open('$OUT/$jsonl', 'a'))
+print($summary)" 2>&1 | tail -1)"
+  grep -E "Error|error" "/tmp/$name.log" | tail -3
+}
 ingest() {  # name users turns [bench.serving.ingest flags]: one run, skipped when under 60 s of the budget is left
   local name=$1 users=$(( $2 / SCALE )) turns=$3; shift 3
   wanted "$name" || return 0
   if [ "$(left)" -lt 60 ]; then echo "$name skipped: $(left) s left"; return; fi
-  timeout $(( $(left) - 5 )) python3 -m bench.serving.ingest --seconds ${RUN_S:-20} --users $users --turns $turns \
-    --raw-texts $TEXTS "$@" --out "/tmp/$name.json" > /dev/null 2> "/tmp/$name.log"
-  echo "$name rc=$? $(date +%T) $(python3 -c "import json; r=json.load(open('/tmp/$name.json'))['ingest']
-r['name']='$name'; print(json.dumps(r), file=open('$OUT/ingest.jsonl', 'a'))
-print({k: r.get(k) for k in ('turns', 'turns_per_s', 'worker_cpu_ms_per_turn', 'worker_cores_busy', 'mean_batch_size',
- 'share_of_raw_best', 'engine_mean_batch', 'engine_tokens_per_s', 'engine_real_tokens_per_s', 'engine_encode_share',
- 'gpu_busy_percent_mean')})" 2>&1 | tail -1)"
-  grep -E "Error|error" "/tmp/$name.log" | tail -3
+  run_bench "$name" ingest ingest.jsonl "{k: r.get(k) for k in ('turns', 'turns_per_s', 'worker_cpu_ms_per_turn',
+ 'worker_cores_busy', 'mean_batch_size', 'share_of_raw_best', 'engine_mean_batch', 'engine_tokens_per_s',
+ 'engine_real_tokens_per_s', 'engine_encode_share', 'gpu_busy_percent_mean')}" \
+    python3 -m bench.serving.ingest --seconds ${RUN_S:-20} --users $users --turns $turns --raw-texts $TEXTS "$@"
 }
 forward() {  # name model: the model's forward-pass ceiling on this device
   local name=$1 model=$2
   wanted "$name" || return 0
   if [ "$(left)" -lt 30 ]; then echo "$name skipped: $(left) s left"; return; fi
-  timeout $(( $(left) - 5 )) python3 -m bench.gpu.forward --model "$model" --device $DEVICE --texts $TEXTS \
-    ${TINY:+--repeats 1} --out "/tmp/$name.json" > /dev/null 2> "/tmp/$name.log"
-  echo "$name rc=$? $(date +%T) $(python3 -c "import json; r=json.load(open('/tmp/$name.json'))['forward_ceiling']
-r['name']='$name'; print(json.dumps(r), file=open('$OUT/forward.jsonl', 'a'))
-print({'tokens_per_s': r['tokens_per_s'], 'real_over_estimated_tokens': r['real_over_estimated_tokens'],
- 'rows': [(x['batch_size'], x['mean_batch'], x['tokens_per_s'], x['padding_share']) for x in r['rows']]})" 2>&1 | tail -1)"
-  grep -E "Error|error" "/tmp/$name.log" | tail -3
+  run_bench "$name" forward_ceiling forward.jsonl "{'tokens_per_s': r['tokens_per_s'],
+ 'real_over_estimated_tokens': r['real_over_estimated_tokens'],
+ 'rows': [(x['batch_size'], x['mean_batch'], x['tokens_per_s'], x['padding_share']) for x in r['rows']]}" \
+    python3 -m bench.gpu.forward --model "$model" --device $DEVICE --texts $TEXTS ${TINY:+--repeats 1}
 }
 standin() {  # ARCH name...: its random-weight model saved to /tmp/ARCH, marked, if any of the runs is wanted
   local arch=$1; shift
