@@ -72,8 +72,7 @@ class EngineEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         deadline = time.monotonic() + self.timeout_s
         parts = []
-        for start in range(0, len(texts), TEXTS_PER_REQUEST):
-            chunk = list(texts[start : start + TEXTS_PER_REQUEST])
+        for chunk in _requests_of(texts):
             vectors = vectors_of(
                 *self._request({"op": "encode", "texts": chunk, "is_query": is_query}, deadline)
             )
@@ -88,14 +87,7 @@ class EngineEmbedder:
         """Drop the texts from the engine's cache. An engine that is not running holds no cache: nothing to
         do. One that is running but does not answer raises, as the texts may still be in its memory."""
         deadline = time.monotonic() + self.timeout_s
-        chunks: list[list[str] | None] = (
-            [None]
-            if texts is None
-            else [
-                list(texts[start : start + TEXTS_PER_REQUEST])
-                for start in range(0, len(texts), TEXTS_PER_REQUEST)
-            ]
-        )
+        chunks: list[list[str] | None] = [None] if texts is None else [*_requests_of(texts)]
         try:
             for chunk in chunks:
                 self._request({"op": "forget", "texts": chunk}, deadline, absent_ok=True)
@@ -238,3 +230,10 @@ def _pause(attempt: int, deadline: float) -> None:
     time.sleep(
         min(backoff.delay_s(attempt, RETRY_FIRST_S, RETRY_MAX_S), max(0.0, deadline - time.monotonic()))
     )
+
+
+def _requests_of(texts: Sequence[str]) -> list[list[str]]:
+    """`texts` split into requests of at most `TEXTS_PER_REQUEST`."""
+    return [
+        list(texts[start : start + TEXTS_PER_REQUEST]) for start in range(0, len(texts), TEXTS_PER_REQUEST)
+    ]
