@@ -92,6 +92,22 @@ def join(threads: list[threading.Thread]) -> None:
         assert not thread.is_alive()
 
 
+def batches_queued_behind_one(socket_path: Path, texts: list[str], **limits: int) -> list[list[str]]:
+    """The page batches the engine makes of `texts`, all queued (one request) while a first batch is held
+    inside the model."""
+    embedder = GatedEmbedder()
+    embedder.release.clear()
+    with serving(embedder, socket_path, **limits) as engine:
+        client = EngineEmbedder(socket_path)
+        threads = in_threads(lambda: client.encode(["first"]))
+        wait_for(embedder.inside.is_set)
+        threads += in_threads(lambda: client.encode(texts))
+        wait_for(lambda: engine.stats().requests == 2)
+        embedder.release.set()
+        join(threads)
+    return [batch for _, batch in embedder.calls[1:]]
+
+
 def test_many_connections_at_once_get_their_own_rows_in_order(socket_path: Path) -> None:
     reference = HashEmbedder()
     config = MemoryConfig(embedding_engine_socket=socket_path)
@@ -136,20 +152,10 @@ def test_a_query_goes_ahead_of_page_batches_already_queued(socket_path: Path) ->
 
 
 def test_page_batches_keep_the_token_budget_and_go_longest_first(socket_path: Path) -> None:
-    embedder = GatedEmbedder()
-    embedder.release.clear()
     budget = 40
     lengths = [3, 90, 20, 45, 8, 60, 33, 5, 70, 12, 50, 1, 25, 40, 16, 80]
-    with serving(embedder, socket_path, max_batch_size=5, max_batch_tokens=budget) as engine:
-        client = EngineEmbedder(socket_path)
-        threads = in_threads(lambda: client.encode(["first"]))
-        wait_for(embedder.inside.is_set)
-        texts = [f"{n:02d}" + "x" * n for n in lengths]
-        threads += in_threads(lambda: client.encode(texts))
-        wait_for(lambda: engine.stats().requests == 2)
-        embedder.release.set()
-        join(threads)
-    batches = [texts for _, texts in embedder.calls[1:]]
+    texts = [f"{n:02d}" + "x" * n for n in lengths]
+    batches = batches_queued_behind_one(socket_path, texts, max_batch_size=5, max_batch_tokens=budget)
     assert sorted(text for batch in batches for text in batch) == sorted(texts)
     assert any(len(batch) > 1 for batch in batches)
     for batch in batches:
@@ -162,18 +168,8 @@ def test_page_batches_keep_the_token_budget_and_go_longest_first(socket_path: Pa
 def test_page_batches_group_texts_of_one_length_the_oldest_first(socket_path: Path) -> None:
     """Short and long texts queued in turn go out in batches of one length each (a run pads every text to
     the longest), the oldest text's length first, and every text once."""
-    embedder = GatedEmbedder()
-    embedder.release.clear()
     texts = [f"{i:02d} " + ("word " * (60 if i % 2 else 2)) for i in range(16)]
-    with serving(embedder, socket_path, max_batch_size=4, max_batch_tokens=10_000) as engine:
-        client = EngineEmbedder(socket_path)
-        threads = in_threads(lambda: client.encode(["first"]))
-        wait_for(embedder.inside.is_set)
-        threads += in_threads(lambda: client.encode(texts))
-        wait_for(lambda: engine.stats().requests == 2)
-        embedder.release.set()
-        join(threads)
-    batches = [batch for _, batch in embedder.calls[1:]]
+    batches = batches_queued_behind_one(socket_path, texts, max_batch_size=4, max_batch_tokens=10_000)
     assert sorted(text for batch in batches for text in batch) == sorted(texts)
     assert texts[0] in batches[0]
     for batch in batches:
