@@ -24,8 +24,8 @@ from services.spaces.errors import (
     ErrorAnswer,
     OwnerRefusedError,
     OwnerUnavailableError,
-    answer_for,
     message_for,
+    refusal_answer,
     space_missing,
 )
 
@@ -106,7 +106,7 @@ def ask_owner(space: str, call: OwnerCall[T], args: dict[str, Any], timeout_s: f
     try:
         return OwnerCallClient(client, settings).ask(space_key(space), call, args, timeout_s=timeout_s)
     except OwnerRefusedError as error:
-        answer = answer_for(error) or ErrorAnswer(500, "internal")
+        answer = refusal_answer(error)
         _record_error(answer.status, answer.code, _caller_message(space, error, answer), error)
         job = get_current_job()
         if answer.status < 500 and job is not None:

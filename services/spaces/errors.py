@@ -36,6 +36,7 @@ __all__ = [
     "RemoteSpaceNotFoundError",
     "answer_for",
     "message_for",
+    "refusal_answer",
     "retry_after_s",
     "space_missing",
 ]
@@ -131,8 +132,13 @@ def answer_for(error: BaseException) -> ErrorAnswer | None:
     """The table's answer to `error` (an owner's refusal by the engine error it names), or None for an
     error that is neither the engine's nor the spaces' (a bug: the front end's generic 500)."""
     if isinstance(error, OwnerRefusedError):
-        return _BY_NAME.get(error.kind, OWNER_FAILED)
+        return refusal_answer(error)
     return next((ANSWERS[kind] for kind in type(error).__mro__ if kind in ANSWERS), None)
+
+
+def refusal_answer(error: OwnerRefusedError) -> ErrorAnswer:
+    """The answer to an owner's refusal: that of the engine error it names, `OWNER_FAILED` for any other."""
+    return _BY_NAME.get(error.kind, OWNER_FAILED)
 
 
 def space_missing(user_id: str, assistant_id: str) -> str:
