@@ -26,6 +26,7 @@ from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
+from tests.integration.test_worker_processes import stored_turns
 from tests.support.engine_worker import HOLD_FILE_ENV
 from tests.support.redis_server import RedisServer, running_redis
 
@@ -104,16 +105,6 @@ def pending_pages(data_dir: Path) -> int:
         with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
             pending += db.execute("SELECT COUNT(*) FROM pages WHERE vector IS NULL").fetchone()[0]
     return pending
-
-
-def stored_turns(data_dir: Path) -> dict[str, list[int]]:
-    """Each space's stored turn numbers, in the order the pages were stored."""
-    stored = {}
-    for store in stores(data_dir):
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-            rows = db.execute("SELECT user_input FROM pages ORDER BY page_id").fetchall()
-        stored[store.parent.parent.name] = [int(text.split()[1]) for (text,) in rows]
-    return stored
 
 
 def test_two_workers_share_one_engine_and_an_engine_killed_mid_batch_loses_nothing(
