@@ -3,7 +3,6 @@ files and deploy/base/redis.conf run it), through real HTTP: writes answer 503 `
 `Retry-After`, never 500; every write acknowledged before is applied by the worker; and writes are taken
 again once Redis has room."""
 
-import time
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ from memoryos import MemoryConfig
 from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 from tests.support.api_server import running_api
-from tests.support.queue_worker import Running
+from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import running_redis
 
 pytestmark = pytest.mark.integration
@@ -22,13 +21,6 @@ pytestmark = pytest.mark.integration
 KEY = "key-full"
 ROOM_BYTES = 256 * 1024
 """What Redis may hold beyond its use when the test starts: some writes fit, then it is full."""
-
-
-def wait_until(condition: object, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def turn(number: int) -> dict[str, str]:
@@ -75,10 +67,11 @@ def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp
             worker = Running(queue, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-full")
             try:
                 for write_id in [*acknowledged, turn(len(acknowledged) + 1)["write_id"]]:
-                    wait_until(
+                    wait_for(
                         lambda write_id=write_id: (
                             http.get(f"{space}/writes/{write_id}").json().get("searchable") is True
-                        )
+                        ),
+                        timeout_s=60.0,
                     )
                 assert http.get(f"{space}/writes/{refused_id}").json().get("searchable") is not True
             finally:
