@@ -103,9 +103,12 @@ assemble_model() {
 # anything else runs on this 2-core machine. Prompts are read with BATCH_THREADS
 # (default 1): 2 roughly doubles prompt reading (~30 -> ~60 tokens/s) when little
 # else runs, as in the answer bench, where prompts are most of the work.
+# Each slot holds SLOT_CONTEXT tokens (default 4096), prompt and reply together: a reply stops with
+# finish_reason "length" when either its max_tokens or the slot fills. The answer bench sets 8192, as the
+# reference's answer prompts reach ~4k tokens before a 1,024-token reply.
 serve() {
     local slots="${1:-1}" port="${2:-8088}" batch_threads="${3:-1}"
-    local context=$((4096 * slots))
+    local context=$((${SLOT_CONTEXT:-4096} * slots))
     echo "http://127.0.0.1:$port/v1"
     local binary
     binary="$(server_binary)"

@@ -7,10 +7,15 @@ model directory for its embeddings; the result holds, per question, the pages th
 plus add_memory and retrieval latencies and its LLM calls while ingesting and while retrieving.
 
 Optional job keys, for the answer-quality bench (`bench/quality/answers.py`):
-- `answer`: `{relationship, style_hint, meta_data}`: each question goes through the reference's own
-  `get_response` (its prompt, its one LLM call) instead of `retrieve_context` alone, and the reply is
+- `answer`: `{relationship, style_hint, meta_data, arms, fixed_prompt}`: each question goes through the
+  reference's own `get_response` (its retrieval, its prompt, its answer call) instead of `retrieve_context`
+  alone, once per arm in `arms`: "published" with its answer prompt as shipped, "fixed" with the prompt
+  `answer_prompts` repairs (`fixed_prompt`: the format line its prompt announces and lacks, and the style
+  line our prompt gives). The reply, the pages it was shown and each LLM call's tokens and finish reason are
   returned; the exchange is *not* stored back (its `add_memory` is blocked meanwhile), as our harness does
   not store questions either: later questions must find the conversation, not earlier questions.
+- `prompts_only`: with `answer.fixed_prompt`, write `{"prompts": answer_prompts(...)}` and nothing else:
+  the bench renders our memories into the reference's layout with them (its reverse swap).
 - `temperature` / `max_tokens_cap`: every LLM call at this temperature and at most this many tokens (the
   reference asks for 0.7 and up to 2,000 tokens), so both systems run the same model the same way.
 - `log_path`: a JSON-lines log of each pair added and each question answered, appended as they finish.
@@ -28,6 +33,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 # Run as a script, this file's folder (our memoryos/eval) would shadow top-level modules such as the
 # reference's own; `-I` removes it on Python 3.11+, this on older versions.
@@ -58,6 +64,8 @@ class _CallCounter:
         self.temperature = temperature
         self.max_tokens_cap = max_tokens_cap
         self.usage = {phase: self._empty() for phase in PHASES}
+        self.calls = []
+        """Each call's tokens and finish reason, in order: a question's calls are the slice it added."""
         self._lock = threading.Lock()
 
     @staticmethod
@@ -102,6 +110,13 @@ class _CallCounter:
                     entry["completion_tokens"] += usage.completion_tokens or 0
                 entry["cut_at_cap"] += finish == "length"
                 entry["errors"] += reply is None
+                counter.calls.append(
+                    {
+                        "prompt_tokens": getattr(usage, "prompt_tokens", None),
+                        "completion_tokens": getattr(usage, "completion_tokens", None),
+                        "finish_reason": finish,
+                    }
+                )
             return REFERENCE_LLM_ERROR if reply is None else reply
 
         return counted
@@ -115,6 +130,7 @@ class _Log:
         self.path = path
         self.added = 0
         self.answered = {}
+        """(question, arm) -> its event; arm is None when only retrieving."""
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as handle:
                 for line in handle:
@@ -124,7 +140,7 @@ class _Log:
                     if event["kind"] == "added":
                         self.added = max(self.added, event["pair"] + 1)
                     elif event["kind"] == "answered":
-                        self.answered[event["question"]] = event
+                        self.answered[(event["question"], event.get("arm"))] = event
 
     def write(self, event):
         if not self.path:
@@ -150,12 +166,59 @@ def _usage_between(before, after):
     return {key: after[key] - before[key] for key in after}
 
 
+FORMAT_ANNOUNCED = "using the following format (maximum 30 words, must be in English):"
+"""Where the reference's answer prompt announces a format and then gives none (`prompts.py` of 0.1.0: the
+next line is its timestamp reminder, which a small model then repeats as its answer)."""
+
+
+def answer_prompts(prompts, fixed_prompt):
+    """The reference's answer prompt as published and as repaired, with its system prompt: the repair puts
+    `fixed_prompt["format_line"]` where the announced format belongs and `fixed_prompt["style_line"]` after
+    it, and leaves every other word as shipped. A release whose prompt no longer announces the format
+    raises: the repair would not be the one the bench describes."""
+    published = prompts.GENERATE_SYSTEM_RESPONSE_USER_PROMPT
+    head, found, tail = published.partition(FORMAT_ANNOUNCED)
+    if not found:
+        raise RuntimeError("the reference's answer prompt no longer announces its format: nothing to repair")
+    inserted = "\n".join(
+        line.replace("{", "{{").replace("}", "}}")
+        for line in (fixed_prompt["format_line"], fixed_prompt["style_line"])
+    )
+    return {
+        "system": prompts.GENERATE_SYSTEM_RESPONSE_SYSTEM_PROMPT,
+        "published": published,
+        "fixed": head + FORMAT_ANNOUNCED + "\n" + inserted + "\n" + tail.lstrip(" \n"),
+    }
+
+
+class _RetrievalSeen:
+    """Wraps the retriever's `retrieve_context` to keep what the last call found: `get_response` uses and
+    drops it, and the bench scores evidence recall on the pages the model was shown."""
+
+    def __init__(self, retriever):
+        self.last: Any = None
+        original = retriever.retrieve_context
+
+        def seen(*args, **kwargs):
+            self.last = original(*args, **kwargs)
+            return self.last
+
+        retriever.retrieve_context = seen
+
+
 def main(job_path, result_path):
     with open(job_path, encoding="utf-8") as handle:
         job = json.load(handle)
 
     from importlib import import_module
     from importlib.metadata import version
+
+    prompts: Any = import_module("memoryos.prompts")
+    answering = job.get("answer")
+    if job.get("prompts_only"):
+        with open(result_path, "w", encoding="utf-8") as handle:
+            json.dump({"prompts": answer_prompts(prompts, answering["fixed_prompt"])}, handle)
+        return
 
     from sentence_transformers import SentenceTransformer
 
@@ -199,45 +262,62 @@ def main(job_path, result_path):
             }
         )
     counter.phase = "questions"
-    answering = job.get("answer")
+    arms: Any = answering.get("arms", ["published"]) if answering else [None]
     if answering:
         # get_response stores its exchange through add_memory; the bench asks without storing.
         memory.add_memory = lambda *args, **kwargs: None
+        templates = {"published": prompts.GENERATE_SYSTEM_RESPONSE_USER_PROMPT}
+        if "fixed" in arms:
+            templates["fixed"] = answer_prompts(prompts, answering["fixed_prompt"])["fixed"]
+        retrieval = _RetrievalSeen(memory.retriever)
     answers = []
     retrieve_ms = []
     for number, question in enumerate(job["questions"]):
-        if number in log.answered:
-            answers.append(log.answered[number]["result"])
-            continue
-        before = dict(counter.usage["questions"])
-        started = time.perf_counter()
-        if answering:
-            reply, failure = _attempt(
-                memory.get_response,
-                question,
-                relationship_with_user=answering["relationship"],
-                style_hint=answering["style_hint"],
-                user_conversation_meta_data=answering["meta_data"],
+        for arm in arms:
+            if (number, arm) in log.answered:
+                answers.append(log.answered[(number, arm)]["result"])
+                continue
+            before = dict(counter.usage["questions"])
+            first_call = len(counter.calls)
+            started = time.perf_counter()
+            if answering:
+                # get_response reads the template from its prompts module at each call.
+                prompts.GENERATE_SYSTEM_RESPONSE_USER_PROMPT = templates[arm]
+                retrieval.last = None
+                reply, failure = _attempt(
+                    memory.get_response,
+                    question,
+                    relationship_with_user=answering["relationship"],
+                    style_hint=answering["style_hint"],
+                    user_conversation_meta_data=answering["meta_data"],
+                )
+                found = retrieval.last or {"retrieved_pages": []}
+                result = {
+                    "prediction": reply or "",
+                    "error": failure,
+                    "retrieved": [_page(page) for page in found["retrieved_pages"]],
+                    "short_term": [_page(page) for page in memory.short_term_memory.get_all()],
+                }
+            else:
+                context = memory.retriever.retrieve_context(user_query=question, user_id=job["user_id"])
+                short_term = memory.short_term_memory.get_all()
+                result = {
+                    "retrieved": [_page(page) for page in context["retrieved_pages"]],
+                    "short_term": [_page(page) for page in short_term],
+                }
+            retrieve_ms.append((time.perf_counter() - started) * 1000)
+            answers.append(result)
+            log.write(
+                {
+                    "kind": "answered",
+                    "question": number,
+                    "arm": arm,
+                    "ms": retrieve_ms[-1],
+                    "llm": _usage_between(before, counter.usage["questions"]),
+                    "calls": counter.calls[first_call:],
+                    "result": result,
+                }
             )
-            result = {"prediction": reply or "", "error": failure}
-        else:
-            context = memory.retriever.retrieve_context(user_query=question, user_id=job["user_id"])
-            short_term = memory.short_term_memory.get_all()
-            result = {
-                "retrieved": [_page(page) for page in context["retrieved_pages"]],
-                "short_term": [_page(page) for page in short_term],
-            }
-        retrieve_ms.append((time.perf_counter() - started) * 1000)
-        answers.append(result)
-        log.write(
-            {
-                "kind": "answered",
-                "question": number,
-                "ms": retrieve_ms[-1],
-                "llm": _usage_between(before, counter.usage["questions"]),
-                "result": result,
-            }
-        )
     output = {
         "version": version("memoryos-pro"),
         "answers": answers,

@@ -9,7 +9,7 @@ yields.
 """
 
 import logging
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -104,9 +104,15 @@ def async_openai_client(config: MemoryConfig, purpose: str) -> AsyncOpenAI:
     return AsyncOpenAI(**client_options(config, purpose))
 
 
-def ask_blocking(client: OpenAI, codec: "CompletionCodec", task: ChatTask[T]) -> T:
+def ask_blocking(
+    client: OpenAI,
+    codec: "CompletionCodec",
+    task: ChatTask[T],
+    on_response: Callable[[object], None] | None = None,
+) -> T:
     """The task's result, sending with blocking calls each request the codec's exchange yields (its
-    re-ask and structured-output fallback)."""
+    re-ask and structured-output fallback). `on_response` sees every response the server gave, for a
+    caller that records each call (the answer bench logs tokens and finish reasons per call)."""
     exchange = codec.exchange(task)
     try:
         request = next(exchange)
@@ -115,6 +121,9 @@ def ask_blocking(client: OpenAI, codec: "CompletionCodec", task: ChatTask[T]) ->
                 outcome: object = client.chat.completions.create(**request)
             except CALL_ERRORS as err:
                 outcome = err
+            else:
+                if on_response is not None:
+                    on_response(outcome)
             request = exchange.send(outcome)
     except StopIteration as done:
         return cast(T, done.value)

@@ -1,13 +1,14 @@
-"""The answer-quality bench (`bench/quality/answers.py`): the sample, the paired interval and the report,
-on hand-written part logs."""
+"""The answer-quality bench (`bench/quality/answers.py`, `answer_report.py`): the held-out sample, the
+paired interval and the report, on hand-written part logs."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.quality.answers import gold_recall, paired_interval, report, sample
-from memoryos.eval.locomo import LocomoConversation, LocomoPair, LocomoQuestion
+from bench.quality.answer_report import duplicated_pairs, gold_recall, paired_interval, report
+from bench.quality.answers import SAMPLE_SESSIONS, sample, sampled_conversations
+from memoryos.eval.locomo import DEV_SAMPLE_IDS, LocomoConversation, LocomoPair, LocomoQuestion
 
 
 def _pair(session: int, index: int) -> LocomoPair:
@@ -63,48 +64,112 @@ def test_equal_differences_give_a_point_interval_and_noise_an_interval_around_ze
 
 
 def _log(path: Path, events: list[dict[str, object]]) -> None:
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
 
 
-def _usage(calls: int, prompt: int, completion: int) -> dict[str, int]:
-    return {"calls": calls, "prompt_tokens": prompt, "completion_tokens": completion}
+def _call(prompt: int, finish: str = "stop") -> dict[str, object]:
+    return {"prompt_tokens": prompt, "completion_tokens": 3, "finish_reason": finish}
 
 
-def test_the_report_compares_the_questions_both_systems_answered(tmp_path: Path) -> None:
+def _ours(question: int, arm: str, prediction: str, shown: list[list[str]]) -> dict[str, object]:
+    return {
+        "kind": "answered",
+        "question": question,
+        "arm": arm,
+        "prediction": prediction,
+        "calls": [_call(1200)],
+        "shown": shown,
+    }
+
+
+def _theirs(question: int, arm: str, prediction: str, retrieved: list[str]) -> dict[str, object]:
+    pages = [{"user_input": f"u{page}", "agent_response": f"a{page}"} for page in retrieved]
+    return {
+        "kind": "answered",
+        "question": question,
+        "arm": arm,
+        "calls": [_call(300), _call(3800, "length" if arm == "published" else "stop")],
+        "result": {"prediction": prediction, "error": None, "retrieved": pages, "short_term": []},
+    }
+
+
+def test_the_report_scores_recall_first_and_pairs_the_four_arms_by_question(tmp_path: Path) -> None:
     kept = sample(conversation(), sessions=2)
+    echo = "When answering questions, be sure to check whether the timestamp of the referenced information"
     _log(
         tmp_path / "memoryos" / "conv-x" / "log.jsonl",
         [
-            {"kind": "session", "session": 1, "pairs": 2, "llm": _usage(0, 0, 0)},
-            {"kind": "session", "session": 2, "pairs": 2, "llm": _usage(6, 4000, 100)},
-            {"kind": "answered", "question": 0, "prediction": "Lisbon", "llm": _usage(1, 1200, 3)},
-            {"kind": "answered", "question": 1, "prediction": "in May 2023", "llm": _usage(1, 1000, 4)},
+            {"kind": "session", "session": 1, "pairs": 2, "llm": {"calls": 1}},
+            _ours(0, "ours", "Lisbon", [["u1.0", "a1.0"], ["u2.1", "a2.1"]]),
+            _ours(0, "ours_reference_prompt", "It was Lisbon, I think", [["u1.0", "a1.0"], ["u2.1", "a2.1"]]),
+            _ours(1, "ours", "May 2023", [["u2.1", "a2.1"]]),
+            _ours(1, "ours_reference_prompt", "May 2023", [["u2.1", "a2.1"]]),
         ],
     )
     _log(
         tmp_path / "reference" / "conv-x" / "log.jsonl",
         [
-            *({"kind": "added", "pair": n, "llm": _usage(4, 2000, 50)} for n in range(4)),
-            {"kind": "answered", "question": 0, "result": {"prediction": "Porto"}, "llm": _usage(2, 900, 20)},
+            *({"kind": "added", "pair": n} for n in range(4)),
+            _theirs(0, "published", echo, ["1.0"]),
+            _theirs(0, "fixed", "Porto", ["1.0"]),
+            _theirs(1, "published", echo, ["1.1"]),
+            # Question 1's repaired arm is not done: question 1 is left out of every table.
+        ],
+    )
+    _log(
+        tmp_path / "judge.jsonl",
+        [
+            {
+                "kind": "judged",
+                "conversation": "conv-x",
+                "question": 0,
+                "arm": arm,
+                "correct": arm != "reference_fixed",
+            }
+            for arm in ("ours", "ours_reference_prompt", "reference_fixed", "reference_published")
         ],
     )
 
     result = report(tmp_path, [kept])
 
-    # Question 1 has no reference answer yet: only question 0 is compared.
     assert result["questions"] == 1
-    overall = result["table"]["overall"]["f1"]
-    assert (overall["memoryos"], overall["reference"], overall["difference"]) == (1.0, 0.0, 1.0)
-    assert "2 temporal" not in result["table"]
-    ours, theirs = result["cost"]["memoryos"], result["cost"]["reference"]
-    assert (ours["turns"], ours["calls_per_turn"], ours["prompt_tokens_per_turn"]) == (4, 1.5, 1000.0)
-    assert (ours["answers"], ours["calls_per_answer"], ours["prompt_tokens_per_answer"]) == (2, 1.0, 1100.0)
-    assert (theirs["turns"], theirs["calls_per_turn"], theirs["calls_per_answer"]) == (4, 4.0, 2.0)
-    assert result["misses"] == []
-    assert result["reference_prompt_echoes"] == 0
-    assert result["table"]["overall, reference replies that answer"]["questions"] == 1
-    assert "| overall | 1 | 1.000 | 0.000 | +1.000 [+1.000, +1.000]" in (tmp_path / "report.md").read_text()
+    assert result["duplicated_reference_pairs"] == {"conv-x": 0}
+    recall = result["recall"]["overall"]
+    assert recall["memoryos"]["1"] == 0.5 and recall["memoryos"]["3"] == 1.0  # D1:1 first, D2:2 second
+    assert recall["reference"]["10"] == 0.5 and recall["reference"]["pages_shown"] == 1
+    arms = result["arms"]["overall"]
+    assert (arms["ours"]["f1"], arms["reference_fixed"]["f1"], arms["reference_published"]["f1"]) == (
+        1.0,
+        0.0,
+        0.0,
+    )
+    assert arms["ours_reference_prompt"]["judge"] == 1.0 and arms["reference_fixed"]["judge"] == 0.0
+    assert arms["reference_published"]["echoes"] == 1 and arms["reference_published"]["cut_at_cap"] == 1
+    assert arms["reference_fixed"]["prompt_tokens"] == 3800  # the answer call, not the keyword call
+    memories = result["comparisons"]["overall"]["memories, one prompt (the reference's, repaired)"]
+    assert memories["arms"] == ["ours_reference_prompt", "reference_fixed"]
+    assert memories["judge"]["difference"] == 1.0
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert text.index("recall@1") < text.index("| F1 |")
+    row = result["rows"][0]
+    assert row["reference_published"]["finish_reason"] == "length"
+
+
+def test_a_resumed_ingest_that_added_a_pair_twice_is_reported(tmp_path: Path) -> None:
+    _log(tmp_path / "part" / "log.jsonl", [{"kind": "added", "pair": n} for n in (0, 1, 1, 2)])
+    assert duplicated_pairs(tmp_path / "part") == 1
+
+
+def test_the_sample_is_held_out_from_the_conversations_prompts_were_tuned_on() -> None:
+    assert SAMPLE_SESSIONS and not set(SAMPLE_SESSIONS) & set(DEV_SAMPLE_IDS)
+
+
+def test_a_data_file_without_the_held_out_conversations_is_one_line_naming_the_fetch(tmp_path: Path) -> None:
+    raw = tmp_path / "dev.json"
+    raw.write_text("[]", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"conv-48.*curl"):
+        sampled_conversations(raw)
 
 
 def test_gold_recall_counts_the_gold_tokens_a_long_answer_holds() -> None:
