@@ -28,6 +28,7 @@ from memoryos.eval.cli import CATEGORY_NAMES
 from memoryos.eval.harness import SCORED_CATEGORIES
 from memoryos.eval.locomo import LocomoConversation
 from memoryos.eval.metrics import answer_tokens, bleu1, evidence_recall_at_k, page_dia_ids, token_f1
+from memoryos.eval.reference_runner import REFERENCE_LLM_ERROR
 
 RECALL_KS = (1, 3, 5, 10)
 BOOTSTRAP_RESAMPLES = 10_000
@@ -124,6 +125,7 @@ def _scored(prediction: str, gold: str, answer: dict[str, Any], verdict: bool | 
         "judge": None if verdict is None else float(verdict),
         "words": len(prediction.split()),
         "echo": REFERENCE_PROMPT_TAIL in prediction,
+        "failed": not prediction.strip() or prediction == REFERENCE_LLM_ERROR or bool(answer.get("error")),
         "prompt_tokens": call["prompt_tokens"],
         "completion_tokens": call["completion_tokens"],
         "finish_reason": call["finish_reason"],
@@ -239,6 +241,7 @@ def _arms(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "prompt_tokens": _mean([row[arm]["prompt_tokens"] for row in rows]),
             "echoes": sum(row[arm]["echo"] for row in rows),
             "cut_at_cap": sum(row[arm]["finish_reason"] == "length" for row in rows),
+            "failed": sum(row[arm]["failed"] for row in rows),
         }
         for arm in ARMS
     }
@@ -293,15 +296,15 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         "| questions | arm | n | F1 | judge | BLEU-1 | gold tokens held | words | prompt tokens | echoes "
-        "| cut at cap |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cut at cap | failed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, arms in result["arms"].items():
         for arm, row in arms.items():
             lines.append(
                 f"| {name} | {arm} | {row['questions']} | {_figure(row['f1'])} | {_figure(row['judge'])} | "
                 f"{_figure(row['bleu1'])} | {_figure(row['gold_held'])} | {row['words']:.1f} | "
-                f"{row['prompt_tokens'] or 0:.0f} | {row['echoes']} | {row['cut_at_cap']} |"
+                f"{row['prompt_tokens'] or 0:.0f} | {row['echoes']} | {row['cut_at_cap']} | {row['failed']} |"
             )
     lines += [
         "",
