@@ -184,8 +184,13 @@ record "no torch in api, worker-cpu, mcp"
 # Redis image, under its own project name (containers memoryos-check_<service>_1, volumes
 # memoryos-check_*), so it never touches a deployment named memoryos. podman-compose ignores `condition: service_healthy`: a service that starts
 # before Redis answers exits and its restart policy brings it back, as after a Redis restart.
+# The write-lag bound is off (0): the fault steps below stop the worker while BURST writes are acknowledged,
+# and with the default bound (0.5 s) the API refuses the rest with 429 as soon as its sampler sees the oldest
+# queued write older than that, which on a loaded machine happens within the burst (curl: 429, "write
+# worker-kill-20 was not acknowledged"). The bound itself is tested in tests/ against a real Redis.
 cat > "$work/api.env" <<ENV
 MEMORYOS_API_KEYS={"$API_KEY": "check"}
+MEMORYOS_API_MAX_WRITE_LAG_S=0
 ENV
 cat > "$work/env" <<ENV
 DEPLOY_API_SECRETS=$work/api.env
