@@ -237,7 +237,7 @@ def _arms(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "bleu1": _mean([row[arm]["bleu1"] for row in rows]),
             "judge": _mean([row[arm]["judge"] for row in rows]),
             "gold_held": _mean([row[arm]["gold_held"] for row in rows]),
-            "words": _mean([row[arm]["words"] for row in rows]),
+            "median_words": statistics.median(row[arm]["words"] for row in rows),
             "prompt_tokens": _mean([row[arm]["prompt_tokens"] for row in rows]),
             "echoes": sum(row[arm]["echo"] for row in rows),
             "cut_at_cap": sum(row[arm]["finish_reason"] == "length" for row in rows),
@@ -295,7 +295,7 @@ def markdown(result: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "| questions | arm | n | F1 | judge | BLEU-1 | gold tokens held | words | prompt tokens | echoes "
+        "| questions | arm | n | F1 | judge | BLEU-1 | gold tokens held | median words | prompt tokens | echoes "
         "| cut at cap | failed |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -303,7 +303,7 @@ def markdown(result: dict[str, Any]) -> str:
         for arm, row in arms.items():
             lines.append(
                 f"| {name} | {arm} | {row['questions']} | {_figure(row['f1'])} | {_figure(row['judge'])} | "
-                f"{_figure(row['bleu1'])} | {_figure(row['gold_held'])} | {row['words']:.1f} | "
+                f"{_figure(row['bleu1'])} | {_figure(row['gold_held'])} | {row['median_words']:g} | "
                 f"{row['prompt_tokens'] or 0:.0f} | {row['echoes']} | {row['cut_at_cap']} | {row['failed']} |"
             )
     lines += [
