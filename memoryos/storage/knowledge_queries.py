@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memoryos.storage.store_queries import StoreQueries
+from memoryos.storage.store_queries import StoreQueries, id_chunks
 from memoryos.storage.vector_blobs import to_blob
 from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
 
@@ -103,9 +103,7 @@ class KnowledgeQueries(StoreQueries):
         here, when asked, rather than copied into each new version."""
         support: dict[int, set[int]] = {int(e): set() for e in entry_ids}
         ids = list(support)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(ids, 500):
             rows = self._db.execute(
                 f"WITH RECURSIVE roots(e) AS (SELECT entry_id FROM knowledge WHERE entry_id IN ({marks})), "
                 f"{_LINES} SELECT line.root, s.page_id FROM line "

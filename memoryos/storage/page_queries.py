@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.store_queries import StoreQueries
+from memoryos.storage.store_queries import StoreQueries, id_chunks
 from memoryos.storage.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
 from memoryos.storage.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
@@ -106,9 +106,7 @@ class PageQueries(StoreQueries):
         """(ids, vectors) of those `page_ids` that have a vector, in the order given: pages still waiting
         for theirs (another thread's or process's fresh write) are left out, never read as NULL."""
         found: dict[int, bytes] = {}
-        for start in range(0, len(page_ids), 900):
-            chunk = list(page_ids[start : start + 900])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(page_ids):
             found.update(
                 self._db.execute(
                     f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks}) AND vector IS NOT NULL",
@@ -182,9 +180,7 @@ class PageQueries(StoreQueries):
     def pending_among(self, page_ids: Sequence[int]) -> list[int]:
         """Those of `page_ids` that exist and have no vector yet."""
         found: list[int] = []
-        for start in range(0, len(page_ids), 900):
-            chunk = list(page_ids[start : start + 900])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(page_ids):
             found += [
                 row[0]
                 for row in self._db.execute(
@@ -213,9 +209,7 @@ class PageQueries(StoreQueries):
         """
         probes = sorted({pid + step for pid in page_ids for step in (-1, 1)})
         present: set[int] = set()
-        for start in range(0, len(probes), 900):
-            chunk = probes[start : start + 900]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(probes):
             present.update(
                 row[0]
                 for row in self._db.execute(f"SELECT page_id FROM pages WHERE page_id IN ({marks})", chunk)
@@ -293,9 +287,7 @@ class PageQueries(StoreQueries):
         """(ids, vectors) of those pages whose current vector has a sequence up to `through_seq`: the ones
         an index covering `through_seq` must hold after dropping their withdrawn vectors."""
         found: list[tuple[int, bytes]] = []
-        for start in range(0, len(page_ids), 900):
-            chunk = list(page_ids[start : start + 900])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(page_ids):
             found += self._db.execute(
                 f"SELECT page_id, vector FROM pages WHERE page_id IN ({marks}) AND vector_seq <= ?",
                 [*chunk, through_seq],
@@ -341,9 +333,7 @@ class PageQueries(StoreQueries):
     def analysis_attempts(self, page_ids: Sequence[int]) -> int:
         """The most refused analyses any of the pages had (0 for none, or no such page)."""
         most = 0
-        for start in range(0, len(page_ids), 900):
-            chunk = page_ids[start : start + 900]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(page_ids):
             found = self._one(f"SELECT MAX(analysis_attempts) FROM pages WHERE page_id IN ({marks})", chunk)
             most = max(most, int(found or 0))
         return most
@@ -371,9 +361,7 @@ class PageQueries(StoreQueries):
     def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float]:
         """Each page's timestamp as a Julian day number (SQLite parses the stored text)."""
         days: dict[int, float] = {}
-        for start in range(0, len(page_ids), 900):
-            chunk = page_ids[start : start + 900]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in id_chunks(page_ids):
             days.update(
                 self._db.execute(
                     f"SELECT page_id, julianday(timestamp) FROM pages WHERE page_id IN ({marks})", chunk

@@ -18,6 +18,17 @@ from memoryos.storage.vector_blobs import from_blobs
 _DISK_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 """Primary result codes of a disk that is full or failing, as opposed to a bug or a busy database."""
 
+IDS_PER_STATEMENT = 900
+"""Ids bound in one `IN (...)`: under the 999 host parameters older SQLite builds allow, with room left for
+a statement's other parameters."""
+
+
+def id_chunks(ids: Sequence[int], size: int = IDS_PER_STATEMENT) -> Iterator[tuple[list[int], str]]:
+    """`ids` in slices one statement can bind, each with its `?,?,...` placeholders."""
+    for start in range(0, len(ids), size):
+        chunk = list(ids[start : start + size])
+        yield chunk, ",".join("?" * len(chunk))
+
 
 class StoreQueries:
     """One space's SQLite connection and the query helpers every table's queries use."""
