@@ -21,7 +21,7 @@ reply cleaning) and recorded with the tokens and finish reason the server report
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
@@ -32,6 +32,9 @@ from memoryos.llm.chat_tasks import ChatTask
 from memoryos.llm.openai_client import CompletionCodec, ask_blocking
 from memoryos.llm.prompts import STYLE_WITH_HINT, ChatMessage
 from memoryos.types import Page
+
+SYSTEMS = ("memoryos", "reference")
+"""The two systems: each answers its arms in its own parts, one per conversation."""
 
 OURS = "ours"
 OURS_REFERENCE_PROMPT = "ours_reference_prompt"
@@ -44,6 +47,12 @@ ARMS: dict[str, str] = {
     REFERENCE_PUBLISHED: "reference",
 }
 """Each arm and the system (part) that answers it."""
+
+
+def part_path(out: Path, system: str, sample_id: str) -> Path:
+    """The folder of one system's part on one conversation: its log and its memory."""
+    return out / system / sample_id
+
 
 REFERENCE_RUNNER_ARMS: dict[str, str] = {"published": REFERENCE_PUBLISHED, "fixed": REFERENCE_FIXED}
 """The reference runner's arm names and ours."""
@@ -107,34 +116,25 @@ def reference_layout_messages(request: AnswerRequest, templates: Mapping[str, st
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-@dataclass(frozen=True)
-class AnswerCall:
-    """One request the server answered: its tokens and why it stopped (`length`: cut at the cap)."""
-
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    finish_reason: str | None
-
-
 def send_recorded(
     client: OpenAI, codec: CompletionCodec, task: ChatTask[str]
 ) -> tuple[str, list[dict[str, Any]]]:
     """The task's reply, sent as the engine sends it (`ask_blocking`: the codec's requests, re-ask and
-    fallback), and every response's `AnswerCall`. A failed exchange returns an empty reply: an arm that
-    cannot answer scores 0 on that question rather than ending the part."""
+    fallback), and for every response the server gave its tokens and why it stopped (`length`: cut at the
+    cap or by the slot's context), in the shape the reference runner logs its calls. A failed exchange
+    returns an empty reply: an arm that cannot answer scores 0 on that question rather than ending the
+    part."""
     calls: list[dict[str, Any]] = []
 
     def record(response: object) -> None:
         usage = getattr(response, "usage", None)
         choices = getattr(response, "choices", None) or [None]
         calls.append(
-            asdict(
-                AnswerCall(
-                    getattr(usage, "prompt_tokens", None),
-                    getattr(usage, "completion_tokens", None),
-                    getattr(choices[0], "finish_reason", None),
-                )
-            )
+            {
+                "prompt_tokens": getattr(usage, "prompt_tokens", None),
+                "completion_tokens": getattr(usage, "completion_tokens", None),
+                "finish_reason": getattr(choices[0], "finish_reason", None),
+            }
         )
 
     try:

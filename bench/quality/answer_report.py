@@ -14,7 +14,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.quality.answer_arms import (
     ARMS,
@@ -23,11 +23,21 @@ from bench.quality.answer_arms import (
     REFERENCE_FIXED,
     REFERENCE_PUBLISHED,
     REFERENCE_RUNNER_ARMS,
+    SYSTEMS,
+    page_key,
+    part_path,
 )
 from memoryos.eval.cli import CATEGORY_NAMES
 from memoryos.eval.harness import SCORED_CATEGORIES
 from memoryos.eval.locomo import LocomoConversation
-from memoryos.eval.metrics import answer_tokens, bleu1, evidence_recall_at_k, page_dia_ids, token_f1
+from memoryos.eval.metrics import (
+    answer_tokens,
+    bleu1,
+    evidence_recall_at_k,
+    page_dia_ids,
+    ranked_dia_ids,
+    token_f1,
+)
 from memoryos.eval.reference_runner import REFERENCE_LLM_ERROR
 
 RECALL_KS = (1, 3, 5, 10)
@@ -46,6 +56,13 @@ COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("systems as shipped", OURS, REFERENCE_PUBLISHED),
 )
 """(what differs, arm a, arm b): a minus b, paired by question."""
+
+
+class _Shown(NamedTuple):
+    """A logged page shown to the model, as `metrics.ranked_dia_ids` reads a page."""
+
+    user_input: str
+    agent_response: str
 
 
 def events(path: Path, kind: str) -> Iterator[dict[str, Any]]:
@@ -70,12 +87,21 @@ def part_answers(part: Path, system: str) -> dict[tuple[int, str], dict[str, Any
             answers[(event["question"], REFERENCE_RUNNER_ARMS[event["arm"]])] = {
                 "prediction": result.get("prediction", ""),
                 "calls": event.get("calls", []),
+                # Ranked as ours is (`answers.run_ours`): retrieved pages, then the recent ones, newest first.
                 "shown": [
-                    [page["user_input"], page["agent_response"]]
+                    page_key(page)
                     for page in [*result.get("retrieved", []), *reversed(result.get("short_term", []))]
                 ],
                 "error": result.get("error"),
             }
+    return answers
+
+
+def conversation_answers(out: Path, sample_id: str) -> dict[tuple[int, str], dict[str, Any]]:
+    """(question, arm) -> answer, over both systems' parts on one conversation."""
+    answers: dict[tuple[int, str], dict[str, Any]] = {}
+    for system in SYSTEMS:
+        answers |= part_answers(part_path(out, system, sample_id), system)
     return answers
 
 
@@ -115,7 +141,8 @@ def _answer_call(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return calls[-1] if calls else {"prompt_tokens": None, "completion_tokens": None, "finish_reason": None}
 
 
-def _scored(prediction: str, gold: str, answer: dict[str, Any], verdict: bool | None) -> dict[str, Any]:
+def _scored(answer: dict[str, Any], gold: str, verdict: bool | None) -> dict[str, Any]:
+    prediction = answer["prediction"]
     call = _answer_call(answer.get("calls", []))
     return {
         "prediction": prediction,
@@ -143,10 +170,10 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
     rows: list[dict[str, Any]] = []
     duplicates = {}
     for conversation in conversations:
-        answers: dict[tuple[int, str], dict[str, Any]] = {}
-        for system in ("memoryos", "reference"):
-            answers |= part_answers(out / system / conversation.sample_id, system)
-        duplicates[conversation.sample_id] = duplicated_pairs(out / "reference" / conversation.sample_id)
+        answers = conversation_answers(out, conversation.sample_id)
+        duplicates[conversation.sample_id] = duplicated_pairs(
+            part_path(out, "reference", conversation.sample_id)
+        )
         index = page_dia_ids(conversation.pairs)
         for number, question in enumerate(conversation.qa):
             if not all((number, arm) in answers for arm in ARMS):
@@ -160,20 +187,17 @@ def report(out: Path, conversations: Sequence[LocomoConversation]) -> dict[str, 
                 "gold": gold,
                 "recall": {},
             }
-            for system, arm in (("memoryos", OURS), ("reference", REFERENCE_FIXED)):
-                ranking = [
-                    index.get((user.strip(), agent.strip()), [])
-                    for user, agent in answers[(number, arm)]["shown"]
-                ]
+            for system, arm in zip(SYSTEMS, (OURS, REFERENCE_FIXED), strict=True):
+                shown = [_Shown(*page) for page in answers[(number, arm)]["shown"]]
+                ranking = ranked_dia_ids(shown, index)
                 row["recall"][system] = {
                     **{str(k): evidence_recall_at_k(question.evidence_norm, ranking, k) for k in RECALL_KS},
                     "shown": evidence_recall_at_k(question.evidence_norm, ranking, max(1, len(ranking))),
                     "pages_shown": len(ranking),
                 }
             for arm in ARMS:
-                answer = answers[(number, arm)]
                 verdict = verdicts.get((conversation.sample_id, number, arm))
-                row[arm] = _scored(answer["prediction"], gold, answer, verdict)
+                row[arm] = _scored(answers[(number, arm)], gold, verdict)
             rows.append(row)
     groups = {"overall": rows} | {
         f"{category} {CATEGORY_NAMES[category]}": [row for row in rows if row["category"] == category]
@@ -199,10 +223,10 @@ def ingest_cost(out: Path, conversations: Sequence[LocomoConversation]) -> dict[
     """Per system: pairs ingested, and the LLM calls and tokens the server reported per pair (ours per
     session flushed, the reference per pair added)."""
     costs: dict[str, dict[str, float]] = {}
-    for system, kind in (("memoryos", "session"), ("reference", "added")):
+    for system, kind in zip(SYSTEMS, ("session", "added"), strict=True):
         totals = Counter[str]()
         for conversation in conversations:
-            for event in events(out / system / conversation.sample_id / "log.jsonl", kind):
+            for event in events(part_path(out, system, conversation.sample_id) / "log.jsonl", kind):
                 totals["pairs"] += event.get("pairs", 1)
                 for key in ("calls", "prompt_tokens", "completion_tokens"):
                     totals[key] += event.get("llm", {}).get(key, 0)
@@ -220,7 +244,7 @@ def _recall(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
             key: round(statistics.fmean(row["recall"][system][key] for row in rows), 4)
             for key in [*map(str, RECALL_KS), "shown", "pages_shown"]
         }
-        for system in ("memoryos", "reference")
+        for system in SYSTEMS
     }
 
 

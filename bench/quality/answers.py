@@ -41,12 +41,14 @@ from bench.quality.answer_arms import (
     ARMS,
     OURS,
     REFERENCE_RUNNER_ARMS,
+    SYSTEMS,
     fixed_prompt,
     page_key,
+    part_path,
     reference_layout_messages,
     send_recorded,
 )
-from bench.quality.answer_report import markdown, part_answers, report
+from bench.quality.answer_report import conversation_answers, events, markdown, report
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
 from memoryos.errors import InvalidInputError, LLMError
@@ -72,7 +74,6 @@ has no gold answer). Held out: our answer prompt, style hint and guards were tun
 full, and one answer costs ~1 minute of this machine's two cores: two sessions keep each part under 90
 minutes."""
 
-SYSTEMS = ("memoryos", "reference")
 OUR_ARMS = tuple(arm for arm, system in ARMS.items() if system == "memoryos")
 TOP_K = 10
 """Pages retrieved per question by both systems (the reference paper's LoCoMo setting)."""
@@ -128,13 +129,7 @@ class _Log:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def events(self, kind: str) -> Iterator[dict[str, Any]]:
-        if not self.path.exists():
-            return
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                event = json.loads(line)
-                if event["kind"] == kind:
-                    yield event
+        return events(self.path, kind)
 
     def write(self, event: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
@@ -270,10 +265,6 @@ def run_reference(
         raise SystemExit(f"{conversation.sample_id}: {error}") from error
 
 
-def _part(out: Path, system: str, conversation: LocomoConversation) -> Path:
-    return out / system / conversation.sample_id
-
-
 def judge(out: Path, conversations: Sequence[LocomoConversation], llm_url: str, llm_model: str) -> int:
     """Grade every answer not yet graded with the LLM judge (bounded: `eval/judge.py`), appending each
     verdict to `judge.jsonl`; a reply it cannot read is logged as no verdict and left out of the scores.
@@ -284,9 +275,7 @@ def judge(out: Path, conversations: Sequence[LocomoConversation], llm_url: str, 
     grader = OpenAIJudge(config)
     graded = 0
     for conversation in conversations:
-        answers: dict[tuple[int, str], dict[str, Any]] = {}
-        for system in SYSTEMS:
-            answers |= part_answers(_part(out, system, conversation), system)
+        answers = conversation_answers(out, conversation.sample_id)
         for (number, arm), answer in sorted(answers.items()):
             if (conversation.sample_id, number, arm) in done:
                 continue
@@ -346,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     templates = reference_prompts(args.reference_python, args.out)
     for conversation in conversations:
         for system in args.systems:
-            part = _part(args.out, system, conversation)
+            part = part_path(args.out, system, conversation.sample_id)
             started = time.perf_counter()
             if system == "memoryos":
                 run_ours(conversation, part, args.llm_url, args.llm_model, templates)
