@@ -40,7 +40,7 @@ from bench.report import index_markdown
 from memoryos.config import MemoryConfig
 from memoryos.embedding.shared import shared_embedder
 from memoryos.eval.locomo import DEV_SAMPLE_IDS
-from memoryos.storage.faiss_index import FaissIndex
+from memoryos.storage.vectors.faiss_index import FaissIndex
 
 OUT_DIR = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 CACHE_DIR = Path(__file__).resolve().parents[1] / "out"
@@ -238,7 +238,7 @@ def _recalibrated_on_questions(index: FaissIndex, queries: np.ndarray, exact: np
 def bench_chroma(
     vectors: np.ndarray, queries: np.ndarray, exact: np.ndarray, workdir: Path
 ) -> dict[str, Any]:
-    from memoryos.storage.chroma_index import ChromaIndex
+    from memoryos.storage.vectors.chroma_index import ChromaIndex
 
     size, dim = vectors.shape
     ids = np.arange(1, size + 1, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""What opening a space's store costs, new and existing (`memoryos/storage/sqlite_store.py`).
+"""What opening a space's store costs, new and existing (`memoryos/storage/records/sqlite/store.py`).
 
 A worker opens a store for each new user's first write and reopens stores all day as its pool evicts
 and reads come back. Per open, `--opens` stores each, in a fresh directory on the data disk (`--dir`,
@@ -25,7 +25,7 @@ from typing import Any
 from bench.output import emit
 from memoryos.config import MemoryConfig
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.store import SqliteStore
 
 
 def timed(opens: int, open_one: Callable[[int], Any]) -> dict[str, float]:

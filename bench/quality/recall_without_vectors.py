@@ -29,7 +29,7 @@ from memoryos.eval.locomo import LocomoQuestion
 from memoryos.eval.metrics import RecallReport, ranked_dia_ids
 from memoryos.planning.retrieval import dense_query_text, rank_pages
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.vector_index import SearchResult
+from memoryos.storage.vectors.vector_index import SearchResult
 
 NEWEST = (4, 64)
 """Backlogs measured besides the worst case: one client's writes before its read (the mixed-load bench

@@ -35,8 +35,8 @@ from memoryos.portability.bundle_format import (
     vector_to_text,
 )
 from memoryos.space.layout import STORE_FILE
+from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold
-from memoryos.storage.sqlite_store import SqliteStore
 
 
 def export_space(

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memoryos.errors import InvalidInputError
-from memoryos.storage.vector_blobs import STORED_DTYPE
+from memoryos.storage.records.vector_blobs import STORED_DTYPE
 from memoryos.types import FactOrigin, KnowledgeKind, Tier
 
 FORMAT_NAME: Final = "memoryos-bundle"

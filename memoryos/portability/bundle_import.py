@@ -33,7 +33,7 @@ from memoryos.portability.bundle_format import (
 )
 from memoryos.portability.bundle_read import BundleReader
 from memoryos.portability.bundle_target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
-from memoryos.storage.vector_blobs import to_blob
+from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import exchange_text
 
 IMPORT_BATCH = 256

@@ -21,9 +21,9 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError
 from memoryos.portability.bundle_format import BundleItem, Member
 from memoryos.space.layout import STORE_FILE, make_data_root, remove_empty_parents
-from memoryos.storage.index_factory import remove_page_index_files
+from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.vectors.index_factory import remove_page_index_files
 
 _CONTENT_TABLES = {"pages": "pages", "knowledge": "facts", "profile_versions": "profile versions"}
 

@@ -57,7 +57,7 @@ from memoryos.portability.reference_format import (
     parse_reference,
 )
 from memoryos.space import policy
-from memoryos.storage.vector_blobs import to_blob
+from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import KnowledgeKind, Tier, Turn
 from memoryos.validation import parse_timestamp, validate_turn
 

@@ -21,9 +21,9 @@ from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.space import policy
 from memoryos.space.layout import STORE_FILE
-from memoryos.storage.index_factory import remove_page_index_files
+from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.vectors.index_factory import remove_page_index_files
 from memoryos.types import exchange_text
 
 REINDEX_BATCH = 256

@@ -33,8 +33,8 @@ from memoryos.space.ops import (
     UpdatePage,
     UpdateProfile,
 )
-from memoryos.storage.sqlite_store import SqliteStore
-from memoryos.storage.vector_blobs import from_blobs
+from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import Page
 
 

@@ -20,7 +20,7 @@ the op log detail: ids and flags, never text. Ops naming items that no longer ex
 import numpy as np
 
 from memoryos.space.ops import DeleteFacts, DeletePages, RewriteChain, RewriteSegment, UpdateFact, UpdatePage
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.types import Page
 
 PROFILE_STALE_META = "profile_stale"

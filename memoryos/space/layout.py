@@ -14,8 +14,8 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import MemoryOSError
 from memoryos.space.apply import OpApplier
 from memoryos.space.ops import ForgetSpace
+from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold, creation_error, make_directory
-from memoryos.storage.sqlite_store import SqliteStore
 
 STORE_FILE = "memory.sqlite"
 ROOT_MARKER = ".created-by-memoryos"

@@ -32,10 +32,10 @@ from memoryos.space.layout import STORE_FILE
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
+from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.storage.space_lock import SpaceHold
-from memoryos.storage.sqlite_store import SqliteStore
-from memoryos.storage.vector_blobs import from_blobs
-from memoryos.storage.vector_index import VectorIndex
+from memoryos.storage.vectors.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
 P = ParamSpec("P")

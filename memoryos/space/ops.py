@@ -34,7 +34,7 @@ from pydantic import (
 from pydantic_core import CoreSchema, core_schema
 
 from memoryos.ids import new_id
-from memoryos.storage.vector_blobs import STORED_DTYPE, STORED_MAX, at_stored_precision
+from memoryos.storage.records.vector_blobs import STORED_DTYPE, STORED_MAX, at_stored_precision
 from memoryos.types import KnowledgeKind, Turn
 
 OP_FORMAT_VERSION = 3

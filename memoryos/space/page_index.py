@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.index_factory import (
+from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.vectors.index_factory import (
     SNAPSHOT_MISSING,
     SnapshotWriter,
     close_page_index,
@@ -29,8 +30,7 @@ from memoryos.storage.index_factory import (
     open_page_index,
     page_snapshot_path,
 )
-from memoryos.storage.sqlite_store import SqliteStore
-from memoryos.storage.vector_index import VectorIndex
+from memoryos.storage.vectors.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.store import SqliteStore
 
 SCORE_SAMPLE_SIZE = 1024
 """Vectors kept: enough for a stable mean and spread of query scores, 1.5 MB at 384-d."""

@@ -18,8 +18,8 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.llm.offline.backend import OfflineLLM
-from memoryos.storage.faiss_index import FaissIndex
-from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
+from memoryos.storage.vectors.faiss_index import FaissIndex
+from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.llm.offline.backend import OfflineLLM
-from memoryos.storage.index_factory import CHROMA_DIRECTORY, close_page_index, load_page_index
+from memoryos.storage.vectors.index_factory import CHROMA_DIRECTORY, close_page_index, load_page_index
 from memoryos.types import exchange_text
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
 
@@ -64,7 +64,7 @@ import sys
 from pathlib import Path
 from memoryos.space.ops import AddTurns
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.index_factory import finish_page_index_rebuild
+from memoryos.storage.vectors.index_factory import finish_page_index_rebuild
 from memoryos.types import Turn
 from tests.integration.test_index_crash import (
     ASSISTANT, MAX_OPS, SNAPSHOT_AFTER_OPS, TURNS_PER_OP, USER, config_for, page_text,

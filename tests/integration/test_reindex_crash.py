@@ -31,7 +31,7 @@ CHILD = """
 import os, sys
 import memoryos.portability.reindex as reindex
 from memoryos.config import MemoryConfig
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.store import SqliteStore
 from tests.support.fakes import HashEmbedder
 
 root, step = sys.argv[1], sys.argv[2]

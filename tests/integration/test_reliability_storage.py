@@ -24,7 +24,7 @@ import pytest
 
 from memoryos import MemoryConfig
 from memoryos.space.layout import STORE_FILE
-from memoryos.storage.index_factory import page_snapshot_path
+from memoryos.storage.vectors.index_factory import page_snapshot_path
 from services.api.settings import ApiSettings
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder

@@ -16,8 +16,8 @@ import pytest
 from memoryos import Memoryos
 from memoryos.config import MemoryConfig
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.faiss_index import FaissIndex
 from memoryos.storage.space_lock import SpaceBusyError
+from memoryos.storage.vectors.faiss_index import FaissIndex
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, HashEmbedder
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from memoryos.portability.bundle import (
 )
 from memoryos.portability.bundle_format import MEMBERS
 from memoryos.space.layout import STORE_FILE
-from memoryos.storage.schema import SCHEMA_VERSION
-from memoryos.storage.sqlite_store import SqliteStore
-from memoryos.storage.vector_blobs import at_stored_precision
+from memoryos.storage.records.sqlite.schema import SCHEMA_VERSION
+from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.vector_blobs import at_stored_precision
 from tests.support.fakes import FakeClock, HashEmbedder
 
 ASSISTANT = "default_assistant_profile"

@@ -6,9 +6,9 @@ import faiss
 import numpy as np
 import pytest
 
-from memoryos.storage import gpu
-from memoryos.storage.faiss_ivf import build_ivf, new_flat
-from memoryos.storage.vector_blobs import at_stored_precision
+from memoryos.storage.records.vector_blobs import at_stored_precision
+from memoryos.storage.vectors import gpu
+from memoryos.storage.vectors.faiss_ivf import build_ivf, new_flat
 
 
 def gpu_build(num_gpus: int) -> SimpleNamespace:

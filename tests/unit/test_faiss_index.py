@@ -9,13 +9,13 @@ import faiss
 import numpy as np
 import pytest
 
-from memoryos.storage import faiss_index as faiss_index_module
-from memoryos.storage import faiss_snapshot
 from memoryos.storage.atomic import atomic_write_bytes
-from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
-from memoryos.storage.faiss_ivf import HASHTABLE_DIRECT_MAP
-from memoryos.storage.faiss_snapshot import SnapshotHeader, snapshot_bytes
-from memoryos.storage.vector_blobs import at_stored_precision
+from memoryos.storage.records.vector_blobs import at_stored_precision
+from memoryos.storage.vectors import faiss_index as faiss_index_module
+from memoryos.storage.vectors import faiss_snapshot
+from memoryos.storage.vectors.faiss_index import FaissIndex, IndexSnapshotError
+from memoryos.storage.vectors.faiss_ivf import HASHTABLE_DIRECT_MAP
+from memoryos.storage.vectors.faiss_snapshot import SnapshotHeader, snapshot_bytes
 
 DIM = 384
 
@@ -372,7 +372,7 @@ def test_every_thread_searches_with_the_configured_faiss_threads():
     """OpenMP thread counts are per thread: an ingest or request thread would otherwise use every core."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from memoryos.storage import faiss_ivf
+    from memoryos.storage.vectors import faiss_ivf
 
     index = FaissIndex(DIM)
     index.add(np.arange(10), clustered(10, centroids(2), seed=1))
@@ -392,8 +392,8 @@ def test_a_space_index_sets_the_configured_faiss_threads(tmp_path: Path) -> None
     """A space's config sets the process's count as its FAISS index is made or loaded (`index_factory.py`
     passes `omp_threads`), so the space code itself never imports faiss."""
     from memoryos.config import MemoryConfig
-    from memoryos.storage import faiss_ivf
-    from memoryos.storage.index_factory import load_page_index, new_page_index, page_snapshot_path
+    from memoryos.storage.vectors import faiss_ivf
+    from memoryos.storage.vectors.index_factory import load_page_index, new_page_index, page_snapshot_path
 
     config = MemoryConfig(data_dir=tmp_path, faiss_omp_threads=1)
     previous = faiss_ivf._configured_threads

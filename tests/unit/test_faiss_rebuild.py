@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memoryos.storage import faiss_index as faiss_index_module
-from memoryos.storage.faiss_index import FaissIndex
-from memoryos.storage.faiss_ivf import (
+from memoryos.storage.records.vector_blobs import at_stored_precision
+from memoryos.storage.vectors import faiss_index as faiss_index_module
+from memoryos.storage.vectors.faiss_index import FaissIndex
+from memoryos.storage.vectors.faiss_ivf import (
     MIN_NPROBE,
     MIN_RECENT_QUERIES,
     RECALIBRATE_EVERY_QUERIES,
@@ -24,7 +25,6 @@ from memoryos.storage.faiss_ivf import (
     BackgroundJob,
     build_ivf,
 )
-from memoryos.storage.vector_blobs import at_stored_precision
 
 DIM = 32
 THRESHOLD = 1000

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryos.storage.schema import SCHEMA_VERSION
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.schema import SCHEMA_VERSION
+from memoryos.storage.records.sqlite.store import SqliteStore
 
 
 def layout(path: Path) -> dict[str, object]:

@@ -32,7 +32,7 @@ from memoryos.space.ops import (
     op_from_json,
     op_to_json,
 )
-from memoryos.storage.vector_blobs import at_stored_precision
+from memoryos.storage.records.vector_blobs import at_stored_precision
 from memoryos.types import Turn
 
 DIM = 6

@@ -23,8 +23,8 @@ from memoryos.space.ops import (
     RecordVisits,
     UpdateProfile,
 )
-from memoryos.storage.faiss_index import FaissIndex
-from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
+from memoryos.storage.vectors.faiss_index import FaissIndex
+from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from memoryos.types import KnowledgeKind, Page, Turn
 from tests.support.fakes import T0, FakeClock, axis, unit
 

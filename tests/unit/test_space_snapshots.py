@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage import faiss_snapshot, vector_index
-from memoryos.storage.faiss_index import FaissIndex
-from memoryos.storage.faiss_snapshot import SnapshotHeader, snapshot_bytes
-from memoryos.storage.index_factory import FAISS_SNAPSHOT_FILE, SnapshotWriter
-from memoryos.storage.vector_index import IndexSnapshot
+from memoryos.storage.vectors import faiss_snapshot, vector_index
+from memoryos.storage.vectors.faiss_index import FaissIndex
+from memoryos.storage.vectors.faiss_snapshot import SnapshotHeader, snapshot_bytes
+from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE, SnapshotWriter
+from memoryos.storage.vectors.vector_index import IndexSnapshot
 from tests.support.fakes import FakeClock, axis
 from tests.unit.test_space import DIM, add_pages, open_space
 

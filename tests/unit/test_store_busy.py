@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memoryos.errors import StoreBusyError
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.store import SqliteStore
 
 
 def test_a_write_that_may_not_wait_is_refused_at_once_and_the_next_write_waits_as_before(

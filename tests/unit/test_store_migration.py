@@ -14,8 +14,8 @@ import pytest
 from memoryos import Memoryos
 from memoryos.config import MemoryConfig
 from memoryos.errors import StorageError
-from memoryos.storage.schema import SCHEMA_VERSION
-from memoryos.storage.sqlite_store import SqliteStore
+from memoryos.storage.records.sqlite.schema import SCHEMA_VERSION
+from memoryos.storage.records.sqlite.store import SqliteStore
 from tests.support.fakes import HashEmbedder
 
 V1_SPACE = Path(__file__).resolve().parents[1] / "data" / "space_v1"
@@ -75,7 +75,7 @@ def test_a_failed_migration_leaves_the_store_on_its_old_version(
     v1_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The migration runs in one transaction: a step that fails rolls every earlier step back."""
-    from memoryos.storage import schema
+    from memoryos.storage.records.sqlite import schema
 
     store = v1_data_dir / "default" / "maya" / "default_assistant_profile" / "memory.sqlite"
     monkeypatch.setitem(schema.MIGRATIONS, 1, schema.MIGRATIONS[1] + "\nSELECT no_such_function();")

@@ -1,6 +1,6 @@
 """The `VectorIndex` results contract, one suite run against every backend: FAISS flat, FAISS IVF (a small
 ANN threshold so the approximate index serves), and ChromaDB. Indexes are opened through
-`memoryos.storage.index_factory`, as a space opens them, on clustered vectors like real embeddings."""
+`memoryos.storage.vectors.index_factory`, as a space opens them, on clustered vectors like real embeddings."""
 
 import os
 import shutil
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.faiss_index import FaissIndex, IndexSnapshotError
-from memoryos.storage.index_factory import (
+from memoryos.storage.records.vector_blobs import at_stored_precision
+from memoryos.storage.vectors.faiss_index import FaissIndex, IndexSnapshotError
+from memoryos.storage.vectors.index_factory import (
     CHROMA_DIRECTORY,
     close_page_index,
     finish_page_index_rebuild,
@@ -24,8 +25,7 @@ from memoryos.storage.index_factory import (
     open_page_index,
     page_snapshot_path,
 )
-from memoryos.storage.vector_blobs import at_stored_precision
-from memoryos.storage.vector_index import VectorIndex
+from memoryos.storage.vectors.vector_index import VectorIndex
 
 DIM = 32
 COUNT = 600
@@ -372,7 +372,7 @@ CHROMA_WRITER = r"""
 import os, signal, sys
 import numpy as np
 from memoryos.config import MemoryConfig
-from memoryos.storage.index_factory import new_page_index, page_snapshot_path
+from memoryos.storage.vectors.index_factory import new_page_index, page_snapshot_path
 from tests.unit.test_vector_index_contract import DIM, clustered
 
 directory = sys.argv[1]

@@ -39,7 +39,7 @@ from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from memoryos.storage.vector_index import (
+from memoryos.storage.vectors.vector_index import (
     IndexSnapshot,
     IndexSnapshotError,
     SearchResult,

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.store_queries import StoreQueries, id_chunks
-from memoryos.storage.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
-from memoryos.storage.vector_blobs import from_blobs, to_blob
+from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
+from memoryos.storage.records.sqlite.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
+from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
 
 

@@ -34,7 +34,8 @@ from typing import Any, Literal, TypedDict
 import faiss
 import numpy as np
 
-from memoryos.storage.faiss_ivf import (
+from memoryos.storage.records.vector_blobs import at_stored_precision
+from memoryos.storage.vectors.faiss_ivf import (
     MIN_RECENT_QUERIES,
     RECALIBRATE_EVERY_QUERIES,
     BackgroundJob,
@@ -51,10 +52,9 @@ from memoryos.storage.faiss_ivf import (
     replay_journal,
     set_faiss_threads,
 )
-from memoryos.storage.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
-from memoryos.storage.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
-from memoryos.storage.vector_blobs import at_stored_precision
-from memoryos.storage.vector_index import (
+from memoryos.storage.vectors.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
+from memoryos.storage.vectors.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
+from memoryos.storage.vectors.vector_index import (
     IndexSnapshot,
     IndexSnapshotError,
     SearchResult,

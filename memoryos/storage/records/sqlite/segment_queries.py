@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.store_queries import StoreQueries
-from memoryos.storage.store_rows import SEGMENT_COLUMNS, segment_from_row
-from memoryos.storage.vector_blobs import from_blobs, to_blob
+from memoryos.storage.records.sqlite.store_queries import StoreQueries
+from memoryos.storage.records.sqlite.store_rows import SEGMENT_COLUMNS, segment_from_row
+from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Segment
 
 

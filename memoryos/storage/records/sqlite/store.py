@@ -2,7 +2,7 @@
 
 Durability: WAL journal with `synchronous=FULL`, one transaction per op, so a write the caller saw
 acknowledged survives a crash at any instant. Vector indexes are derived from this file and rebuilt
-from it when missing or corrupt. How vectors become blobs is `vector_blobs.py`; how rows become pages and
+from it when missing or corrupt. How vectors become blobs is `../vector_blobs.py`; how rows become pages and
 segments, `store_rows.py`. This module opens the store and keeps its schema, meta and op log; the queries
 are grouped by table in `page_queries.py`, `segment_queries.py` and `knowledge_queries.py`.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from memoryos.errors import StorageError, WriteIdConflictError
-from memoryos.storage.knowledge_queries import KnowledgeQueries
-from memoryos.storage.page_queries import PageQueries
-from memoryos.storage.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from memoryos.storage.segment_queries import SegmentQueries
+from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
+from memoryos.storage.records.sqlite.page_queries import PageQueries
+from memoryos.storage.records.sqlite.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from memoryos.storage.records.sqlite.segment_queries import SegmentQueries
 
 CHECKPOINT_WAIT_MS = 200
 """How long a lifecycle op's WAL checkpoint waits for other processes' readers before giving up."""

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memoryos.storage.store_queries import StoreQueries, id_chunks
-from memoryos.storage.vector_blobs import to_blob
+from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
+from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
 
 _ENTRY_COLUMNS = (

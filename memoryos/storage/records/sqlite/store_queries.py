@@ -1,6 +1,6 @@
 """The connection `SqliteStore` runs on, and the helpers its query families share.
 
-`SqliteStore` (`sqlite_store.py`) opens the connection and owns the schema; its queries are grouped by
+`SqliteStore` (`store.py`) opens the connection and owns the schema; its queries are grouped by
 what they read and write — pages (`page_queries.py`), chains and segments (`segment_queries.py`), facts
 and the profile (`knowledge_queries.py`) — each a class over this one.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from memoryos.errors import StorageError, StoreBusyError
-from memoryos.storage.vector_blobs import from_blobs
+from memoryos.storage.records.vector_blobs import from_blobs
 
 _DISK_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
 """Primary result codes of a disk that is full or failing, as opposed to a bug or a busy database."""

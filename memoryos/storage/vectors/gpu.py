@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import faiss
 
-from memoryos.storage.faiss_ivf import held_vectors
+from memoryos.storage.vectors.faiss_ivf import held_vectors
 
 GpuPolicy = Literal["auto", "never"]
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memoryos.storage.vector_index import IndexSnapshotError
+from memoryos.storage.vectors.vector_index import IndexSnapshotError
 
 MAGIC = b"MOSFAISS"
 FORMAT_VERSION = 3

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.vector_index import IndexSnapshot, IndexSnapshotError, VectorIndex
+from memoryos.storage.vectors.vector_index import IndexSnapshot, IndexSnapshotError, VectorIndex
 
 if TYPE_CHECKING:
-    from memoryos.storage.faiss_index import FaissIndex
+    from memoryos.storage.vectors.faiss_index import FaissIndex
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def _faiss_index_type() -> "type[FaissIndex]":
     or waited on keeps it to the processes that own indexes (the embedded engine, the workers);
     tests/unit/test_deploy_files.py checks that the Redis-mode API imports none.
     """
-    from memoryos.storage.faiss_index import FaissIndex
+    from memoryos.storage.vectors.faiss_index import FaissIndex
 
     return FaissIndex
 
@@ -76,7 +76,7 @@ def page_snapshot_path(config: MemoryConfig, directory: Path) -> Path:
 def new_page_index(config: MemoryConfig, directory: Path, dim: int) -> VectorIndex:
     """An empty page index; for chroma, any collection already in the space directory is dropped."""
     if config.vector_backend == "chroma":
-        from memoryos.storage.chroma_index import ChromaIndex
+        from memoryos.storage.vectors.chroma_index import ChromaIndex
 
         return ChromaIndex.create(directory / CHROMA_DIRECTORY, dim)
     return _faiss_index_type()(
@@ -94,7 +94,7 @@ def load_page_index(
     or written for other embeddings than `fingerprint` (before a reindex)."""
     path = page_snapshot_path(config, directory)
     if config.vector_backend == "chroma":
-        from memoryos.storage.chroma_index import ChromaIndex
+        from memoryos.storage.vectors.chroma_index import ChromaIndex
 
         return ChromaIndex.load(path, directory / CHROMA_DIRECTORY, dim, expected_fingerprint=fingerprint)
     return _faiss_index_type().load(

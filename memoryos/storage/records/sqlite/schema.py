@@ -1,7 +1,7 @@
 """The canonical store's schema, and the migrations that bring an older store up to it.
 
 Bump `SCHEMA_VERSION` and add the step from the previous version to `MIGRATIONS` when it changes: a store
-is migrated in place when it is opened (`sqlite_store.py`), inside one transaction, so a crash midway
+is migrated in place when it is opened (`store.py`), inside one transaction, so a crash midway
 leaves it on its old version.
 
 Version 2: `pages.vector_seq`, the order in which pages got their vectors, so every process
