@@ -400,6 +400,26 @@ class MemoryConfig(BaseSettings):
     index_snapshot_every_ops: int = Field(1000, gt=0, description="Index snapshot after this many adds...")
     index_snapshot_every_s: float = Field(60.0, gt=0, description="...or after this many seconds.")
 
+    # The service's PostgreSQL store (memoryos/storage/records/postgres/): set, every space's records live
+    # in that database and `data_dir` holds only index snapshots, a cache any worker can rebuild.
+    database_url: SecretStr | None = Field(
+        None,
+        description="libpq URL of the PostgreSQL database holding every space (postgresql://user:password@"
+        "host:5432/memoryos). Unset: one SQLite file per space under data_dir (embedded mode, one host).",
+    )
+    database_pool_size: int = Field(
+        4,
+        gt=0,
+        description="Connections one process may hold at most; a space holds none between calls. Size it as "
+        "pods x processes x this against the server's max_connections (docs/service.md).",
+    )
+    database_idle_in_transaction_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="The server ends a transaction left idle this long (a frozen worker), releasing the shard's "
+        "fence row: keep it below the shard lease's TTL (lease_ttl_s, 10 s by default).",
+    )
+
     # Several local processes on one space (storage/space_lock.py).
     space_lock_timeout_s: float = Field(
         30.0,

@@ -51,6 +51,21 @@ class StoreBusyError(MemoryOSError):
     wait for it (`MemorySpace.apply_ops(..., wait_for_writers=False)`). Nothing was changed."""
 
 
+class FencedOutError(StorageError):
+    """A write of a space in a fenced shard was refused: the fencing number recorded for the shard is
+    not the one this process holds, so another worker owns the shard now (this one's lease lapsed: a
+    pause, a partition, a frozen VM). Nothing of the transaction was stored; the worker stops serving
+    the shard and closes its spaces."""
+
+    def __init__(self, shard: int, held: int | None, recorded: int | None) -> None:
+        self.shard = shard
+        self.held = held
+        self.recorded = recorded
+        super().__init__(
+            f"shard {shard} is fenced: this process holds fencing number {held}, the shard's is {recorded}"
+        )
+
+
 class LLMError(MemoryOSError):
     """An LLM call failed after its retries; callers keep the previous memory state."""
 

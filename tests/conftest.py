@@ -4,7 +4,10 @@ import os
 import shutil
 import tempfile
 
-pytest_plugins = ["tests.support.postgres_server"]  # fixtures postgres_server, database_url
+pytest_plugins = [
+    "tests.support.postgres_server",  # fixtures postgres_server, database_url
+    "tests.support.record_stores",  # both_record_stores: a test once per record store
+]
 
 _MODEL_CACHE = tempfile.mkdtemp(prefix="memoryos-model-cache-")
 

@@ -29,7 +29,7 @@ from memoryos.eval.harness import ingest_conversation
 from memoryos.eval.locomo import LocomoConversation, LocomoQuestion
 from memoryos.eval.metrics import PageKey, RecallReport, page_dia_ids, ranked_dia_ids
 from memoryos.facade.memoryos import Memoryos
-from memoryos.planning.lexical import query_terms, quoted
+from memoryos.planning.lexical import query_terms
 from memoryos.planning.retrieval import (
     PageSignals,
     _lexical_terms,
@@ -39,6 +39,7 @@ from memoryos.planning.retrieval import (
     ranked_by,
 )
 from memoryos.planning.speaker import Side, named_side
+from memoryos.storage.records.sqlite.page_queries import quoted
 from memoryos.types import Page
 
 SIGNAL_WEIGHTS: tuple[float, ...] = (0.0, 0.15, 0.3, 0.5)
@@ -105,7 +106,7 @@ def _proximity(stored: StoredConversation, query: str) -> dict[int, float]:
     ]
     if not pairs:
         return {}
-    return dict(stored.memory.space.store.lexical_search(" OR ".join(pairs), len(stored.pages)))
+    return dict(stored.memory.space.store.match_search(" OR ".join(pairs), len(stored.pages)))
 
 
 def first_person(pages: dict[int, Page], side: Side | None) -> dict[int, float]:

@@ -26,10 +26,11 @@ from memoryos.planning.retrieval import dense_query_text, retrieve_context
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import policy
-from memoryos.space.layout import STORE_FILE, erase_space, make_data_root, remove_empty_parents
+from memoryos.space.layout import erase_space, make_data_root, remove_empty_parents
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace, UpdatePage
 from memoryos.space.writes import plan_write
+from memoryos.storage.records.factory import ShardFence, record_store_exists
 from memoryos.storage.space_lock import SpaceBusyError
 from memoryos.types import MemoryStats, RetrievedContext, Segment, SegmentStats, WriteStatus
 from memoryos.validation import validate_id, validate_text
@@ -64,12 +65,14 @@ class Memoryos(MemoryLifecycle):
         clock: Callable[[], float] = time.time,
         scheduler: Scheduler | None = None,
         create: bool = True,
+        fence: ShardFence | None = None,
     ) -> None:
         """Arguments up to `embedding_model_kwargs` are the reference's, with its defaults. `config`
         supplies every other setting (env `MEMORYOS_*`); `embedder`, `llm`, `clock` and `scheduler` (default:
-        the process's) let tests and services inject shared or deterministic parts. `embedding_model_kwargs` goes to `SentenceTransformer(...)` as
-        in the reference (JSON values only; None keeps `config.embedding_model_kwargs`); a `device` in it
-        wins over `config.embedding_device`.
+        the process's) let tests and services inject shared or deterministic parts; `fence` is a service
+        worker's fencing number for the space's shard, checked by every write of a database's space.
+        `embedding_model_kwargs` goes to `SentenceTransformer(...)` as in the reference (JSON values only;
+        None keeps `config.embedding_model_kwargs`); a `device` in it wins over `config.embedding_device`.
 
         `create=False` opens an existing space only: if there is none, `SpaceNotFoundError` is raised
         before anything is loaded or created (no directory, no file) — what a read-only tool wants, so a
@@ -101,7 +104,7 @@ class Memoryos(MemoryLifecycle):
         for field, value in overrides.items():
             setattr(self.config, field, value)
         directory = self.config.space_dir(self.user_id, self.assistant_id)
-        if not create and not (directory / STORE_FILE).is_file():
+        if not create and not record_store_exists(self.config, directory):
             raise SpaceNotFoundError(directory)  # before a model, an LLM client or a directory is made
         self.clock = clock
         self.embedder = embedder or shared_embedder(self.config)
@@ -110,7 +113,13 @@ class Memoryos(MemoryLifecycle):
         if create:
             make_data_root(self.config.data_dir)
         self.space = MemorySpace(
-            directory, self.config, self.embedder.name, lambda: self.embedder.dim, clock, create=create
+            directory,
+            self.config,
+            self.embedder.name,
+            lambda: self.embedder.dim,
+            clock,
+            create=create,
+            fence=fence,
         )
         self._scheduler = scheduler or shared_scheduler(self.config)
         self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)

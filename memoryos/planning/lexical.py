@@ -1,7 +1,8 @@
-"""Keyword side of hybrid retrieval: turning a question into an SQLite FTS5 query.
+"""Keyword side of hybrid retrieval: the words of a question that are worth searching for.
 
-BM25 itself is SQLite's FTS5 `bm25()`: incremental, transactional with the pages it indexes, and
-persisted in the same file, so the lexical index can never drift from the canonical store.
+The record store searches them (`RecordStore.lexical_search`) with FTS5's BM25: SQLite's own, or the same
+scores computed from PostgreSQL's rows (`memoryos/storage/records/postgres/lexical.py`). Either way the
+index is transactional with the pages it indexes, so it never drifts from the canonical store.
 """
 
 import re
@@ -146,13 +147,3 @@ def query_terms(text: str) -> list[str]:
         if token not in STOPWORDS and (len(token) > 1 or token.isdigit()):
             seen.setdefault(token, None)
     return list(seen)
-
-
-def quoted(term: str) -> str:
-    """A term as an FTS5 string: user text is never read as query syntax (NEAR, AND, column filters)."""
-    return '"' + term.replace('"', '""') + '"'
-
-
-def fts_match_expression(terms: list[str]) -> str | None:
-    """An FTS5 MATCH expression OR-ing the quoted terms; None when there are none."""
-    return " OR ".join(quoted(term) for term in terms) if terms else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.planning.lexical import fts_match_expression, query_terms, quoted
+from memoryos.planning.lexical import query_terms
 from memoryos.planning.speaker import common_name_limit, query_names, side_weights, without_names
 from memoryos.planning.temporal import date_proximity, julian_to_epoch_days, query_date_windows
 from memoryos.space.memory_space import MemorySpace
@@ -45,7 +45,7 @@ def _lexical_terms(space: MemorySpace, query: str) -> list[str]:
     terms = query_terms(query)
     budget = space.config.lexical_postings_budget
     counted = sorted(
-        (space.store.document_frequency(quoted(term), at_most=budget + 1), position, term)
+        (space.store.document_frequency(term, at_most=budget + 1), position, term)
         for position, term in enumerate(terms)
     )
     kept: set[str] = set()
@@ -74,7 +74,7 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
         common = {
             name
             for name in query_names(query)
-            if space.store.document_frequency(quoted(name.lower()), at_most=limit + 1) > limit
+            if space.store.document_frequency(name.lower(), at_most=limit + 1) > limit
         }
     if not common:
         return query
@@ -111,11 +111,8 @@ def page_signals(space: MemorySpace, query: str, query_vector: np.ndarray, k: in
     sample_scores = space.score_sample() @ query_vector
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
-    expression = fts_match_expression(_lexical_terms(space, query))
-    lexical = (
-        space.store.lexical_search(expression, pool * LEXICAL_FETCH_FACTOR, side_weights(space, query))
-        if expression
-        else []
+    lexical = space.store.lexical_search(
+        _lexical_terms(space, query), pool * LEXICAL_FETCH_FACTOR, side_weights(space, query)
     )
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)

@@ -9,13 +9,10 @@ docs/retrieval.md). Nothing is assumed about who the user is; the counts decide,
 """
 
 import re
-from typing import Literal
 
-from memoryos.planning.lexical import STOPWORDS, quoted
+from memoryos.planning.lexical import STOPWORDS
 from memoryos.space.memory_space import MemorySpace
-
-Side = Literal["user_input", "agent_response"]
-"""A page's side, named by its full-text column."""
+from memoryos.storage.records.base import Side
 
 _SIDES: tuple[Side, Side] = ("user_input", "agent_response")
 
@@ -56,8 +53,7 @@ def named_side(space: MemorySpace, query: str) -> Side | None:
     named: set[Side] = set()
     for name in query_names(query):
         said = {
-            side: space.store.document_frequency(f"{side} : {quoted(name.lower())}", at_most=limit + 1)
-            for side in _SIDES
+            side: space.store.document_frequency(name.lower(), side, at_most=limit + 1) for side in _SIDES
         }
         user_says, assistant_says = said["user_input"], said["agent_response"]
         if assistant_says > limit and user_says < assistant_says:

@@ -33,7 +33,7 @@ from memoryos.space.ops import (
     UpdatePage,
     UpdateProfile,
 )
-from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.base import RecordStore
 from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import Page
 
@@ -41,7 +41,7 @@ from memoryos.types import Page
 class OpApplier:
     """Applies ops to one space's store, inside a transaction the caller holds (`MemorySpace.apply`)."""
 
-    def __init__(self, store: SqliteStore, config: MemoryConfig, dim: int) -> None:
+    def __init__(self, store: RecordStore, config: MemoryConfig, dim: int) -> None:
         self.store = store
         self.config = config
         self.dim = dim
@@ -274,14 +274,14 @@ class OpApplier:
         return max(e for e in expiries if e is not None)
 
 
-def last_chained_page(store: SqliteStore) -> Page | None:
+def last_chained_page(store: RecordStore) -> Page | None:
     """The page linked into a dialogue chain last: the one a new page may continue."""
     previous = store.get_meta("last_chained_page")
     found = store.pages([int(previous)]) if previous is not None else []
     return found[0] if found else None
 
 
-def segment_heats(store: SqliteStore, config: MemoryConfig, now: float) -> dict[int, float]:
+def segment_heats(store: RecordStore, config: MemoryConfig, now: float) -> dict[int, float]:
     """The heat of every mid-term segment at `now`: what eviction and promotion rank by."""
     weights = policy.HeatWeights(
         config.heat_alpha, config.heat_beta, config.heat_gamma, config.heat_tau_hours

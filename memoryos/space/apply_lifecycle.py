@@ -20,7 +20,7 @@ the op log detail: ids and flags, never text. Ops naming items that no longer ex
 import numpy as np
 
 from memoryos.space.ops import DeleteFacts, DeletePages, RewriteChain, RewriteSegment, UpdateFact, UpdatePage
-from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.base import RecordStore
 from memoryos.types import Page
 
 PROFILE_STALE_META = "profile_stale"
@@ -29,7 +29,7 @@ SPACE_TTL_META = "ttl_s"
 """Meta key of the space's TTL in seconds, for pages written from then on."""
 
 
-def _forget_derived(store: SqliteStore, pages: list[Page]) -> dict[str, object]:
+def _forget_derived(store: RecordStore, pages: list[Page]) -> dict[str, object]:
     """What removing (or rewriting) `pages` takes with it: facts sourced only by them, stale summaries,
     a profile rebuild. Call after the pages are deleted or rewritten."""
     page_ids = [p.page_id for p in pages]
@@ -47,7 +47,7 @@ def _forget_derived(store: SqliteStore, pages: list[Page]) -> dict[str, object]:
     return {"fact_ids": fact_ids, "profile_rebuild": profile_rebuild}
 
 
-def delete_pages(store: SqliteStore, op: DeletePages) -> dict[str, object]:
+def delete_pages(store: RecordStore, op: DeletePages) -> dict[str, object]:
     pages = store.pages(op.page_ids)
     found = {p.page_id for p in pages}
     store.delete_pages(pages)
@@ -59,7 +59,7 @@ def delete_pages(store: SqliteStore, op: DeletePages) -> dict[str, object]:
     return detail
 
 
-def expire_due(store: SqliteStore, at: float) -> dict[str, object]:
+def expire_due(store: RecordStore, at: float) -> dict[str, object]:
     """Pages and facts expired at `at`, deleted as a user's delete would (what depended on them alone too)."""
     detail: dict[str, object] = {"reason": "expired", "page_ids": [], "fact_ids": []}
     pages = store.expired_page_ids(at)
@@ -76,7 +76,7 @@ def _ids(value: object) -> list[int]:
     return [int(i) for i in value] if isinstance(value, list) else []
 
 
-def update_page(store: SqliteStore, op: UpdatePage) -> dict[str, object]:
+def update_page(store: RecordStore, op: UpdatePage) -> dict[str, object]:
     found = store.pages([op.page_id])
     if not found:
         return {"page_ids": [], "missing": [op.page_id]}
@@ -85,7 +85,7 @@ def update_page(store: SqliteStore, op: UpdatePage) -> dict[str, object]:
     return {"page_ids": [op.page_id], **_forget_derived(store, [page])}
 
 
-def delete_facts(store: SqliteStore, op: DeleteFacts) -> dict[str, object]:
+def delete_facts(store: RecordStore, op: DeleteFacts) -> dict[str, object]:
     versions: set[int] = set()
     missing: list[int] = []
     for entry_id in op.entry_ids:
@@ -101,7 +101,7 @@ def delete_facts(store: SqliteStore, op: DeleteFacts) -> dict[str, object]:
 
 
 def update_fact(
-    store: SqliteStore, op: UpdateFact, vector: np.ndarray
+    store: RecordStore, op: UpdateFact, vector: np.ndarray
 ) -> tuple[list[int], dict[str, object]]:
     """A new version replacing an active fact; an inactive or missing one is a no-op (`missing`)."""
     found = store.knowledge_entries([op.entry_id])
@@ -128,7 +128,7 @@ _FORGOTTEN_TABLES = (
 _KEPT_META = ("schema_version", "embedding_model", "embedding_dim")
 
 
-def forget_space(store: SqliteStore) -> dict[str, object]:
+def forget_space(store: RecordStore) -> dict[str, object]:
     """Empty the store: every item goes; the vector generation moves on, so no index snapshot of the
     forgotten vectors is trusted again (an open process's index is rebuilt empty)."""
     counts = store.count_pages()
@@ -139,12 +139,12 @@ def forget_space(store: SqliteStore) -> dict[str, object]:
     return {"pages": sum(counts.values())}
 
 
-def rewrite_chain(store: SqliteStore, op: RewriteChain) -> dict[str, object]:
+def rewrite_chain(store: RecordStore, op: RewriteChain) -> dict[str, object]:
     store.upsert_chain(op.chain_id, op.summary)
     return {"chain_id": op.chain_id}
 
 
-def rewrite_segment(store: SqliteStore, op: RewriteSegment) -> dict[str, object]:
+def rewrite_segment(store: RecordStore, op: RewriteSegment) -> dict[str, object]:
     store.update_segment(
         op.segment_id,
         summary=op.summary,
@@ -157,7 +157,7 @@ def rewrite_segment(store: SqliteStore, op: RewriteSegment) -> dict[str, object]
     return {"segment_id": op.segment_id}
 
 
-def stale_rewrite_because(store: SqliteStore, op: RewriteChain | RewriteSegment) -> str | None:
+def stale_rewrite_because(store: RecordStore, op: RewriteChain | RewriteSegment) -> str | None:
     """A rewrite planned from pages that changed since (another delete, a page filed) no longer fits."""
     if isinstance(op, RewriteChain):
         if op.chain_id not in store.stale_chain_ids() or store.chain_page_ids(op.chain_id) != op.page_ids:

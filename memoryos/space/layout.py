@@ -14,10 +14,10 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import MemoryOSError
 from memoryos.space.apply import OpApplier
 from memoryos.space.ops import ForgetSpace
+from memoryos.storage.records.factory import STORE_FILE
 from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold, creation_error, make_directory
 
-STORE_FILE = "memory.sqlite"
 ROOT_MARKER = ".created-by-memoryos"
 """In a data directory that MemoryOS created itself: such a directory is removed when its last space is
 forgotten. A data directory that existed before (the user's own) is never removed."""

@@ -28,13 +28,13 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
 from memoryos.space import policy
 from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
-from memoryos.space.layout import STORE_FILE
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.base import RecordStore
+from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.records.vector_blobs import from_blobs
-from memoryos.storage.space_lock import SpaceHold
+from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
@@ -77,6 +77,7 @@ class MemorySpace:
         clock: Callable[[], float] = time.time,
         *,
         create: bool = True,
+        fence: ShardFence | None = None,
     ) -> None:
         """Open the space, creating it unless `create` is False. `model_dim` is called only when the
         dimension is not yet recorded or the recorded model differs, so reopening a space does not load the
@@ -87,26 +88,38 @@ class MemorySpace:
         waited for it. Raises `SpaceBusyError` when another process has the space to itself (a forget or
         reindex in progress, or a Chroma-backed space open elsewhere) for longer than
         `space_lock_timeout_s`.
+
+        With a database (`database_url`) the records are its rows and `directory` holds only the index
+        snapshot, a cache: no file lock is taken (the database serializes writers, and in the service the
+        shard's `fence` refuses a stale owner's writes).
         """
         self.directory = directory
         self.config = config
         self.clock = clock
         self.lock = threading.RLock()
-        self._hold = SpaceHold(directory, config.space_lock_timeout_s, require=None if create else STORE_FILE)
+        self._hold = (
+            None
+            if uses_database(config)
+            else SpaceHold(directory, config.space_lock_timeout_s, require=None if create else STORE_FILE)
+        )
         try:
-            if config.vector_backend == "chroma":
+            if self._hold is None:
+                make_directory(directory)  # the snapshot cache
+            elif config.vector_backend == "chroma":
                 # Chroma's persistent files are not safe to write from two processes at once.
                 self._hold.claim("keep a Chroma-backed space open", wait_s=config.space_lock_timeout_s)
-            self.store = SqliteStore(
-                directory / STORE_FILE,
-                config.store_busy_timeout_s,
+            self.store: RecordStore = open_record_store(
+                config,
+                directory,
+                create=create,
                 new_store_meta=lambda: {
                     "embedding_model": embedding_model,
                     "embedding_dim": str(model_dim()),
                 },
+                fence=fence,
             )
         except BaseException:
-            self._hold.release()
+            self._release_hold()
             raise
         self.embedding_model = embedding_model
         try:
@@ -117,7 +130,7 @@ class MemorySpace:
             )
         except BaseException:
             self.store.close()
-            self._hold.release()
+            self._release_hold()
             raise
         self._ops = OpApplier(self.store, config, self.dim)
         self._seen_data_version = self.store.data_version()
@@ -149,7 +162,8 @@ class MemorySpace:
         """What the stored vectors are: model, dimension and vector generation (bumped by each reindex).
         Index snapshots record it; one of another fingerprint is rebuilt, never trusted."""
         generation = self.store.get_meta("vector_generation") or "0"
-        return f"{self.embedding_model}/{self.dim}/{generation}"
+        incarnation = f"/{self.store.incarnation}" if self.store.incarnation else ""
+        return f"{self.embedding_model}/{self.dim}/{generation}{incarnation}"
 
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:
@@ -241,8 +255,12 @@ class MemorySpace:
                 self._pages.close()
             finally:
                 self.store.close()
-                self._hold.release()
+                self._release_hold()
                 self.closed = True
+
+    def _release_hold(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
 
     def erase(self) -> None:
         """Delete the whole space, files included. The space is unusable afterwards.
@@ -253,10 +271,16 @@ class MemorySpace:
         """
         with self.lock:
             self._require_open()
+            if self._hold is None:
+                self._pages.discard()
+                self.store.erase()  # every row at once, fenced: a stale owner's forget is refused
+                self.closed = True
+                _remove_space_directory(self.directory)
+                return
             with self._hold.exclusive("forget"):
                 self.apply(ForgetSpace(at=self.clock()))  # a crash while files go leaves an empty space
                 self._pages.discard()  # no write into the directory while it is deleted
-                self.store.close()
+                self.store.erase()
                 self.closed = True
                 _remove_space_directory(self.directory)
             self._hold.release()
@@ -432,6 +456,8 @@ def _remove_space_directory(directory: Path) -> None:
     newcomer's space is left to it."""
     try:
         shutil.rmtree(directory)
+    except FileNotFoundError:
+        return  # a database's space whose snapshot cache was never made on this host
     except OSError as error:
         if error.errno != errno.ENOTEMPTY or not directory.is_dir():
             raise

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.base import RecordStore
 from memoryos.storage.vectors.index_factory import (
     SNAPSHOT_MISSING,
     SnapshotWriter,
@@ -43,7 +43,7 @@ class SpacePageIndex:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: RecordStore,
         config: MemoryConfig,
         directory: Path,
         dim: int,

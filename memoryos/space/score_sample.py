@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from memoryos.storage.records.sqlite.store import SqliteStore
+from memoryos.storage.records.base import RecordStore
 
 SCORE_SAMPLE_SIZE = 1024
 """Vectors kept: enough for a stable mean and spread of query scores, 1.5 MB at 384-d."""
@@ -29,7 +29,7 @@ class ScoreSample:
     buffer resident however few pages it had.
     """
 
-    def __init__(self, store: SqliteStore, dim: int) -> None:
+    def __init__(self, store: RecordStore, dim: int) -> None:
         self._rng = np.random.default_rng(0)
         self._seen = sum(store.count_pages().values())
         initial = store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)

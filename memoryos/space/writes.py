@@ -18,7 +18,7 @@ from typing import Any
 
 from memoryos.errors import InvalidInputError
 from memoryos.space.ops import AddTurns
-from memoryos.storage.records.sqlite.store import CONTENT_ID_PREFIX
+from memoryos.storage.records.base import CONTENT_ID_PREFIX
 from memoryos.types import Turn
 from memoryos.validation import validate_key, validate_turn
 

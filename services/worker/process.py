@@ -61,7 +61,16 @@ def runs_embedding_engine(settings: QueueSettings, config: MemoryConfig) -> bool
 
 def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = None) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`); one process, or
-    `worker_processes` children under a supervisor, with an embedding engine child where it is on."""
+    `worker_processes` children under a supervisor, with an embedding engine child where it is on.
+
+    A database URL is refused for now: the engine runs on PostgreSQL, but the worker does not yet take
+    fencing numbers with its leases nor serve and forget spaces from the database (issue 56); a worker
+    half on it would answer reads from nothing and forget nothing."""
+    if config_of(args).database_url is not None:
+        raise SystemExit(
+            "memoryos worker: MEMORYOS_DATABASE_URL is set, but the worker does not serve spaces from "
+            'PostgreSQL yet (docs/service.md, "Scale-out on PostgreSQL"); unset it to run on the data directory'
+        )
     settings = _settings(args)
     engine_on = runs_embedding_engine(settings, config_of(args))
     if settings.worker_processes == 1 and not engine_on:

@@ -5,10 +5,11 @@ from pathlib import Path
 import numpy as np
 
 from memoryos.config import MemoryConfig
-from memoryos.planning.lexical import fts_match_expression, query_terms
+from memoryos.planning.lexical import query_terms
 from memoryos.planning.retrieval import _lexical_terms
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddTurns
+from memoryos.storage.records.sqlite.page_queries import quoted
 from memoryos.types import Turn
 from tests.support.fakes import FakeClock
 
@@ -35,8 +36,7 @@ def test_query_terms_drop_stopwords_and_duplicates_and_quote_safely() -> None:
         "research",
         "find",
     ]
-    assert fts_match_expression(['say "hi"', "near"]) == '"say ""hi""" OR "near"'
-    assert fts_match_expression([]) is None
+    assert quoted('say "hi"') == '"say ""hi"""'
 
 
 def test_words_within_the_budget_are_all_kept(tmp_path: Path) -> None:

@@ -1,9 +1,7 @@
 """`MemorySpace.apply`: each rule of ARCHITECTURE §3 and the storage contracts of §4, with hand-made
 unit vectors and a fixed clock (no model)."""
 
-import json
 import math
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import pytest
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
-from memoryos.space.memory_space import STORE_FILE, MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
@@ -27,6 +25,7 @@ from memoryos.storage.vectors.faiss_index import FaissIndex
 from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from memoryos.types import KnowledgeKind, Page, Turn
 from tests.support.fakes import T0, FakeClock, axis, unit
+from tests.support.record_stores import op_log, store_settings
 
 DIM = 8
 MODEL = "hand-made-vectors"
@@ -35,8 +34,13 @@ STORED_ATOL = 2e-3
 """Vectors read back from the store may be kept at reduced (half) precision."""
 
 
+pytestmark = pytest.mark.usefixtures("both_record_stores")
+
+
 def open_space(directory: Path, clock: FakeClock, model: str = MODEL, **settings: object) -> MemorySpace:
-    config = MemoryConfig.model_validate({"data_dir": directory.parent, "faiss_use_gpu": "never", **settings})
+    config = MemoryConfig.model_validate(
+        {"data_dir": directory.parent, "faiss_use_gpu": "never", **store_settings(), **settings}
+    )
     return MemorySpace(directory, config, model, lambda: DIM, clock)
 
 
@@ -67,13 +71,7 @@ def file_topic(
 
 
 def last_op_detail(directory: Path) -> dict[str, object]:
-    db = sqlite3.connect(f"file:{directory / STORE_FILE}?mode=ro", uri=True)
-    try:
-        return dict(
-            json.loads(db.execute("SELECT detail FROM op_log ORDER BY seq DESC LIMIT 1").fetchone()[0])
-        )
-    finally:
-        db.close()
+    return op_log(directory)[-1][1]
 
 
 def page(space: MemorySpace, page_id: int) -> Page:
@@ -87,11 +85,7 @@ def all_pages(space: MemorySpace) -> list[Page]:
 
 def op_kinds(directory: Path) -> list[str]:
     """The op log, read through a separate read-only connection: what is committed on disk."""
-    db = sqlite3.connect(f"file:{directory / STORE_FILE}?mode=ro", uri=True)
-    try:
-        return [row[0] for row in db.execute("SELECT kind FROM op_log ORDER BY seq")]
-    finally:
-        db.close()
+    return [kind for kind, _ in op_log(directory)]
 
 
 def top_hit(space: MemorySpace, vector: np.ndarray) -> tuple[int, float]:
@@ -516,7 +510,7 @@ def observable_state(space: MemorySpace) -> dict[str, object]:
         "last_chained": space.last_chained_page(),
         "user": space.knowledge("user"),
         "assistant": space.knowledge("assistant"),
-        "history": [tuple(row) for row in space.store.knowledge_history("user")],
+        "history": [tuple(row.values()) for row in space.store.knowledge_history("user")],
         "profile": (space.profile(), space.store.profile_version_count()),
         "heats": space.segment_heats(T0 + 2 * HOUR),
         "index": space.page_index.count(),

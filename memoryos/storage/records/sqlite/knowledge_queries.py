@@ -3,6 +3,7 @@
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,13 +44,14 @@ class KnowledgeQueries(StoreQueries):
     """Facts (active, or retired as history) and the profile's versions."""
 
     # --- knowledge ------------------------------------------------------------------------------------
-    def active_knowledge(self, kind: KnowledgeKind) -> list[sqlite3.Row]:
-        return self._db.execute(
+    def active_knowledge(self, kind: KnowledgeKind) -> list[dict[str, Any]]:
+        rows = self._db.execute(
             "SELECT entry_id, text, timestamp, vector, updated_at, expires_at FROM knowledge "
             "WHERE kind = ? AND active = 1 "
             "ORDER BY entry_id",
             (kind,),
-        ).fetchall()
+        )
+        return [dict(row) for row in rows]
 
     def insert_knowledge(
         self,
@@ -188,11 +190,14 @@ class KnowledgeQueries(StoreQueries):
             "UPDATE knowledge SET timestamp = ?, updated_at = ? WHERE entry_id = ?", (timestamp, at, entry_id)
         )
 
-    def knowledge_history(self, kind: KnowledgeKind) -> list[sqlite3.Row]:
-        return self._db.execute(
-            "SELECT entry_id, text, timestamp, replaced_by FROM knowledge WHERE kind = ? AND active = 0 ORDER BY entry_id",
+    def knowledge_history(self, kind: KnowledgeKind) -> list[dict[str, Any]]:
+        """Retired facts of one kind (replaced, or dropped for space), oldest first."""
+        rows = self._db.execute(
+            "SELECT entry_id, text, timestamp, replaced_by FROM knowledge WHERE kind = ? AND active = 0 "
+            "ORDER BY entry_id",
             (kind,),
-        ).fetchall()
+        )
+        return [dict(row) for row in rows]
 
     # --- profile --------------------------------------------------------------------------------------
     def latest_profile(self) -> str:

@@ -10,10 +10,16 @@ from typing import Any
 
 import numpy as np
 
+from memoryos.storage.records.base import Side
 from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
-from memoryos.storage.records.sqlite.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
+from memoryos.storage.records.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
+
+
+def quoted(term: str) -> str:
+    """A term as an FTS5 string: user text is never read as query syntax (NEAR, AND, column filters)."""
+    return '"' + term.replace('"', '""') + '"'
 
 
 class PageQueries(StoreQueries):
@@ -344,23 +350,22 @@ class PageQueries(StoreQueries):
             f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
         )
 
-    def document_frequency(self, match_expression: str, at_most: int | None = None) -> int:
-        """Pages matching the expression; with `at_most`, counting stops there (a bounded cost for words
-        found in most pages of a large space)."""
+    def document_frequency(self, term: str, column: Side | None = None, at_most: int | None = None) -> int:
+        """Pages matching `term` (in `column` only, when given); with `at_most`, counting stops there (a
+        bounded cost for words found in most pages of a large space)."""
+        expression = quoted(term) if column is None else f"{column} : {quoted(term)}"
         if at_most is None:
-            return int(
-                self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (match_expression,))
-            )
+            return int(self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (expression,)))
         return int(
             self._one(
                 "SELECT COUNT(*) FROM (SELECT 1 FROM pages_fts WHERE pages_fts MATCH ? LIMIT ?)",
-                (match_expression, at_most),
+                (expression, at_most),
             )
         )
 
-    def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float]:
+    def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float | None]:
         """Each page's timestamp as a Julian day number (SQLite parses the stored text)."""
-        days: dict[int, float] = {}
+        days: dict[int, float | None] = {}
         for chunk, marks in id_chunks(page_ids):
             days.update(
                 self._db.execute(
@@ -370,10 +375,19 @@ class PageQueries(StoreQueries):
         return days
 
     def lexical_search(
+        self, terms: Sequence[str], limit: int, column_weights: tuple[float, float] | None = None
+    ) -> list[tuple[int, float]]:
+        """(page_id, BM25 score) of the pages matching any of `terms`, best first. `column_weights` scale
+        the (user_input, agent_response) sides' contributions; None weighs both 1."""
+        if not terms:
+            return []
+        return self.match_search(" OR ".join(quoted(term) for term in terms), limit, column_weights)
+
+    def match_search(
         self, match_expression: str, limit: int, column_weights: tuple[float, float] | None = None
     ) -> list[tuple[int, float]]:
-        """(page_id, BM25 score) best first; SQLite's bm25() is negative-is-better, so it is negated.
-        `column_weights` scale the (user_input, agent_response) sides' contributions; None weighs both 1."""
+        """`lexical_search` for an FTS5 MATCH expression (a benchmark's NEAR queries); SQLite's bm25() is
+        negative-is-better, so it is negated."""
         weights = "" if column_weights is None else ", ?, ?"
         rows = self._db.execute(
             f"SELECT rowid, -bm25(pages_fts{weights}) AS score FROM pages_fts WHERE pages_fts MATCH ? "

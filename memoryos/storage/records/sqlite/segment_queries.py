@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from memoryos.storage.records.sqlite.store_queries import StoreQueries
-from memoryos.storage.records.sqlite.store_rows import SEGMENT_COLUMNS, segment_from_row
+from memoryos.storage.records.store_rows import SEGMENT_COLUMNS, segment_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Segment
 

@@ -3,7 +3,7 @@
 Durability: WAL journal with `synchronous=FULL`, one transaction per op, so a write the caller saw
 acknowledged survives a crash at any instant. Vector indexes are derived from this file and rebuilt
 from it when missing or corrupt. How vectors become blobs is `../vector_blobs.py`; how rows become pages and
-segments, `store_rows.py`. This module opens the store and keeps its schema, meta and op log; the queries
+segments, `../store_rows.py`. This module opens the store and keeps its schema, meta and op log; the queries
 are grouped by table in `page_queries.py`, `segment_queries.py` and `knowledge_queries.py`.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryos.errors import StorageError, WriteIdConflictError
+from memoryos.storage.records.base import CONTENT_ID_PREFIX
 from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
 from memoryos.storage.records.sqlite.page_queries import PageQueries
 from memoryos.storage.records.sqlite.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -26,13 +27,6 @@ from memoryos.storage.records.sqlite.segment_queries import SegmentQueries
 
 CHECKPOINT_WAIT_MS = 200
 """How long a lifecycle op's WAL checkpoint waits for other processes' readers before giving up."""
-
-CONTENT_ID_PREFIX = "sha256-"
-"""Starts the op id of a write whose id the caller chose (`space/writes.py`): the rest is a digest of the
-write id and the write's content, so the same write sent again is the same op, and a write id that comes
-back under another op id of this form came back with other content. Other op ids are random: every other
-op's, and every write's logged before this prefix existed — those cannot tell, and a write id found under
-one is taken as the same write (what the store did before), so no schema change was needed."""
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -94,6 +88,10 @@ def _place_empty_store(path: Path, meta: tuple[tuple[str, str], ...]) -> None:
 
 class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     """One SQLite file per space. Not thread-safe by itself: `MemorySpace` serializes access with a lock."""
+
+    incarnation = ""
+    """A file is its own identity: a forget removes it with the snapshots beside it, so index snapshots
+    need no other mark of which space they belong to."""
 
     def __init__(
         self,
@@ -163,6 +161,14 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             return None
         version = self.get_meta("schema_version")
         return None if version is None else int(version)
+
+    def erase(self) -> None:
+        """Close the store and delete its file with its WAL and shared-memory files; the caller has emptied
+        it first (a crash while the files go leaves an empty space) and removes the directory."""
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
 
     # --- meta and log ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -1,11 +1,14 @@
-"""SQLite rows of the store as `Page` and `Segment` values.
+"""Rows of either record store (SQLite's, PostgreSQL's) as `Page` and `Segment` values.
 
 A page is read by position (its chain summary comes from a join), so the column list and the conversion
-live together here: changing one without the other would shift every field.
+live together here: changing one without the other would shift every field. Both stores select the same
+columns; only the join differs (`PAGE_FROM` is SQLite's: PostgreSQL's joins on the space too).
 """
 
 import json
 import sqlite3
+from collections.abc import Mapping
+from typing import Any
 
 from memoryos.types import Page, Segment
 
@@ -14,11 +17,11 @@ PAGE_COLUMNS = (
     "p.chain_id, p.analyzed, c.summary, p.vector IS NOT NULL, p.created_at, p.updated_at, p.expires_at, "
     "p.op_id"
 )
-"""Selected from `PAGE_FROM`, in the order `page_from_row` reads them."""
+"""Selected from `PAGE_FROM` (or PostgreSQL's join), in the order `page_from_row` reads them."""
 PAGE_FROM = "pages p LEFT JOIN chains c ON c.chain_id = p.chain_id"
 
 
-def page_from_row(row: sqlite3.Row) -> Page:
+def page_from_row(row: sqlite3.Row | tuple[Any, ...]) -> Page:
     return Page(
         page_id=row[0],
         user_input=row[1],
@@ -45,7 +48,7 @@ SEGMENT_COLUMNS = (
 """What `segment_from_row` reads, selected from `segments s` (not its vector: most readers never use it)."""
 
 
-def segment_from_row(row: sqlite3.Row) -> Segment:
+def segment_from_row(row: sqlite3.Row | Mapping[str, Any]) -> Segment:
     """A `SELECT {SEGMENT_COLUMNS}, <count> AS page_count FROM segments s` row."""
     return Segment(
         segment_id=row["segment_id"],

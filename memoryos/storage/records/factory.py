@@ -1,0 +1,89 @@
+"""Which record store holds a space: the service's PostgreSQL database when `database_url` is set, else
+one SQLite file in the space's directory.
+
+A space is named the same way for both: its directory `<data_dir>/<tenant>/<user_id>/<assistant_id>/`
+(validated ids), which with PostgreSQL holds only the index snapshot cache and names the space's row.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from memoryos.config import MemoryConfig
+from memoryos.errors import SpaceNotFoundError
+from memoryos.storage.records.base import Fence, RecordStore
+
+if TYPE_CHECKING:  # psycopg is the workers' dependency only: the API's image has none
+    from psycopg_pool import ConnectionPool
+
+STORE_FILE = "memory.sqlite"
+"""The SQLite store's file in its space's directory."""
+
+
+class ShardFence(NamedTuple):
+    """The shard a space belongs to and this process's fencing number for it (`Fence`): every write
+    transaction of the space is checked against the shard's recorded number."""
+
+    shard: int
+    number: Fence
+
+
+def space_of(directory: Path) -> tuple[str, str, str]:
+    """(tenant, user_id, assistant_id) of the space in `directory`."""
+    return directory.parent.parent.name, directory.parent.name, directory.name
+
+
+def uses_database(config: MemoryConfig) -> bool:
+    return config.database_url is not None
+
+
+def database_pool(config: MemoryConfig) -> "ConnectionPool":
+    """This process's pool for the configured database (the schema migrated on first use)."""
+    from memoryos.storage.records.postgres.connection import database_pool as pool_for
+
+    assert config.database_url is not None
+    return pool_for(
+        config.database_url.get_secret_value(),
+        config.database_pool_size,
+        config.database_idle_in_transaction_timeout_s,
+    )
+
+
+def record_store_exists(config: MemoryConfig, directory: Path) -> bool:
+    """Whether the space in `directory` has records (was written to, and not forgotten since)."""
+    if not uses_database(config):
+        return (directory / STORE_FILE).is_file()
+    with database_pool(config).connection() as connection:
+        row = connection.execute(
+            "SELECT 1 FROM spaces WHERE tenant = %s AND user_id = %s AND assistant_id = %s",
+            space_of(directory),
+        ).fetchone()
+    return row is not None
+
+
+def open_record_store(
+    config: MemoryConfig,
+    directory: Path,
+    *,
+    create: bool,
+    new_store_meta: Callable[[], dict[str, str]],
+    fence: ShardFence | None = None,
+) -> RecordStore:
+    """The space's store: PostgreSQL's rows when a database is configured (created when `create`, else
+    `SpaceNotFoundError`), else the SQLite file in `directory` (whose existence the caller's file hold
+    has checked). `fence` applies to the database only: on one host the file lock keeps one writer."""
+    if uses_database(config):
+        from memoryos.storage.records.postgres.store import PostgresStore
+
+        return PostgresStore(
+            database_pool(config),
+            space_of(directory),
+            create=create,
+            not_found=lambda: SpaceNotFoundError(directory),
+            new_store_meta=new_store_meta,
+            shard=None if fence is None else fence.shard,
+            fence=None if fence is None else fence.number,
+        )
+    from memoryos.storage.records.sqlite.store import SqliteStore
+
+    return SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s, new_store_meta=new_store_meta)

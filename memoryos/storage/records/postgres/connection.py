@@ -1,0 +1,103 @@
+"""Connections to the service's PostgreSQL database: one pool per process and URL, the schema migrated
+once when the pool opens.
+
+Why a pool, and one per process: a worker serves thousands of spaces, and an open space must not keep a
+connection of its own (the server's `max_connections` is shared by every pod and process). Each store
+call borrows a connection for one statement, or for one transaction, and gives it back; the pool's cap
+(`database_pool_size`) bounds what a process can hold, so the sizing is pods × processes × cap against
+`max_connections` (docs/service.md). Sessions carry `idle_in_transaction_session_timeout`, below the
+shard lease's TTL: a worker frozen in the middle of a transaction (a GC pause, a SIGSTOP, a frozen VM)
+cannot keep a shard's fence row locked past the time a new owner waits for it.
+"""
+
+import os
+import threading
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from memoryos.errors import StorageError
+from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+
+MIGRATION_LOCK = 0x6D656D6F72796F73
+"""The advisory lock key two processes migrating the same database at once serialize on ("memoryos")."""
+
+_pools: dict[tuple[int, str, int, float], ConnectionPool] = {}
+_pools_lock = threading.Lock()
+
+
+def database_pool(url: str, max_size: int, idle_in_transaction_timeout_s: float) -> ConnectionPool:
+    """This process's pool for `url`, opened (and the schema migrated) on first use.
+
+    Keyed by process id too: a forked child must not use its parent's sockets."""
+    key = (os.getpid(), url, max_size, idle_in_transaction_timeout_s)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            timeout_ms = max(1, int(idle_in_transaction_timeout_s * 1000))
+            pool = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=max_size,
+                kwargs={
+                    "autocommit": True,
+                    "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
+                },
+                open=False,
+                name="memoryos",
+            )
+            try:
+                pool.open(wait=True, timeout=30)
+                with pool.connection() as connection:
+                    migrate(connection)
+            except (psycopg.Error, TimeoutError) as error:
+                pool.close()
+                raise StorageError(f"cannot use the database: {error}") from error
+            _pools[key] = pool
+        return pool
+
+
+def close_pools() -> None:
+    """Close every pool of this process (tests; a worker's shutdown)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+
+
+def schema_version(connection: psycopg.Connection) -> int:
+    """The database's schema version: 0 for an empty database. The catalog is read as a table, with the
+    statement's snapshot: `to_regclass` answers from a cache that a waiter on the migration lock may not
+    have refreshed, and would send it to create the tables a second time."""
+    exists = connection.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
+        "AND tablename = 'memoryos_schema')"
+    ).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = connection.execute("SELECT version FROM memoryos_schema").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def migrate(connection: psycopg.Connection) -> int:
+    """Bring the database to `SCHEMA_VERSION`, in one transaction under an advisory lock; returns the
+    version it found. The version is read again under the lock, so of two processes starting together
+    one migrates and the other finds the work done. A database newer than this code is refused."""
+    if schema_version(connection) == SCHEMA_VERSION:
+        return SCHEMA_VERSION
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        found = schema_version(connection)
+        if found > SCHEMA_VERSION:
+            raise StorageError(
+                f"the database has schema version {found}, newer than this MemoryOS reads "
+                f"({SCHEMA_VERSION}): upgrade MemoryOS to use it"
+            )
+        for step in range(found, SCHEMA_VERSION):
+            connection.execute(MIGRATIONS[step].encode())
+        if found == 0:
+            connection.execute("INSERT INTO memoryos_schema(version) VALUES (%s)", (SCHEMA_VERSION,))
+        else:
+            connection.execute("UPDATE memoryos_schema SET version = %s", (SCHEMA_VERSION,))
+        return found

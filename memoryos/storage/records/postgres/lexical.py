@@ -1,0 +1,237 @@
+"""Lexical search for the PostgreSQL store: SQLite FTS5's BM25, computed in SQL from stored term counts.
+
+Retrieval must recall the same pages on either store, so this does not use PostgreSQL's own full-text
+search (other tokenizer, other stemmer, `ts_rank` instead of BM25). It reproduces FTS5 instead:
+
+* Tokens come from FTS5 itself. `page_terms` and `query_tokens` run the text through an FTS5 table with
+  the SQLite store's tokenizer (`porter unicode61`) in a private in-memory SQLite database and read the
+  tokens back through `fts5vocab`, so both stores see the same tokens by construction, not by a
+  reimplementation of unicode61's folding or of the Porter stemmer.
+* Each page's token count per side goes to `pages.user_len`/`agent_len`, and for each of its tokens
+  the number of occurrences per side to a `page_terms` row (`schema.py`).
+* The score is FTS5's `bm25()` (ext/fts5/fts5_aux.c), negated as the SQLite store negates it, for a
+  query that ORs phrases 1..P over a table of N rows:
+
+      score = sum over phrases i that occur in the row of
+              IDF_i * f_i * (k1 + 1) / (f_i + k1 * (1 - b + b * D / avgdl))
+
+      k1 = 1.2, b = 0.75
+      IDF_i = ln((N - n_i + 0.5) / (n_i + 0.5)), replaced by 1e-6 when <= 0;
+              n_i = rows holding phrase i (in any column)
+      f_i   = sum over columns of weight[column] * occurrences of phrase i in that column
+      D     = the row's tokens over both columns (unweighted)
+      avgdl = tokens of all rows / N
+
+  The table is the space's pages. Phrases are counted separately even when two of them are the same
+  token ("run" and "running" both stem to "run"): FTS5 does, so a repeated stem weighs twice here too.
+
+Where this is not exact: page_terms keeps no positions, so a quoted term that FTS5 splits into several
+tokens (a phrase, which needs them adjacent and in order) is approximated (`query_tokens`); and tokens
+are compared on their first `MAX_TERM_CHARS` characters, which PostgreSQL's b-tree needs. The terms
+`query_terms` (memoryos.planning.lexical) gives are one token each in practice, and those are exact.
+"""
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Literal, NamedTuple
+
+import psycopg
+
+MAX_TERM_CHARS = 500
+"""Tokens are stored and looked up by at most this many characters: a `page_terms` key must fit in a
+b-tree index entry (about 2,700 bytes; 500 characters of UTF-8 take at most 2,000), and a page of pasted
+hex or base64 can hold a token of thousands. Two tokens that share their first 500 characters count as
+one: far from any word a question would hold."""
+
+
+class PageTerms(NamedTuple):
+    """One page as FTS5 indexes it: each stemmed token's occurrences in (user_input, agent_response),
+    and the token count of each side (FTS5's column sizes, which BM25's length normalisation reads)."""
+
+    terms: dict[str, tuple[int, int]]
+    user_len: int
+    agent_len: int
+
+
+_COLUMN_INDEX = {"user_input": 0, "agent_response": 1}
+
+_local = threading.local()
+
+
+def _tokenizer() -> sqlite3.Connection:
+    """This thread's FTS5 tokenizer: an in-memory SQLite database with the SQLite store's FTS5 table
+    definition and an `fts5vocab` view of it. A sqlite3 connection is not shared between threads, hence
+    one per thread."""
+    db: sqlite3.Connection | None = getattr(_local, "db", None)
+    if db is None:
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.execute(
+            "CREATE VIRTUAL TABLE t USING fts5(user_input, agent_response, tokenize='porter unicode61')"
+        )
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        _local.db = db
+    return db
+
+
+def _instances(sides: Iterable[tuple[str, str]]) -> list[tuple[int, str, int, str]]:
+    """(row, column, offset, token) of every token FTS5 makes of the rows, rows numbered from 0.
+
+    The rows are indexed in one transaction that is rolled back after reading: the table is empty
+    between calls, without FTS5 having to merge deletions out of its index."""
+    db = _tokenizer()
+    db.execute("BEGIN")
+    try:
+        db.executemany(
+            "INSERT INTO t(rowid, user_input, agent_response) VALUES (?, ?, ?)",
+            ((row, user, agent) for row, (user, agent) in enumerate(sides)),
+        )
+        return db.execute("SELECT doc, col, offset, term FROM v").fetchall()
+    finally:
+        db.execute("ROLLBACK")
+
+
+def page_terms(sides: Sequence[tuple[str, str]]) -> list[PageTerms]:
+    """Each page's (user_input, agent_response) tokenized as the SQLite store's `pages_fts` tokenizes it:
+    what `pages.user_len`/`agent_len` and the page's `page_terms` rows hold. One FTS5 insert batch for
+    all the pages (a turn batch is stored at once)."""
+    terms: list[dict[str, tuple[int, int]]] = [{} for _ in sides]
+    lengths = [[0, 0] for _ in sides]
+    for row, column, _offset, token in _instances(sides):
+        side = _COLUMN_INDEX[column]
+        lengths[row][side] += 1
+        user_tf, agent_tf = terms[row].get(token[:MAX_TERM_CHARS], (0, 0))
+        terms[row][token[:MAX_TERM_CHARS]] = (user_tf + 1, agent_tf) if side == 0 else (user_tf, agent_tf + 1)
+    return [
+        PageTerms(counts, user_len, agent_len)
+        for counts, (user_len, agent_len) in zip(terms, lengths, strict=True)
+    ]
+
+
+def _query_tokens(terms: Sequence[str]) -> list[list[str]]:
+    """`query_tokens` of several terms, tokenized in one batch."""
+    tokens: list[list[tuple[int, str]]] = [[] for _ in terms]
+    for row, _column, offset, token in _instances((term, "") for term in terms):
+        tokens[row].append((offset, token[:MAX_TERM_CHARS]))
+    return [[token for _offset, token in sorted(found)] for found in tokens]
+
+
+def query_tokens(term: str) -> list[str]:
+    """The stemmed tokens, in order, that FTS5 makes of `term` quoted (`"term"` in a MATCH, as the SQLite
+    store quotes it): FTS5 tokenizes a query string with the table's tokenizer, as it does a document.
+
+    No token (punctuation only): FTS5's phrase matches nothing and adds nothing to any score, so callers
+    skip the term. Several tokens ("e-mail", "mary jane"): FTS5 matches them as a phrase, adjacent and in
+    order, which page_terms cannot check without positions. The approximation: in `lexical_search` the
+    phrase's distinct tokens become phrases of their own, OR-ed (every page FTS5 would find, and some
+    more, each scored by its tokens); in `document_frequency` a page counts when it holds all of them
+    (the fewest pages that surely include every one FTS5 counts)."""
+    return _query_tokens([term])[0]
+
+
+_LEXICAL_SEARCH = """
+WITH phrases AS (
+    SELECT q.phrase, q.term FROM unnest(%(tokens)s::text[]) WITH ORDINALITY AS q(term, phrase)
+),
+hits AS (
+    SELECT phrases.phrase, t.page_id,
+           %(w_user)s::float8 * t.user_tf + %(w_agent)s::float8 * t.agent_tf AS freq
+    FROM phrases JOIN page_terms t ON t.space_id = %(space_id)s AND t.term = phrases.term
+),
+corpus AS (
+    SELECT count(*)::float8 AS n, sum(user_len + agent_len)::float8 / count(*)::float8 AS avgdl
+    FROM pages WHERE space_id = %(space_id)s
+),
+idf AS (
+    SELECT hits.phrase,
+           ln((corpus.n - count(*)::float8 + 0.5::float8) / (count(*)::float8 + 0.5::float8)) AS idf
+    FROM hits CROSS JOIN corpus GROUP BY hits.phrase, corpus.n
+)
+SELECT hits.page_id,
+       sum(
+           CASE WHEN idf.idf <= 0 THEN 1e-6::float8 ELSE idf.idf END
+           * (hits.freq * 2.2::float8)
+           / (hits.freq + 1.2::float8 * (0.25::float8
+                                          + 0.75::float8 * (p.user_len + p.agent_len)::float8 / corpus.avgdl))
+       ) AS score
+FROM hits
+JOIN idf ON idf.phrase = hits.phrase
+JOIN pages p ON p.space_id = %(space_id)s AND p.page_id = hits.page_id
+CROSS JOIN corpus
+GROUP BY hits.page_id
+ORDER BY score DESC, hits.page_id
+LIMIT %(limit)s
+"""
+
+
+def lexical_search(
+    conn: psycopg.Connection,
+    space_id: int,
+    terms: Sequence[str],
+    limit: int,
+    column_weights: tuple[float, float] | None,
+) -> list[tuple[int, float]]:
+    """(page_id, score) of the space's best `limit` pages for the OR of the quoted `terms` (raw query
+    terms, as `query_terms` gives them), best first: the SQLite store's `lexical_search`, which matches
+    `"term1" OR "term2" ...`, score for score (`-bm25(pages_fts, w_user, w_agent)`, see the module
+    docstring). `column_weights` weigh the (user_input, agent_response) occurrences; None weighs both 1,
+    as bm25() does without weights. One statement."""
+    # Each phrase a token: a multi-token term's distinct tokens (query_tokens); repeats across terms kept.
+    tokens = [token for found in _query_tokens(terms) for token in dict.fromkeys(found)]
+    if not tokens:
+        return []
+    w_user, w_agent = column_weights or (1.0, 1.0)
+    rows = conn.execute(
+        _LEXICAL_SEARCH,
+        {"tokens": tokens, "w_user": w_user, "w_agent": w_agent, "space_id": space_id, "limit": limit},
+    ).fetchall()
+    return [(int(row[0]), float(row[1])) for row in rows]
+
+
+_DOCUMENT_FREQUENCY = """
+SELECT count(*) FROM (
+    SELECT 1 FROM page_terms t
+    WHERE t.space_id = %(space_id)s AND t.term = %(first)s
+      AND t.user_tf * %(in_user)s + t.agent_tf * %(in_agent)s > 0
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest(%(rest)s::text[]) AS r(term)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM page_terms o
+              WHERE o.space_id = t.space_id AND o.term = r.term AND o.page_id = t.page_id
+                AND o.user_tf * %(in_user)s + o.agent_tf * %(in_agent)s > 0
+          )
+      )
+    LIMIT %(at_most)s
+) AS matching
+"""
+
+
+def document_frequency(
+    conn: psycopg.Connection,
+    space_id: int,
+    term: str,
+    column: Literal["user_input", "agent_response"] | None,
+    at_most: int | None,
+) -> int:
+    """Pages of the space matching the quoted `term` (FTS5's `"term"`, or `column : "term"` with a
+    column): the SQLite store's `document_frequency`. With `at_most` counting stops there, so a word in
+    most pages of a large space costs `at_most` index entries, not the space (a NULL LIMIT is no limit).
+
+    The pages are walked along the first token's index range; further tokens of a multi-token term are
+    probed per page (`query_tokens` on that approximation). One statement."""
+    tokens = list(dict.fromkeys(query_tokens(term)))
+    if not tokens:
+        return 0
+    in_user, in_agent = int(column != "agent_response"), int(column != "user_input")
+    row = conn.execute(
+        _DOCUMENT_FREQUENCY,
+        {
+            "space_id": space_id,
+            "first": tokens[0],
+            "rest": tokens[1:],
+            "in_user": in_user,
+            "in_agent": in_agent,
+            "at_most": at_most,
+        },
+    ).fetchone()
+    return int(row[0]) if row is not None else 0

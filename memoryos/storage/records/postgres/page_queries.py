@@ -1,0 +1,347 @@
+"""`PostgresStore`'s queries over pages: the same contract as the SQLite store's
+(`memoryos/storage/records/sqlite/page_queries.py`), each page's terms kept for BM25 (`lexical.py`)."""
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from memoryos.storage.records.postgres import lexical
+from memoryos.storage.records.postgres.sqlite_dates import julian_days
+from memoryos.storage.records.postgres.store_queries import PostgresQueries
+from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row
+from memoryos.storage.records.vector_blobs import from_blobs, to_blob
+from memoryos.types import Page, Turn
+
+PAGE_FROM = "pages p LEFT JOIN chains c ON c.space_id = p.space_id AND c.chain_id = p.chain_id"
+
+
+class PostgresPageQueries(PostgresQueries):
+    """Pages: the turns of the conversation, their vectors (with their embedding sequence) and BM25."""
+
+    def insert_pages(
+        self,
+        turns: Sequence[Turn],
+        vectors: np.ndarray | None,
+        at: float | None = None,
+        expires_at: float | None = None,
+        op_id: str | None = None,
+    ) -> list[int]:
+        first = self._take("next_page_id", len(turns))
+        ids = list(range(first, first + len(turns)))
+        seq = self._take("max_vector_seq", 0 if vectors is None else len(turns)) + 1
+        terms = lexical.page_terms([(turn.user_input, turn.agent_response) for turn in turns])
+        self._write_many(
+            "INSERT INTO pages(space_id, page_id, user_input, agent_response, timestamp, meta_data, vector, "
+            "vector_seq, created_at, updated_at, expires_at, op_id, user_len, agent_len) "
+            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [
+                (
+                    self.space_id,
+                    page_id,
+                    turn.user_input,
+                    turn.agent_response,
+                    turn.timestamp,
+                    json.dumps(turn.meta_data) if turn.meta_data else None,
+                    None if vectors is None else to_blob(vectors[i]),
+                    None if vectors is None else seq + i,
+                    at,
+                    at,
+                    expires_at,
+                    op_id,
+                    page_terms.user_len,
+                    page_terms.agent_len,
+                )
+                for i, (page_id, turn, page_terms) in enumerate(zip(ids, turns, terms, strict=True))
+            ],
+        )
+        self._insert_terms(ids, terms)
+        return ids
+
+    def _insert_terms(self, page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> None:
+        self._write_many(
+            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf) VALUES (%s,%s,%s,%s,%s)",
+            [
+                (self.space_id, term, page_id, user_tf, agent_tf)
+                for page_id, page_terms in zip(page_ids, terms, strict=True)
+                for term, (user_tf, agent_tf) in page_terms.terms.items()
+            ],
+        )
+
+    def pages(self, page_ids: Sequence[int]) -> list[Page]:
+        if not page_ids:
+            return []
+        rows = self._all(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.page_id = ANY(%s)",
+            (self.space_id, list(page_ids)),
+        )
+        by_id = {row[0]: page_from_row(row) for row in rows}
+        return [by_id[pid] for pid in page_ids if pid in by_id]
+
+    def _page_rows(self, where: str, params: Sequence[Any], tail: str = "") -> list[Page]:
+        rows = self._all(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND {where} {tail}",
+            (self.space_id, *params),
+        )
+        return [page_from_row(row) for row in rows]
+
+    def pages_in_tier(self, tier: str) -> list[Page]:
+        return self._page_rows("p.tier = %s", (tier,), "ORDER BY p.page_id")
+
+    def short_term_overflow(self, capacity: int) -> list[Page]:
+        rows = self._all(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = 'stm' AND p.page_id < "
+            "COALESCE((SELECT MIN(page_id) FROM pages WHERE space_id = %s AND vector IS NULL AND tier = 'stm'), "
+            "9223372036854775807) ORDER BY p.page_id LIMIT GREATEST(0, (SELECT COUNT(*) FROM pages "
+            "WHERE space_id = %s AND tier = 'stm') - %s)",
+            (self.space_id, self.space_id, self.space_id, capacity),
+        )
+        return [page_from_row(row) for row in rows]
+
+    def newest_in_tier(self, tier: str, limit: int) -> list[Page]:
+        return self._page_rows("p.tier = %s", (tier, limit), "ORDER BY p.page_id DESC LIMIT %s")[::-1]
+
+    def count_pages(self) -> dict[str, int]:
+        rows = self._all(
+            "SELECT tier, COUNT(*) FROM pages WHERE space_id = %s GROUP BY tier", (self.space_id,)
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    def page_vectors(self, page_ids: Sequence[int], dim: int) -> np.ndarray:
+        return self._vectors_by_id("pages", "page_id", page_ids, dim)
+
+    def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
+        found = dict(
+            self._all(
+                "SELECT page_id, vector FROM pages WHERE space_id = %s AND page_id = ANY(%s) "
+                "AND vector IS NOT NULL",
+                (self.space_id, list(page_ids)),
+            )
+        )
+        ids = [pid for pid in page_ids if pid in found]
+        return ids, from_blobs([bytes(found[pid]) for pid in ids], dim)
+
+    def page_vectors_after(self, after_seq: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+        rows = self._all(
+            "SELECT page_id, vector, vector_seq FROM pages WHERE space_id = %s AND vector_seq > %s "
+            "ORDER BY vector_seq LIMIT %s",
+            (self.space_id, after_seq, limit),
+        )
+        ids = np.array([row[0] for row in rows], dtype=np.int64)
+        return ids, from_blobs([bytes(row[1]) for row in rows], dim), int(rows[-1][2]) if rows else after_seq
+
+    def max_vector_seq(self) -> int:
+        """The last vector sequence given out (a counter that never goes back, so no sequence is reused
+        after a page is deleted)."""
+        return self._counter("max_vector_seq")
+
+    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
+        total = int(
+            self._one(
+                "SELECT COUNT(*) FROM pages WHERE space_id = %s AND vector IS NOT NULL", (self.space_id,)
+            )
+        )
+        step = max(1, total // size)
+        rows = self._all(
+            "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
+            "WHERE space_id = %s AND vector IS NOT NULL) numbered WHERE (n - 1) %% %s = 0 LIMIT %s",
+            (self.space_id, step, size),
+        )
+        return from_blobs([bytes(row[0]) for row in rows], dim)
+
+    def all_page_texts(self) -> list[tuple[int, str, str]]:
+        rows = self._all(
+            "SELECT page_id, user_input, agent_response FROM pages WHERE space_id = %s", (self.space_id,)
+        )
+        return [(int(row[0]), row[1], row[2]) for row in rows]
+
+    def count_pending(self, through_page_id: int | None = None) -> int:
+        bound = 9223372036854775807 if through_page_id is None else through_page_id
+        return int(
+            self._one(
+                "SELECT COUNT(*) FROM pages WHERE space_id = %s AND vector IS NULL AND page_id <= %s",
+                (self.space_id, bound),
+            )
+        )
+
+    def pending_page_ids(self, limit: int) -> list[int]:
+        rows = self._all(
+            "SELECT page_id FROM pages WHERE space_id = %s AND vector IS NULL ORDER BY page_id LIMIT %s",
+            (self.space_id, limit),
+        )
+        return [int(row[0]) for row in rows]
+
+    def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> tuple[list[int], np.ndarray]:
+        pending = set(self.pending_among(page_ids))
+        rows = [i for i, pid in enumerate(page_ids) if pid in pending]
+        chosen = [page_ids[i] for i in rows]
+        self.assign_vectors(list(zip(chosen, vectors[rows], strict=True)))
+        return chosen, vectors[rows]
+
+    def pending_among(self, page_ids: Sequence[int]) -> list[int]:
+        rows = self._all(
+            "SELECT page_id FROM pages WHERE space_id = %s AND page_id = ANY(%s) AND vector IS NULL",
+            (self.space_id, list(page_ids)),
+        )
+        return [int(row[0]) for row in rows]
+
+    def assign_vectors(self, vectors: Sequence[tuple[int, np.ndarray]]) -> None:
+        if not vectors:
+            return
+        first = self._take("max_vector_seq", len(vectors)) + 1
+        self._write_many(
+            "UPDATE pages SET vector = %s, vector_seq = %s WHERE space_id = %s AND page_id = %s",
+            [(to_blob(vector), first + i, self.space_id, pid) for i, (pid, vector) in enumerate(vectors)],
+        )
+
+    def max_page_id(self) -> int:
+        return int(
+            self._one("SELECT COALESCE(MAX(page_id), 0) FROM pages WHERE space_id = %s", (self.space_id,))
+        )
+
+    def neighbour_ids(self, page_ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each page, the ids of the pages stored just before and after it, in one statement."""
+        if not page_ids:
+            return {}
+        rows = self._all(
+            "SELECT q.id, (SELECT MAX(page_id) FROM pages WHERE space_id = %s AND page_id < q.id), "
+            "(SELECT MIN(page_id) FROM pages WHERE space_id = %s AND page_id > q.id) "
+            "FROM unnest(%s::bigint[]) AS q(id)",
+            (self.space_id, self.space_id, list(page_ids)),
+        )
+        found = {int(row[0]): (row[1], row[2]) for row in rows}
+        return {pid: found[pid] for pid in page_ids}
+
+    # --- lifecycle: edits, deletes, expiry, paging ------------------------------------------------------
+    def _withdraw_vectors(self, page_ids: Sequence[int]) -> None:
+        first = self._take("next_withdrawn_seq", len(page_ids))
+        self._write_many(
+            "INSERT INTO withdrawn_vectors(space_id, seq, page_id) VALUES (%s, %s, %s)",
+            [(self.space_id, first + i, pid) for i, pid in enumerate(page_ids)],
+        )
+
+    def delete_pages(self, pages: Sequence[Page]) -> None:
+        ids = [page.page_id for page in pages]
+        self._withdraw_vectors([page.page_id for page in pages if page.embedded])
+        self._write("DELETE FROM page_terms WHERE space_id = %s AND page_id = ANY(%s)", (self.space_id, ids))
+        self._write("DELETE FROM pages WHERE space_id = %s AND page_id = ANY(%s)", (self.space_id, ids))
+
+    def replace_page_text(
+        self, page: Page, user_input: str, agent_response: str, meta_data: dict[str, Any], at: float
+    ) -> None:
+        if page.embedded:
+            self._withdraw_vectors([page.page_id])
+        (terms,) = lexical.page_terms([(user_input, agent_response)])
+        self._write(
+            "UPDATE pages SET user_input = %s, agent_response = %s, meta_data = %s, vector = NULL, "
+            "vector_seq = NULL, analyzed = false, analysis_attempts = 0, updated_at = %s, user_len = %s, "
+            "agent_len = %s WHERE space_id = %s AND page_id = %s",
+            (
+                user_input,
+                agent_response,
+                json.dumps(meta_data) if meta_data else None,
+                at,
+                terms.user_len,
+                terms.agent_len,
+                self.space_id,
+                page.page_id,
+            ),
+        )
+        self._write(
+            "DELETE FROM page_terms WHERE space_id = %s AND page_id = %s", (self.space_id, page.page_id)
+        )
+        self._insert_terms([page.page_id], [terms])
+
+    def compact_text_index(self) -> None:
+        """Nothing to merge: a deleted page's terms are rows, deleted with it."""
+
+    def clear_full_text_index(self) -> None:
+        self._write("DELETE FROM page_terms WHERE space_id = %s", (self.space_id,))
+
+    def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]:
+        rows = self._all(
+            "SELECT seq, page_id FROM withdrawn_vectors WHERE space_id = %s AND seq > %s ORDER BY seq",
+            (self.space_id, after_seq),
+        )
+        return [int(row[1]) for row in rows], int(rows[-1][0]) if rows else after_seq
+
+    def vectors_if_covered(
+        self, page_ids: Sequence[int], through_seq: int, dim: int
+    ) -> tuple[list[int], np.ndarray]:
+        rows = self._all(
+            "SELECT page_id, vector FROM pages WHERE space_id = %s AND page_id = ANY(%s) AND vector_seq <= %s",
+            (self.space_id, list(page_ids), through_seq),
+        )
+        return [int(row[0]) for row in rows], from_blobs([bytes(row[1]) for row in rows], dim)
+
+    def page_list(self, offset: int, limit: int) -> tuple[list[Page], int]:
+        pages = self._page_rows("true", (limit, offset), "ORDER BY p.page_id LIMIT %s OFFSET %s")
+        return pages, int(self._one("SELECT COUNT(*) FROM pages WHERE space_id = %s", (self.space_id,)))
+
+    def expired_page_ids(self, now: float) -> list[int]:
+        rows = self._all(
+            "SELECT page_id FROM pages WHERE space_id = %s AND expires_at <= %s ORDER BY page_id",
+            (self.space_id, now),
+        )
+        return [int(row[0]) for row in rows]
+
+    def analyzed_page_ids(self) -> list[int]:
+        rows = self._all(
+            "SELECT page_id FROM pages WHERE space_id = %s AND analyzed ORDER BY page_id", (self.space_id,)
+        )
+        return [int(row[0]) for row in rows]
+
+    def count_expired(self, now: float) -> int:
+        return int(
+            self._one(
+                "SELECT COUNT(*) FROM pages WHERE space_id = %s AND expires_at <= %s", (self.space_id, now)
+            )
+        )
+
+    def next_page_expiry(self) -> float | None:
+        return self._one("SELECT MIN(expires_at) FROM pages WHERE space_id = %s", (self.space_id,))
+
+    def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
+        self._write(
+            "UPDATE pages SET analysis_attempts = analysis_attempts + 1 WHERE space_id = %s AND page_id = ANY(%s)",
+            (self.space_id, list(page_ids)),
+        )
+
+    def analysis_attempts(self, page_ids: Sequence[int]) -> int:
+        found = self._one(
+            "SELECT MAX(analysis_attempts) FROM pages WHERE space_id = %s AND page_id = ANY(%s)",
+            (self.space_id, list(page_ids)),
+        )
+        return int(found or 0)
+
+    def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
+        assignments = ", ".join(f"{name} = %s" for name in fields)
+        values = [bool(v) if name == "analyzed" else v for name, v in fields.items()]
+        self._write(
+            f"UPDATE pages SET {assignments} WHERE space_id = %s AND page_id = ANY(%s)",
+            (*values, self.space_id, list(page_ids)),
+        )
+
+    def document_frequency(
+        self,
+        term: str,
+        column: Literal["user_input", "agent_response"] | None = None,
+        at_most: int | None = None,
+    ) -> int:
+        with self._connection() as connection:
+            return lexical.document_frequency(connection, self.space_id, term, column, at_most)
+
+    def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float | None]:
+        """Each page's timestamp as a Julian day number, read by SQLite's own `julianday` (`sqlite_dates.py`)."""
+        rows = self._all(
+            "SELECT page_id, timestamp FROM pages WHERE space_id = %s AND page_id = ANY(%s)",
+            (self.space_id, list(page_ids)),
+        )
+        return dict(zip((int(row[0]) for row in rows), julian_days([row[1] for row in rows]), strict=True))
+
+    def lexical_search(
+        self, terms: Sequence[str], limit: int, column_weights: tuple[float, float] | None = None
+    ) -> list[tuple[int, float]]:
+        with self._connection() as connection:
+            return lexical.lexical_search(connection, self.space_id, terms, limit, column_weights)

@@ -1,0 +1,175 @@
+"""The PostgreSQL store's schema: every space's records in one database, each row keyed by its space.
+
+The tables mirror the SQLite store's (`memoryos/storage/records/sqlite/schema.py`), with the space's id
+leading every key. Ids inside a space (pages, segments, facts, profile versions, sequences) are numbered
+per space from counters in its `spaces` row, as SQLite's AUTOINCREMENT numbers them per file: the engine,
+the lifecycle API and bundles see the same ids on either store, and an id is never reused.
+
+`memoryos_schema` holds the version; `migrate` creates the schema in an empty database or brings an
+older one up to `SCHEMA_VERSION`, inside one transaction under an advisory lock, so two workers starting
+together migrate once and a crash midway leaves the old version.
+
+Lexical search (`lexical.py`) keeps each page's stemmed terms in `page_terms`, with the token counts of
+its two sides in `pages`, and computes FTS5's BM25 from them in SQL.
+
+Fencing (`fences.py`): `shard_fences` holds, per shard, the fencing number of its current owner, drawn
+from `fence_numbers`, a sequence that only grows; every write transaction of a fenced space locks its
+shard's row `FOR SHARE` and checks the number there. Tombstones of forgotten spaces are rows of
+`tombstones`, seen by every worker.
+"""
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, str] = {
+    # 0 -> 1: the schema.
+    0: """
+CREATE TABLE memoryos_schema (
+    version integer NOT NULL
+);
+CREATE SEQUENCE fence_numbers;
+CREATE TABLE shard_fences (
+    shard  integer PRIMARY KEY,
+    number bigint NOT NULL
+);
+CREATE TABLE tombstones (
+    digest       text PRIMARY KEY,
+    forgotten_at double precision NOT NULL
+);
+CREATE TABLE spaces (
+    space_id          bigserial PRIMARY KEY,
+    tenant            text NOT NULL,
+    user_id           text NOT NULL,
+    assistant_id      text NOT NULL,
+    shard             integer,
+    incarnation       text NOT NULL,
+    change_seq        bigint NOT NULL DEFAULT 0,
+    next_page_id      bigint NOT NULL DEFAULT 1,
+    next_segment_id   bigint NOT NULL DEFAULT 1,
+    next_entry_id     bigint NOT NULL DEFAULT 1,
+    next_profile_version bigint NOT NULL DEFAULT 1,
+    next_withdrawn_seq bigint NOT NULL DEFAULT 1,
+    next_op_seq       bigint NOT NULL DEFAULT 1,
+    max_vector_seq    bigint NOT NULL DEFAULT 0,
+    created_at        double precision NOT NULL,
+    UNIQUE (tenant, user_id, assistant_id)
+);
+CREATE TABLE meta (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    key      text NOT NULL,
+    value    text NOT NULL,
+    PRIMARY KEY (space_id, key)
+);
+CREATE TABLE chains (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    chain_id bigint NOT NULL,
+    summary  text NOT NULL,
+    stale    boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (space_id, chain_id)
+);
+CREATE TABLE segments (
+    space_id          bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    segment_id        bigint NOT NULL,
+    summary           text NOT NULL,
+    keywords          text NOT NULL,
+    vector            bytea NOT NULL,
+    topic_count       integer NOT NULL DEFAULT 1,
+    visit_count       integer NOT NULL DEFAULT 0,
+    interaction_count integer NOT NULL DEFAULT 0,
+    last_visit_at     double precision NOT NULL,
+    created_at        double precision NOT NULL,
+    archived          boolean NOT NULL DEFAULT false,
+    updated_at        double precision,
+    stale             boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (space_id, segment_id)
+);
+CREATE TABLE pages (
+    space_id          bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    page_id           bigint NOT NULL,
+    user_input        text NOT NULL,
+    agent_response    text NOT NULL,
+    timestamp         text NOT NULL,
+    meta_data         text,
+    tier              text NOT NULL DEFAULT 'stm',
+    segment_id        bigint,
+    chain_id          bigint,
+    analyzed          boolean NOT NULL DEFAULT false,
+    analysis_attempts integer NOT NULL DEFAULT 0,
+    vector            bytea,
+    vector_seq        bigint,
+    created_at        double precision,
+    updated_at        double precision,
+    expires_at        double precision,
+    op_id             text,
+    user_len          integer NOT NULL DEFAULT 0,
+    agent_len         integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (space_id, page_id)
+);
+CREATE INDEX pages_by_tier ON pages (space_id, tier, page_id);
+CREATE INDEX pages_by_segment ON pages (space_id, segment_id);
+CREATE INDEX pages_by_chain ON pages (space_id, chain_id);
+CREATE INDEX pages_pending ON pages (space_id, page_id) WHERE vector IS NULL;
+CREATE INDEX pages_expiring ON pages (space_id, expires_at) WHERE expires_at IS NOT NULL;
+CREATE UNIQUE INDEX pages_by_vector_seq ON pages (space_id, vector_seq) WHERE vector_seq IS NOT NULL;
+CREATE TABLE page_terms (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    term     text NOT NULL,
+    page_id  bigint NOT NULL,
+    user_tf  integer NOT NULL,
+    agent_tf integer NOT NULL,
+    PRIMARY KEY (space_id, term, page_id)
+);
+CREATE INDEX page_terms_by_page ON page_terms (space_id, page_id);
+CREATE TABLE knowledge (
+    space_id    bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    entry_id    bigint NOT NULL,
+    kind        text NOT NULL,
+    text        text NOT NULL,
+    timestamp   text NOT NULL,
+    vector      bytea NOT NULL,
+    active      boolean NOT NULL DEFAULT true,
+    replaced_by bigint,
+    updated_at  double precision NOT NULL,
+    created_at  double precision,
+    expires_at  double precision,
+    origin      text NOT NULL DEFAULT 'consolidation',
+    PRIMARY KEY (space_id, entry_id)
+);
+CREATE INDEX knowledge_active ON knowledge (space_id, kind, active);
+CREATE INDEX knowledge_by_replaced_by ON knowledge (space_id, replaced_by) WHERE replaced_by IS NOT NULL;
+CREATE TABLE knowledge_sources (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    entry_id bigint NOT NULL,
+    page_id  bigint NOT NULL,
+    PRIMARY KEY (space_id, entry_id, page_id)
+);
+CREATE INDEX knowledge_sources_by_page ON knowledge_sources (space_id, page_id);
+CREATE TABLE profile_versions (
+    space_id          bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    version           bigint NOT NULL,
+    text              text NOT NULL,
+    created_at        double precision NOT NULL,
+    source_segment_id bigint,
+    source_page_ids   text,
+    PRIMARY KEY (space_id, version)
+);
+CREATE TABLE withdrawn_vectors (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    seq      bigint NOT NULL,
+    page_id  bigint NOT NULL,
+    PRIMARY KEY (space_id, seq)
+);
+CREATE TABLE op_log (
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
+    seq      bigint NOT NULL,
+    kind     text NOT NULL,
+    at       double precision NOT NULL,
+    detail   text NOT NULL,
+    op_id    text,
+    write_id text,
+    PRIMARY KEY (space_id, seq)
+);
+CREATE UNIQUE INDEX op_log_by_op_id ON op_log (space_id, op_id) WHERE op_id IS NOT NULL;
+CREATE UNIQUE INDEX op_log_by_write_id ON op_log (space_id, write_id) WHERE write_id IS NOT NULL;
+""",
+}
+"""`MIGRATIONS[v]` takes a database from version v to v + 1 (0: an empty database)."""

@@ -1,0 +1,169 @@
+"""`PostgresStore`: one memory space's records in the service's PostgreSQL database.
+
+The same contract as `SqliteStore` (`memoryos/storage/records/base.py` names it), so the engine runs on
+either unchanged. What differs is where it lives and who may write: every space of every worker is in
+one database, so any worker can serve any space from the database alone; a space's rows are keyed by its
+`space_id`; its writes are serialized by a row lock and, in the service, fenced by the shard's number
+(`store_queries.py`). An open store holds no connection: each call borrows one from the process's pool.
+
+The space's `incarnation` changes when it is forgotten and made again: an index snapshot made of another
+incarnation is never loaded into this one.
+"""
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from memoryos.errors import SpaceNotFoundError, StorageError, WriteIdConflictError
+from memoryos.storage.records.base import CONTENT_ID_PREFIX, Fence
+from memoryos.storage.records.postgres.knowledge_queries import PostgresKnowledgeQueries
+from memoryos.storage.records.postgres.page_queries import PostgresPageQueries
+from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
+from memoryos.storage.records.postgres.store_queries import storage_error
+
+
+class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowledgeQueries):
+    """One space's rows. Safe to share between threads: each call borrows its own connection, and a
+    transaction belongs to the thread that opened it."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        space: tuple[str, str, str],
+        *,
+        create: bool,
+        not_found: Callable[[], SpaceNotFoundError],
+        new_store_meta: Callable[[], dict[str, str]] | None = None,
+        shard: int | None = None,
+        fence: Fence | None = None,
+    ) -> None:
+        """Open the space `(tenant, user_id, assistant_id)`, creating its row (with `new_store_meta`'s
+        rows) when `create`; otherwise `not_found()` is raised for a space the database does not hold.
+        `shard` and `fence`: the shard whose fencing number every write transaction checks, and this
+        process's number for it (None for both: unfenced, a single embedded process or an offline
+        command)."""
+        self._pool = pool
+        self._local = threading.local()
+        self.shard = shard
+        self._fence = fence
+        self.space = space
+        found = self._find()
+        if found is None:
+            if not create:
+                raise not_found()
+            found = self._create(new_store_meta or dict)
+        self.space_id, self.incarnation = found
+
+    def _find(self) -> tuple[int, str] | None:
+        rows = self._all(
+            "SELECT space_id, incarnation FROM spaces WHERE tenant = %s AND user_id = %s AND assistant_id = %s",
+            self.space,
+        )
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _create(self, new_store_meta: Callable[[], dict[str, str]]) -> tuple[int, str]:
+        """Insert the space's row and its first meta rows in one transaction; of two processes creating
+        the same space at once, one row wins and both use it."""
+        meta = new_store_meta()
+        try:
+            with self._pool.connection() as connection, connection.transaction():
+                row = connection.execute(
+                    "INSERT INTO spaces(tenant, user_id, assistant_id, shard, incarnation, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
+                    "RETURNING space_id, incarnation",
+                    (*self.space, self.shard, uuid.uuid4().hex, time.time()),
+                ).fetchone()
+                if row is None:
+                    found = self._find()
+                    if found is None:
+                        raise StorageError("the memory space was erased while it was being created")
+                    return found
+                with connection.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s)",
+                        [(row[0], key, value) for key, value in sorted(meta.items())],
+                    )
+                return int(row[0]), str(row[1])
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raise storage_error(error) from error
+
+    def close(self) -> None:
+        """Nothing to release: the store holds no connection between calls."""
+
+    # --- meta and log ---------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        value = self._one("SELECT value FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
+        return None if value is None else str(value)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write(
+            "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (space_id, key) DO UPDATE SET value = EXCLUDED.value",
+            (self.space_id, key, value),
+        )
+
+    def delete_all(self, tables: tuple[str, ...], keep_meta: tuple[str, ...]) -> None:
+        """Delete every row of the space in `tables` (names from the code, never from input) and every meta
+        key but `keep_meta`; a page's terms go with the pages."""
+        for table in tables:
+            if table == "pages_fts":
+                continue  # SQLite's full-text table: here the terms are `page_terms`
+            if table == "pages":
+                self._write("DELETE FROM page_terms WHERE space_id = %s", (self.space_id,))
+            self._write(f"DELETE FROM {table} WHERE space_id = %s", (self.space_id,))
+        self._write(
+            "DELETE FROM meta WHERE space_id = %s AND NOT (key = ANY(%s))", (self.space_id, list(keep_meta))
+        )
+
+    def delete_meta(self, key: str) -> None:
+        self._write("DELETE FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
+
+    def data_version(self) -> int:
+        """Changes whenever any process commits to this space (`spaces.change_seq`): the cheap test of
+        whether there is anything to catch up with before a read."""
+        value = self._one("SELECT change_seq FROM spaces WHERE space_id = %s", (self.space_id,))
+        if value is None:
+            raise StorageError("the memory space was erased (forgotten) while it was open")
+        return int(value)
+
+    def log_op(self, kind: str, at: float, detail: dict[str, Any], op_id: str, write_id: str | None) -> None:
+        self._write(
+            "INSERT INTO op_log(space_id, seq, kind, at, detail, op_id, write_id) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            (self.space_id, self._take("next_op_seq"), kind, at, json.dumps(detail), op_id, write_id),
+        )
+
+    def checkpoint(self) -> None:
+        """Nothing to do: deleted rows leave the tables at once (dead tuples until vacuum: docs/service.md)."""
+
+    def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
+        """As `SqliteStore.logged_op`: the detail of an op applied under `op_id` or a write stored under
+        `write_id`; `WriteIdConflictError` when the write id was stored with other content."""
+        rows = self._all(
+            "SELECT detail, op_id FROM op_log WHERE space_id = %s AND (op_id = %s OR write_id = %s) LIMIT 1",
+            (self.space_id, op_id, write_id),
+        )
+        if not rows:
+            return None
+        logged_id = rows[0][1] or ""
+        if (
+            write_id is not None
+            and logged_id != op_id
+            and logged_id.startswith(CONTENT_ID_PREFIX)
+            and op_id.startswith(CONTENT_ID_PREFIX)
+        ):
+            raise WriteIdConflictError(write_id)
+        return dict(json.loads(rows[0][0]))
+
+    def erase(self) -> None:
+        """Delete every row of the space at once (its `spaces` row and, by cascade, everything keyed by
+        it), fenced like any write; the store is unusable afterwards."""
+        with self.transaction():
+            self._open_transaction().dirty = False  # no counters to write back: the row goes
+            self._write("DELETE FROM spaces WHERE space_id = %s", (self.space_id,))
+            self._open_transaction().dirty = False

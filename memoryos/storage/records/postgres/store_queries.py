@@ -1,0 +1,188 @@
+"""The connection handling every family of `PostgresStore`'s queries shares: one statement on a borrowed
+connection, or every statement of the calling thread's open transaction on that transaction's connection.
+
+A transaction locks its space's row (`FOR UPDATE`): one writer per space at a time, as SQLite's
+`BEGIN IMMEDIATE` gives per file, and the space's id counters (`spaces.next_*`) are read with the lock
+and written back once at commit, with `change_seq` bumped so other processes know to catch up. When the
+space belongs to a fenced shard, the same statement locks the shard's fence row `FOR SHARE` and the
+number found there must be this owner's: a new owner cannot record its number until the transaction
+ends, and a stale owner's transaction is refused (`FencedOutError`) before it writes anything.
+"""
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from memoryos.errors import FencedOutError, StorageError, StoreBusyError
+from memoryos.storage.records.base import Fence
+from memoryos.storage.records.vector_blobs import from_blobs
+
+COUNTERS = (
+    "next_page_id",
+    "next_segment_id",
+    "next_entry_id",
+    "next_profile_version",
+    "next_withdrawn_seq",
+    "next_op_seq",
+    "max_vector_seq",
+)
+"""The per-space counters of `spaces`, read under the row lock and written back at commit."""
+
+_UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.IdleInTransactionSessionTimeout)
+"""The database went away under a call: restarted, unreachable, or it ended a transaction left idle."""
+
+
+def storage_error(error: psycopg.Error) -> StorageError:
+    """A database failure as the engine's `StorageError` (retried by the callers that retry writes)."""
+    return StorageError(f"the memory database could not be used: {type(error).__name__}: {error}")
+
+
+class _Transaction:
+    __slots__ = ("connection", "counters", "dirty")
+
+    def __init__(self, connection: psycopg.Connection, counters: dict[str, int]) -> None:
+        self.connection = connection
+        self.counters = counters
+        self.dirty = False
+
+
+class PostgresQueries:
+    """One space's rows (`space_id`) in the shared database, and the helpers every table's queries use."""
+
+    _pool: ConnectionPool
+    space_id: int
+    shard: int | None
+    _fence: Fence | None
+    _local: threading.local
+
+    # --- running statements ---------------------------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """The open transaction's connection on this thread, else one borrowed for the caller's block."""
+        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        if transaction is not None:
+            yield transaction.connection
+            return
+        try:
+            with self._pool.connection() as connection:
+                yield connection
+        except _UNREACHABLE as error:
+            raise storage_error(error) from error
+
+    def _all(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
+        with self._connection() as connection:
+            return connection.execute(sql.encode(), params).fetchall()
+
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self._connection() as connection, connection.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(sql.encode(), params).fetchall()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._all(sql, params)
+        return rows[0][0] if rows else None
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A statement that changes the space: only inside `transaction` (a write is always fenced)."""
+        self._open_transaction().dirty = True
+        with self._connection() as connection:
+            connection.execute(sql.encode(), params)
+
+    def _write_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        self._open_transaction().dirty = True
+        with self._connection() as connection, connection.cursor() as cursor:
+            cursor.executemany(sql.encode(), rows)
+
+    def _open_transaction(self) -> _Transaction:
+        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        if transaction is None:
+            raise StorageError("a write to the memory database outside a transaction")
+        return transaction
+
+    def _take(self, counter: str, count: int = 1) -> int:
+        """The first of `count` new ids from the space's `counter`, inside the open transaction."""
+        transaction = self._open_transaction()
+        first = transaction.counters[counter]
+        transaction.counters[counter] = first + count
+        return first
+
+    def _counter(self, counter: str) -> int:
+        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        if transaction is not None:
+            return transaction.counters[counter]
+        return int(self._one(f"SELECT {counter} FROM spaces WHERE space_id = %s", (self.space_id,)))
+
+    # --- transactions ---------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, wait_for_writers: bool = True) -> Iterator[None]:
+        """All writes inside commit together or not at all, one writer per space at a time.
+
+        Another writer of the space is waited for; without `wait_for_writers`, not at all:
+        `StoreBusyError` at once, nothing begun. In a fenced shard, `FencedOutError` when this process's
+        fencing number is no longer the shard's (another worker took it over). A database that cannot
+        be reached, restarts or is full raises `StorageError` with nothing of the transaction stored."""
+        if getattr(self._local, "transaction", None) is not None:
+            raise StorageError("transactions of a memory space do not nest")
+        try:
+            with self._pool.connection() as connection, connection.transaction():
+                transaction = _Transaction(connection, self._lock_space(connection, wait_for_writers))
+                self._local.transaction = transaction
+                try:
+                    yield
+                    if transaction.dirty:
+                        self._write_back(connection, transaction.counters)
+                finally:
+                    self._local.transaction = None
+        except pg_errors.LockNotAvailable as error:
+            raise StoreBusyError("another connection is writing this memory space") from error
+        except (pg_errors.DiskFull, pg_errors.OutOfMemory, *_UNREACHABLE) as error:
+            raise storage_error(error) from error
+
+    def _lock_space(self, connection: psycopg.Connection, wait_for_writers: bool) -> dict[str, int]:
+        """Lock the space's row (and its shard's fence row, shared) and read its counters."""
+        nowait = "" if wait_for_writers else " NOWAIT"
+        fence_column = (
+            "(SELECT number FROM shard_fences f WHERE f.shard = %s FOR SHARE" + nowait + ")"
+            if self.shard is not None
+            else "NULL::bigint"
+        )
+        params: list[Any] = [] if self.shard is None else [self.shard]
+        row = connection.execute(
+            f"SELECT {', '.join(COUNTERS)}, {fence_column} FROM spaces WHERE space_id = %s "
+            f"FOR UPDATE{nowait}".encode(),
+            [*params, self.space_id],
+        ).fetchone()
+        if row is None:
+            raise StorageError("the memory space was erased (forgotten) while it was open")
+        if self.shard is not None:
+            held = self._fence() if self._fence is not None else None
+            if held is None or row[-1] != held:
+                raise FencedOutError(self.shard, held, row[-1])
+        return dict(zip(COUNTERS, (int(value) for value in row[:-1]), strict=True))
+
+    def _write_back(self, connection: psycopg.Connection, counters: dict[str, int]) -> None:
+        assignments = ", ".join(f"{name} = %s" for name in COUNTERS)
+        connection.execute(
+            f"UPDATE spaces SET {assignments}, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
+            [*(counters[name] for name in COUNTERS), self.space_id],
+        )
+
+    def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
+        if not ids:
+            return np.zeros((0, dim), dtype=np.float32)
+        rows = dict(
+            self._all(
+                f"SELECT {key}, vector FROM {table} WHERE space_id = %s AND {key} = ANY(%s)",
+                (self.space_id, list(ids)),
+            )
+        )
+        return from_blobs([bytes(rows[i]) for i in ids], dim)
