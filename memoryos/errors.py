@@ -51,6 +51,12 @@ class StoreBusyError(MemoryOSError):
     wait for it (`MemorySpace.apply_ops(..., wait_for_writers=False)`). Nothing was changed."""
 
 
+class DatabaseUnavailableError(StorageError):
+    """The database could not be reached, restarted under a call, or ended a transaction left idle.
+    Nothing of the call's transaction was stored; the same call succeeds once the database is back, so
+    a queue retries it without counting it against the write."""
+
+
 class FencedOutError(StorageError):
     """A write of a space in a fenced shard was refused: the fencing number recorded for the shard is
     not the one this process holds, so another worker owns the shard now (this one's lease lapsed: a

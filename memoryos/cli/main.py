@@ -299,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--redis-url", default=None, help="Redis of the queue (env MEMORYOS_REDIS_URL)")
     worker.add_argument("--worker-id", default=None, help="default: host-pid-random")
     worker.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL holding every space (env MEMORYOS_DATABASE_URL); unset: SQLite files in --data-dir",
+    )
+    worker.add_argument(
         "--processes",
         type=int,
         default=None,
@@ -336,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryos.cli.bundle import register as register_bundle
 
     register_bundle(commands)
+    from memoryos.cli.database_move import register as register_database_move
+
+    register_database_move(command)
     _after_every_command(commands)
     return parser
 

@@ -31,13 +31,16 @@ EXIT_INTERRUPTED = 130
 
 
 def config_of(args: "argparse.Namespace") -> "MemoryConfig":
-    """The configuration (env `MEMORYOS_*`) with the command's flags: `--data-dir`, and `--verbose`, which
-    also shows the model-loading progress bar (`show_progress`)."""
+    """The configuration (env `MEMORYOS_*`) with the command's flags: `--data-dir`, `--database-url` (the
+    commands that take it), and `--verbose`, which also shows the model-loading progress bar
+    (`show_progress`)."""
     from memoryos.config import MemoryConfig
 
     overrides: dict[str, Any] = {}
     if args.data_dir is not None:
         overrides["data_dir"] = args.data_dir
+    if getattr(args, "database_url", None):
+        overrides["database_url"] = args.database_url
     if getattr(args, "verbose", False):
         overrides["show_progress"] = True
     return MemoryConfig(**overrides)

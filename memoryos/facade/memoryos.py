@@ -471,15 +471,17 @@ def forget_space(
     config: MemoryConfig,
     assistant_id: str = "default_assistant_profile",
     embedder: Embedder | None = None,
+    fence: ShardFence | None = None,
 ) -> dict[str, int] | None:
     """Erase one space, as `Memoryos.forget_user`, without opening it: no model is loaded and pages still
     pending are not embedded first. Returns what the space held (`erase_space`). `embedder`: the process's
-    embedder its other spaces share, whose cache is emptied as `forget_user` empties it (a service's).
+    embedder its other spaces share, whose cache is emptied as `forget_user` empties it (a service's);
+    `fence`: a service worker's fencing number for the space's shard, with a database.
 
     Raises `SpaceNotFoundError` if there is no such space (nothing is created) and `SpaceBusyError`
     (nothing erased) while another process has it open; its message names their pids."""
     directory = config.space_dir(validate_id("user_id", user_id), validate_id("assistant_id", assistant_id))
-    contents = erase_space(directory, config)
+    contents = erase_space(directory, config, fence)
     remove_empty_parents(directory)
     if embedder is not None:
         embedder.forget_texts(None)  # keyed by text alone and shared: emptied whole

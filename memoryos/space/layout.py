@@ -14,7 +14,8 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import MemoryOSError
 from memoryos.space.apply import OpApplier
 from memoryos.space.ops import ForgetSpace
-from memoryos.storage.records.factory import STORE_FILE
+from memoryos.storage.records.base import RecordStore
+from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold, creation_error, make_directory
 
@@ -70,13 +71,26 @@ def remove_empty_parents(space_directory: Path) -> None:
             (data_dir / ROOT_MARKER).touch()
 
 
-def erase_space(directory: Path, config: MemoryConfig) -> dict[str, int] | None:
+def erase_space(
+    directory: Path, config: MemoryConfig, fence: ShardFence | None = None
+) -> dict[str, int] | None:
     """Erase the space in `directory` without opening its index or loading a model; returns what it held
     (pages by tier, facts, profile versions; None if its store could not be read — it is erased anyway).
 
     Needs the space to itself, as `MemorySpace.erase`: raises `SpaceBusyError` naming the other processes
     that have it open, and `SpaceNotFoundError` if there is no space there. Does not touch the
-    directories above it (`remove_empty_parents`)."""
+    directories above it (`remove_empty_parents`).
+
+    With a database, there is no file to hold: the space's rows go in one transaction, fenced by its
+    shard's number (`fence`), so a process that still has the space open elsewhere (a shard that moved)
+    finds it gone at its next call instead of keeping the forget from happening; the snapshot cache in
+    `directory` goes after."""
+    if uses_database(config):
+        store = open_record_store(config, directory, create=False, new_store_meta=dict, fence=fence)
+        held = _contents(store)
+        store.erase()
+        shutil.rmtree(directory, ignore_errors=True)
+        return held
     hold = SpaceHold(directory, config.space_lock_timeout_s, require=STORE_FILE)
     try:
         hold.claim("forget")
@@ -87,6 +101,19 @@ def erase_space(directory: Path, config: MemoryConfig) -> dict[str, int] | None:
     return contents
 
 
+def _contents(store: RecordStore) -> dict[str, int]:
+    """What a space holds, as `forget` reports it."""
+    pages = store.count_pages()
+    return {
+        "short_term_pages": pages.get("stm", 0),
+        "mid_term_pages": pages.get("mtm", 0),
+        "archived_pages": pages.get("archived", 0),
+        "user_facts": len(store.active_knowledge("user")),
+        "assistant_facts": len(store.active_knowledge("assistant")),
+        "profile_versions": store.profile_version_count(),
+    }
+
+
 def _empty_store(path: Path, config: MemoryConfig) -> dict[str, int] | None:
     """What the store held, then the store emptied by a `ForgetSpace` op before its files are removed
     (a crash midway leaves an empty space). An unreadable store is left to `rmtree` alone: None."""
@@ -95,15 +122,7 @@ def _empty_store(path: Path, config: MemoryConfig) -> dict[str, int] | None:
     except (MemoryOSError, sqlite3.Error):
         return None
     try:
-        pages = store.count_pages()
-        contents = {
-            "short_term_pages": pages.get("stm", 0),
-            "mid_term_pages": pages.get("mtm", 0),
-            "archived_pages": pages.get("archived", 0),
-            "user_facts": len(store.active_knowledge("user")),
-            "assistant_facts": len(store.active_knowledge("assistant")),
-            "profile_versions": store.profile_version_count(),
-        }
+        contents = _contents(store)
         with store.transaction():
             OpApplier(store, config, dim=0).apply(ForgetSpace())  # no vector to check: no model loaded
         return contents

@@ -34,15 +34,17 @@ import hashlib
 import json
 import logging
 import re
+import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError, MemoryOSError
-from memoryos.space.layout import STORE_FILE
+from memoryos.space.layout import remove_empty_parents
 from memoryos.space.pool import SpaceKey
 from memoryos.storage.atomic import atomic_write_bytes
+from memoryos.storage.records.factory import STORE_FILE, database_pool, uses_database
 from memoryos.storage.space_lock import make_directory
 from memoryos.validation import validate_id
 
@@ -71,10 +73,16 @@ def is_digest(value: str) -> bool:
     return _DIGEST.fullmatch(value) is not None
 
 
-def record(data_dir: Path, space_digest: str, forgotten_at: float) -> None:
+def record(config: MemoryConfig, space_digest: str, forgotten_at: float) -> None:
     """Durably note that the space of `space_digest` (`digest`) was forgotten at `forgotten_at`, before
-    its files are erased; an older tombstone of the space is replaced, a newer one kept."""
-    path = data_dir / TOMBSTONE_DIR / f"{space_digest}.json"
+    its records are erased; an older tombstone of the space is replaced, a newer one kept. With a
+    database, in its `tombstones` table (`memoryos/storage/records/postgres/tombstones.py`)."""
+    if uses_database(config):
+        from memoryos.storage.records.postgres import tombstones as in_database
+
+        in_database.record(database_pool(config), space_digest, forgotten_at)
+        return
+    path = config.data_dir / TOMBSTONE_DIR / f"{space_digest}.json"
     kept = _read(path)
     if kept is not None and kept >= forgotten_at:
         return
@@ -82,12 +90,16 @@ def record(data_dir: Path, space_digest: str, forgotten_at: float) -> None:
     atomic_write_bytes(path, json.dumps({"forgotten_at": forgotten_at}).encode())
 
 
-def read_all(data_dir: Path) -> Tombstones:
-    """Every tombstone on the volume (none when there is no tombstone directory). A file that cannot be
-    read, or whose name is no digest, is logged and left out."""
+def read_all(config: MemoryConfig) -> Tombstones:
+    """Every tombstone on the volume (none when there is no tombstone directory), or in the database. A
+    file that cannot be read, or whose name is no digest, is logged and left out."""
+    if uses_database(config):
+        from memoryos.storage.records.postgres import tombstones as in_database
+
+        return in_database.read_all(database_pool(config))
     found: Tombstones = {}
     with contextlib.suppress(FileNotFoundError):
-        for path in (data_dir / TOMBSTONE_DIR).glob("*.json"):
+        for path in (config.data_dir / TOMBSTONE_DIR).glob("*.json"):
             forgotten_at = _read(path) if is_digest(path.stem) else None
             if forgotten_at is None:
                 log.warning("unreadable tombstone left out", extra={"file": path.name})
@@ -103,52 +115,99 @@ def _read(path: Path) -> float | None:
         return None
 
 
-def predates(directory: Path, forgotten_at: float) -> bool:
-    """Whether the space in `directory` holds no write planned at or after `forgotten_at`: a copy
-    restored from before the forget. False when there is no store there."""
-    store = directory / STORE_FILE
-    if not store.is_file():
-        return False
+def _newest_write(store: Path) -> float | None:
+    """When the newest write in the store file was planned; None when it holds none or cannot be read
+    (nothing in it can show it is newer than a forget)."""
     marks = ",".join("?" * len(WRITE_KINDS))
     try:
         with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
             row = db.execute(f"SELECT max(at) FROM op_log WHERE kind IN ({marks})", WRITE_KINDS).fetchone()
     except sqlite3.Error:
-        return True  # unreadable: nothing in it can show it is newer than the forget
-    return row[0] is None or float(row[0]) < forgotten_at
+        return None
+    return None if row[0] is None else float(row[0])
 
 
-def _spaces(data_dir: Path) -> list[tuple[SpaceKey, Path]]:
-    """Every space on the volume: a `<tenant>/<user_id>/<assistant_id>` directory holding `STORE_FILE`
-    (`memoryos/space/layout.py`) whose names are valid ids. Listed whole before any is erased: erasing
-    removes the directories above a space that a walk still under way would list."""
+def _tombstoned_spaces(
+    config: MemoryConfig, tombstones: Tombstones
+) -> list[tuple[SpaceKey, float, float | None]]:
+    """Every space whose key has a tombstone: (key, when it was forgotten, when its newest write was
+    planned or None). A space "predates" its tombstone when that write is older than the forget (or there
+    is none): a copy restored from before it. On a volume, only the tombstoned spaces' store files are
+    read; a database answers for every space in one query."""
+    if uses_database(config):
+        from memoryos.storage.records.postgres import tombstones as in_database
+
+        listed = [
+            (SpaceKey(tenant, user_id, assistant_id), newest)
+            for tenant, user_id, assistant_id, newest in in_database.spaces_with_newest_write(
+                database_pool(config), WRITE_KINDS
+            )
+        ]
+        return [(key, tombstones[digest(key)], newest) for key, newest in listed if digest(key) in tombstones]
+    return [
+        (key, tombstones[digest(key)], _newest_write(directory / STORE_FILE))
+        for key, directory in space_directories(config.data_dir)
+        if digest(key) in tombstones
+    ]
+
+
+def space_directories(data_dir: Path, holding: str | None = STORE_FILE) -> list[tuple[SpaceKey, Path]]:
+    """Every space on the volume: a `<tenant>/<user_id>/<assistant_id>` directory holding `holding`
+    (`STORE_FILE`; None: any such directory, a database's snapshot cache) whose names are valid ids.
+    Listed whole before any is erased: erasing removes the directories above a space that a walk still
+    under way would list."""
     found: list[tuple[SpaceKey, Path]] = []
-    for store in data_dir.glob(f"*/*/*/{STORE_FILE}"):
-        names = store.parent.relative_to(data_dir).parts
+    for directory in data_dir.glob("*/*/*"):
+        names = directory.relative_to(data_dir).parts
         try:
             key = SpaceKey(*(validate_id(field, name) for field, name in zip(_ID_FIELDS, names, strict=True)))
         except InvalidInputError:
             continue
-        if store.is_file():
-            found.append((key, store.parent))
+        if (directory / holding).is_file() if holding is not None else directory.is_dir():
+            found.append((key, directory))
     return found
+
+
+def prune_snapshot_cache(config: MemoryConfig, keep: Collection[SpaceKey]) -> list[SpaceKey]:
+    """With a database: remove this host's cached index snapshots of the spaces the database no longer
+    holds (forgotten while the space was open here, or while this worker was down), except `keep` (the
+    spaces open here). A forget removes the cache of the worker that applies it; the others' go here, at
+    a worker's start and periodically. Returns the keys whose cache went."""
+    if not uses_database(config):
+        return []
+    cached = {
+        key: directory
+        for key, directory in space_directories(config.data_dir, holding=None)
+        if key not in keep
+    }
+    if not cached:
+        return []
+    from memoryos.storage.records.postgres.tombstones import spaces_held
+
+    held = spaces_held(database_pool(config), list(cached))
+    gone = [key for key in cached if key not in held]
+    for key in gone:
+        shutil.rmtree(cached[key], ignore_errors=True)
+        remove_empty_parents(cached[key])
+    if gone:
+        log.info("snapshots of spaces forgotten elsewhere removed", extra={"spaces": len(gone)})
+    return gone
 
 
 def erase_restored(
     config: MemoryConfig, tombstones: Tombstones, erase: Callable[[SpaceKey, float], object]
 ) -> list[SpaceKey]:
     """Erase, with `erase(key, forgotten_at)`, every space directory whose key's digest has a tombstone
-    and that predates it (`predates`); returns their keys. Walks the space directories once when there
+    and that predates it (`_tombstoned_spaces`); returns their keys. Walks the space directories once when there
     is a tombstone (a digest names no directory). Each is logged at INFO with its digest's first 12
     characters, no id. A space that cannot be erased now (another process has it open) is logged and left
     for the next start."""
     erased: list[SpaceKey] = []
     if not tombstones:
         return erased
-    for key, directory in _spaces(config.data_dir):
+    for key, forgotten_at, newest_write in _tombstoned_spaces(config, tombstones):
         space_digest = digest(key)
-        forgotten_at = tombstones.get(space_digest)
-        if forgotten_at is None or not predates(directory, forgotten_at):
+        if newest_write is not None and newest_write >= forgotten_at:
             continue
         try:
             erase(key, forgotten_at)

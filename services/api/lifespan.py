@@ -46,6 +46,6 @@ def _erase_restored(spaces: EmbeddedSpaces) -> None:
     from before its user's forget (`memoryos/space/tombstones.py`); nothing is open yet."""
     tombstones.erase_restored(
         spaces.config,
-        tombstones.read_all(spaces.config.data_dir),
+        tombstones.read_all(spaces.config),
         lambda key, _: forget_space(key.user_id, spaces.tenant_config(key.tenant), key.assistant_id),
     )

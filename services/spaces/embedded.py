@@ -138,7 +138,7 @@ class EmbeddedSpaces:
         with self._pool.closed_for(key):
             if (config.space_dir(key.user_id, key.assistant_id) / STORE_FILE).is_file():
                 forgotten_at = time.time()  # the clock of writes' `at`
-                tombstones.record(config.data_dir, tombstones.digest(key), forgotten_at)
+                tombstones.record(config, tombstones.digest(key), forgotten_at)
             forget_space(key.user_id, config, key.assistant_id, embedder)
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:

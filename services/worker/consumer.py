@@ -35,7 +35,12 @@ from typing import Literal
 import redis
 from pydantic import ValidationError
 
-from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.errors import (
+    DatabaseUnavailableError,
+    EmbeddingModelMismatchError,
+    FencedOutError,
+    InvalidInputError,
+)
 from memoryos.space.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.tombstones import digest
@@ -280,8 +285,8 @@ class ShardConsumer:
         for the caller to apply it entry by entry and find the entry at fault."""
         try:
             self._apply(run[0].space, [entry.op for entry in run])
-        except EmbeddingModelMismatchError:
-            return False  # its first entry says so again, and is held: no log line per held run
+        except (EmbeddingModelMismatchError, FencedOutError, DatabaseUnavailableError):
+            return False  # its first entry says so again (held, or retried uncounted): no log line per run
         except Exception as error:
             log.info("a run of writes failed; applied one by one", extra={"error": type(error).__name__})
             return False
@@ -294,6 +299,13 @@ class ShardConsumer:
             self._apply(entry.space, [entry.op])
         except EmbeddingModelMismatchError:
             return "held"
+        except (FencedOutError, DatabaseUnavailableError) as error:
+            # Not the write's fault, never counted against it: another worker owns the shard now (its to
+            # apply), or the database is away (the write applies once it is back).
+            log.warning(
+                "write not applied; the shard's store refused it", extra={"error": type(error).__name__}
+            )
+            return "retry"
         except (InvalidInputError, ValidationError) as error:
             return f"{type(error).__name__}: {reason_of(error)}"
         except Exception as error:

@@ -21,9 +21,12 @@ from typing import Any
 import redis
 
 from memoryos import MemoryConfig
+from memoryos.errors import DatabaseUnavailableError, FencedOutError
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space.pool import SpaceKey
+from memoryos.space.tombstones import prune_snapshot_cache
+from memoryos.storage.records.factory import take_shard_fence, uses_database
 from services.allocator import PeriodicTrim
 from services.queue.connection import REDIS_UNAVAILABLE, connect
 from services.queue.settings import QueueSettings
@@ -36,6 +39,9 @@ from services.worker.tombstones import honour_tombstones
 
 log = logging.getLogger(__name__)
 
+CACHE_PRUNE_S = 30.0
+"""With a database, how often a worker removes its cached snapshots of spaces forgotten by another
+worker (`prune_snapshot_cache`): the longest such a snapshot stays on this host's disk."""
 EMBEDDING_HOLD_POLL_S = 0.02
 """How often a worker holding back new writes looks at its embedding lag again: a fraction of the bound."""
 
@@ -58,7 +64,11 @@ class Worker:
         self.worker_id = worker_id or new_worker_id()
         self.client: redis.Redis = connect(settings)
         config = config.model_copy(update={"embedding_yield_ms": 0.0})
-        self.spaces = WorkerSpaces(config, settings, **parts)
+        self.fences: dict[int, int] = {}
+        """With a database: the fencing number this worker recorded for each shard it took."""
+        self._to_close: set[int] = set()
+        """Shards lost (a lease that lapsed, a write fenced out) whose spaces the main loop closes next."""
+        self.spaces = WorkerSpaces(config, settings, fence_of=self._fence_of, **parts)
         self.scheduler: Scheduler = parts.get("scheduler") or shared_scheduler(config)
         self.leases = ShardLeases(self.client, settings, self.worker_id)
         self.consumer = ShardConsumer(self.client, settings, self.worker_id, self._apply, self._still_owned)
@@ -85,7 +95,63 @@ class Worker:
             pipe.xlen(self.consumer.keys.writes(shard))
         return sum(int(n) for n in pipe.execute())
 
+    def _fence_of(self, shard: int) -> int | None:
+        """This worker's fencing number for `shard`, while its leases are vouched for: every write of a
+        database's space checks it, so a worker whose lease lapsed writes nothing more to the shard."""
+        return self.fences.get(shard) if self._trusted() else None
+
+    def _take_fence(self, shard: int) -> bool:
+        """With a database, draw and record a fencing number for a shard just leased, before any of its
+        writes or reads is served (waiting out any transaction of the previous owner). False, and the
+        lease given back, when the database cannot be reached: another worker may take the shard."""
+        if not uses_database(self.spaces.config):
+            return True
+        try:
+            self.fences[shard] = take_shard_fence(self.spaces.config, shard)
+        except DatabaseUnavailableError as error:
+            log.warning(
+                "shard %d not taken: the database is away", shard, extra={"error": type(error).__name__}
+            )
+            self.leases.release(shard)
+            return False
+        return True
+
+    def _stop_serving(self, shards: set[int]) -> None:
+        """Stop serving `shards` at once (a lease lost, a write fenced out): no number vouches for their
+        writes any more, and their spaces are closed by the main loop (`_close_lost`)."""
+        for shard in shards:
+            self.fences.pop(shard, None)
+            self.leases.owned.discard(shard)
+        self._owned_snapshot = sorted(self.leases.owned)
+        self._to_close |= shards
+
+    def _close_lost(self) -> None:
+        """Close the spaces of the shards lost since the last round, from the main loop (never from inside
+        a space's use, which closing would wait for)."""
+        while self._to_close:
+            self.spaces.close_shard(self._to_close.pop())
+
+    def _give_back(self, shard: int) -> None:
+        """Give a shard away (a surplus): stop serving it, close its spaces with its number still valid (a
+        consolidation finishing as its space closes commits), then forget the number and release the
+        lease, so the next owner finds nothing of this worker's left running."""
+        self.leases.owned.discard(shard)
+        self._owned_snapshot = sorted(self.leases.owned)
+        self.spaces.close_shard(shard)
+        self.fences.pop(shard, None)
+        self.leases.release(shard)
+
     def _apply(self, key: SpaceKey, ops: list[AnyOp]) -> object:
+        try:
+            return self._apply_ops(key, ops)
+        except FencedOutError as error:
+            log.warning(
+                "worker %s was fenced out of shard %d; stopped serving it", self.worker_id, error.shard
+            )
+            self._stop_serving({error.shard})
+            raise
+
+    def _apply_ops(self, key: SpaceKey, ops: list[AnyOp]) -> object:
         if len(ops) == 1 and isinstance(ops[0], ForgetSpace):
             return self._forget(key, ops[0])
         # A reindex of the space (on a read thread) can hold it closed for minutes: the leases are
@@ -115,6 +181,7 @@ class Worker:
             log.warning(
                 "worker %s lost the lease of shards %s; stopped serving them", self.worker_id, sorted(lost)
             )
+            self._stop_serving(lost)
         self._renewed_at = sent
         self._owned_snapshot = sorted(self.leases.owned)
 
@@ -143,12 +210,14 @@ class Worker:
     def step(self) -> int:
         """One round: leases, then the owned shards' writes. Returns how many entries were handled."""
         self._keep_leases()
+        self._close_lost()
         for shard in self.leases.acquire(self.leases.target()):
-            self.consumer.take_over(shard)
+            if self._take_fence(shard):
+                self.consumer.take_over(shard)
         busy = self._owner_calls.busy_shards()
         for shard in self.leases.surplus():
             if shard not in busy:  # a call running on it (a reindex): give it back later
-                self.leases.release(shard)  # between polls: none of its writes is in flight here
+                self._give_back(shard)  # between polls: none of its writes is in flight here
         self._owned_snapshot = sorted(self.leases.owned)
         shards = self.serving()
         if not shards:  # nothing held, or the leases not vouched for: renew again after a period
@@ -179,12 +248,16 @@ class Worker:
         log.info("worker started", extra={"worker": self.worker_id})
         outage = RedisOutage("worker")
         checked = False  # the tombstones, before any shard is taken; again after Redis was away
+        pruned_at = time.monotonic()
         try:
             while not stop.is_set():
                 try:
                     if not checked:
                         honour_tombstones(self.client, self.settings, self.spaces, self._renew_if_due)
                         checked = True
+                    if time.monotonic() - pruned_at >= CACHE_PRUNE_S:
+                        pruned_at = time.monotonic()
+                        prune_snapshot_cache(self.spaces.config, set(self.spaces.pool.open_keys()))
                     self.step()
                 except REDIS_UNAVAILABLE as error:
                     checked = False  # it may come back restored from a backup taken before a forget
@@ -193,11 +266,14 @@ class Worker:
                 outage.over()
                 self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
+            # Drain: no more reads or writes, every space closed (its background work done, its numbers
+            # still valid), and only then the leases go, so the next owner finds nothing running here.
             self._owned_snapshot = []
+            owner_calls.join(timeout=5)
+            self.spaces.close()
+            self.fences.clear()
             try:
                 self.leases.release_all()
             except REDIS_UNAVAILABLE:  # they expire after their TTL instead
                 log.warning("worker stopping while Redis is away: its leases are left to expire")
-            owner_calls.join(timeout=5)
-            self.spaces.close()
             log.info("worker stopped; shards released", extra={"worker": self.worker_id})

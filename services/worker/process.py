@@ -19,7 +19,10 @@ from memoryos import MemoryConfig
 from memoryos.cli.embedding_engine import serve_engine
 from memoryos.cli.session import config_of
 from memoryos.embedding.engine.client import EngineEmbedder
+from memoryos.portability.database_move import unmoved_spaces
 from memoryos.scheduler import shared_scheduler
+from memoryos.storage.network_fs import filesystem_type, is_network_fs
+from memoryos.storage.records.factory import record_store_exists, uses_database
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
 from services.worker.health import serving_health
@@ -61,16 +64,10 @@ def runs_embedding_engine(settings: QueueSettings, config: MemoryConfig) -> bool
 
 def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = None) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`); one process, or
-    `worker_processes` children under a supervisor, with an embedding engine child where it is on.
-
-    A database URL is refused for now: the engine runs on PostgreSQL, but the worker does not yet take
-    fencing numbers with its leases nor serve and forget spaces from the database (issue 56); a worker
-    half on it would answer reads from nothing and forget nothing."""
-    if config_of(args).database_url is not None:
-        raise SystemExit(
-            "memoryos worker: MEMORYOS_DATABASE_URL is set, but the worker does not serve spaces from "
-            'PostgreSQL yet (docs/service.md, "Scale-out on PostgreSQL"); unset it to run on the data directory'
-        )
+    `worker_processes` children under a supervisor, with an embedding engine child where it is on."""
+    refusal = unsafe_store(config_of(args))
+    if refusal is not None:
+        raise SystemExit(f"memoryos worker: {refusal}")
     settings = _settings(args)
     engine_on = runs_embedding_engine(settings, config_of(args))
     if settings.worker_processes == 1 and not engine_on:
@@ -106,6 +103,31 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
             except ChildKeepsFailingError as error:
                 print(f"memoryos worker: {error}", file=sys.stderr, flush=True)
                 raise SystemExit(1) from None
+
+
+def unsafe_store(config: MemoryConfig) -> str | None:
+    """Why this worker must not start on its store, or None: SQLite files on a network file system
+    (`memoryos/storage/network_fs.py`), which SQLite's locks do not cover across hosts; or, with a
+    database, spaces still in the data directory's files, which a worker serving from the database
+    would not see (and a forget would not erase)."""
+    if uses_database(config):
+        unmoved = unmoved_spaces(
+            config.data_dir, lambda space: record_store_exists(config, config.data_dir.joinpath(*space))
+        )
+        if not unmoved:
+            return None
+        return (
+            f"{len(unmoved)} memory space(s) in {config.data_dir} were never moved into the database; stop "
+            "the workers and run `memoryos move-to-database --data-dir DIR --database-url URL` first"
+        )
+    fstype = filesystem_type(config.data_dir)
+    if not is_network_fs(fstype):
+        return None
+    return (
+        f"the data directory {config.data_dir} is on a network file system ({fstype}), where SQLite's "
+        "per-space files are not safe across hosts; set MEMORYOS_DATABASE_URL (or --database-url) to keep "
+        "the spaces in PostgreSQL"
+    )
 
 
 def _metrics_port(settings: QueueSettings, index: int) -> int:

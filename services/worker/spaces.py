@@ -1,6 +1,11 @@
 """The spaces a worker holds open: a `SpacePool` of `Memoryos` instances, one per (tenant, user,
 assistant), least recently used closed first within the memory budget. Writes open (and create) a
-space; reads only open an existing one, so a read for an unknown user creates nothing."""
+space; reads only open an existing one, so a read for an unknown user creates nothing.
+
+With a database (`database_url`), every space opened here carries its shard's fence: the worker's
+fencing number for that shard (`fence_of`), which every write transaction of the space checks, its
+background work's included. A shard the worker gives away, or loses, has its spaces closed first
+(`close_shard`)."""
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,18 +17,28 @@ from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.facade.memoryos import forget_space
 from memoryos.space import tombstones
-from memoryos.space.layout import STORE_FILE
 from memoryos.space.pool import SpaceKey, SpacePool
+from memoryos.storage.records.factory import ShardFence, record_store_exists, uses_database
+from services.queue.keys import shard_of
 from services.queue.settings import QueueSettings
 
 
 class WorkerSpaces:
     """Open spaces of one worker process, sharing its embedder, LLM and scheduler."""
 
-    def __init__(self, config: MemoryConfig, settings: QueueSettings, **parts: Any) -> None:
-        """`parts` (embedder, llm, clock, scheduler) go to every `Memoryos` opened: tests inject them."""
+    def __init__(
+        self,
+        config: MemoryConfig,
+        settings: QueueSettings,
+        fence_of: Callable[[int], int | None] = lambda shard: None,
+        **parts: Any,
+    ) -> None:
+        """`parts` (embedder, llm, clock, scheduler) go to every `Memoryos` opened: tests inject them.
+        `fence_of(shard)`: the fencing number this worker holds for the shard now (None: none)."""
         self.config = config
         self._parts = parts
+        self._shard_count = settings.shard_count
+        self._fence_of = fence_of
         self.pool: SpacePool[Memoryos] = SpacePool(
             self._open,
             memory_budget_bytes=settings.worker_memory_budget_mb * 1024 * 1024,
@@ -42,8 +57,30 @@ class WorkerSpaces:
     def _open(self, key: SpaceKey, create: bool) -> Memoryos:
         """The pool's factory: a write's open creates the space, a read's does not (`reading`)."""
         return Memoryos.from_config(
-            key.user_id, self.config_of(key), key.assistant_id, create=create, **self._parts
+            key.user_id,
+            self.config_of(key),
+            key.assistant_id,
+            create=create,
+            fence=self._fence(key),
+            **self._parts,
         )
+
+    def _fence(self, key: SpaceKey) -> ShardFence | None:
+        """The space's shard and this worker's number for it, with a database (None on a data volume,
+        where the file lock keeps one writer on one host)."""
+        if not uses_database(self.config):
+            return None
+        shard = shard_of(key, self._shard_count)
+        return ShardFence(shard, lambda: self._fence_of(shard))
+
+    def close_shard(self, shard: int) -> None:
+        """Close every open space of `shard` (their background work finished or stopped, their snapshots
+        written) before the shard's lease goes: a space left open would go on writing for a shard
+        another worker owns (and keep a forget of it from erasing, on a data volume)."""
+        for key in self.pool.open_keys():
+            if shard_of(key, self._shard_count) == shard:
+                with self.pool.closed_for(key):
+                    pass
 
     @contextmanager
     def writing(self, key: SpaceKey, on_wait: Callable[[], None] | None = None) -> Iterator[Memoryos]:
@@ -72,15 +109,19 @@ class WorkerSpaces:
         as `writing`'s."""
         with self.pool.closed_for(key, on_wait):
             if self.exists(key):
-                tombstones.record(self.config.data_dir, tombstones.digest(key), forgotten_at)
+                tombstones.record(self.config, tombstones.digest(key), forgotten_at)
             try:
-                return forget_space(key.user_id, self.config_of(key), key.assistant_id, self.embedder())
+                return forget_space(
+                    key.user_id, self.config_of(key), key.assistant_id, self.embedder(), self._fence(key)
+                )
             except SpaceNotFoundError:
                 return None
 
     def exists(self, key: SpaceKey) -> bool:
         """Whether the space has a store (was written to, and not forgotten since)."""
-        return (self.config_of(key).space_dir(key.user_id, key.assistant_id) / STORE_FILE).is_file()
+        return record_store_exists(
+            self.config_of(key), self.config_of(key).space_dir(key.user_id, key.assistant_id)
+        )
 
     @contextmanager
     def reading(self, key: SpaceKey) -> Iterator[Memoryos]:

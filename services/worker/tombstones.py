@@ -33,17 +33,19 @@ def honour_tombstones(
     """Reconcile both sides' tombstones and erase what a restore brought back of forgotten spaces.
     `on_wait`: run while an erase waits for a space in use in this worker (the worker renews its leases)."""
     keys = Keys(settings.redis_namespace)
-    data_dir = spaces.config.data_dir
-    on_volume = volume.read_all(data_dir)
+    on_volume = volume.read_all(spaces.config)
     in_hash = in_redis.read_all(client, keys)
     for digest, at in in_hash.items():
         if on_volume.get(digest, -math.inf) < at:
-            volume.record(data_dir, digest, at)  # the volume came back from before this forget
+            volume.record(spaces.config, digest, at)  # the volume came back from before this forget
     redis_lacked = {digest: at for digest, at in on_volume.items() if in_hash.get(digest, -math.inf) < at}
     for digest, at in redis_lacked.items():
         in_redis.record(client, keys, digest, at)
     newest = {**on_volume, **{digest: max(at, on_volume.get(digest, at)) for digest, at in in_hash.items()}}
     volume.erase_restored(spaces.config, newest, lambda key, at: spaces.forget(key, at, on_wait))
+    volume.prune_snapshot_cache(
+        spaces.config, set(spaces.pool.open_keys())
+    )  # forgotten while this one was down
     # What survived the erase above holds a write newer than the forget: it lives on.
     dropped = in_redis.drop_before(client, keys, settings.shard_count, redis_lacked, spaces.exists)
     for digest, count in dropped.items():

@@ -28,12 +28,16 @@ def space_with_write_at(data_dir: Path, key: SpaceKey, at: float) -> None:
 
 def test_a_tombstone_is_a_digest_and_a_time(tmp_path: Path) -> None:
     maya = tombstones.digest(MAYA)
-    tombstones.record(tmp_path, maya, FORGOTTEN_AT)
-    tombstones.record(tmp_path, maya, FORGOTTEN_AT - 1)  # an older forget does not replace it
+    tombstones.record(MemoryConfig(data_dir=tmp_path), maya, FORGOTTEN_AT)
+    tombstones.record(
+        MemoryConfig(data_dir=tmp_path), maya, FORGOTTEN_AT - 1
+    )  # an older forget does not replace it
     (written,) = (tmp_path / tombstones.TOMBSTONE_DIR).iterdir()
     assert written.name == f"{maya}.json" and b"maya" not in written.read_bytes()
     (tmp_path / tombstones.TOMBSTONE_DIR / "acme-maya-bot.json").write_text('{"forgotten_at": 1}')
-    assert tombstones.read_all(tmp_path) == {maya: FORGOTTEN_AT}  # a name that is no digest is left out
+    assert tombstones.read_all(MemoryConfig(data_dir=tmp_path)) == {
+        maya: FORGOTTEN_AT
+    }  # a name that is no digest is left out
     assert tombstones.digest(MAYA) != tombstones.digest(NOOR) and tombstones.is_digest(maya)
 
 
@@ -45,12 +49,12 @@ def test_the_start_walks_the_spaces_and_erases_those_that_predate_their_tombston
     space_with_write_at(tmp_path, no_space, FORGOTTEN_AT - 10)
     (tmp_path / "acme" / "empty" / "bot").mkdir(parents=True)  # no store: no space
     for key in (MAYA, OMAR, no_space, SpaceKey("acme", "empty", "bot")):
-        tombstones.record(tmp_path, tombstones.digest(key), FORGOTTEN_AT)
+        tombstones.record(MemoryConfig(data_dir=tmp_path), tombstones.digest(key), FORGOTTEN_AT)
     erased: list[tuple[SpaceKey, float]] = []
 
     found = tombstones.erase_restored(
         MemoryConfig(data_dir=tmp_path),
-        tombstones.read_all(tmp_path),
+        tombstones.read_all(MemoryConfig(data_dir=tmp_path)),
         lambda key, at: erased.append((key, at)),
     )
     assert found == [MAYA] and erased == [(MAYA, FORGOTTEN_AT)]

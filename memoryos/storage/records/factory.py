@@ -49,6 +49,13 @@ def database_pool(config: MemoryConfig) -> "ConnectionPool":
     )
 
 
+def take_shard_fence(config: MemoryConfig, shard: int) -> int:
+    """Draw and record a new fencing number for `shard` in the database (`postgres/fences.py`)."""
+    from memoryos.storage.records.postgres.fences import take_shard
+
+    return take_shard(database_pool(config), shard)
+
+
 def record_store_exists(config: MemoryConfig, directory: Path) -> bool:
     """Whether the space in `directory` has records (was written to, and not forgotten since)."""
     if not uses_database(config):

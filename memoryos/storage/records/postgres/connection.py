@@ -16,7 +16,7 @@ import threading
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memoryos.errors import StorageError
+from memoryos.errors import DatabaseUnavailableError, StorageError
 from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
 MIGRATION_LOCK = 0x6D656D6F72796F73
@@ -42,7 +42,11 @@ def database_pool(url: str, max_size: int, idle_in_transaction_timeout_s: float)
                 kwargs={
                     "autocommit": True,
                     "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
+                    "connect_timeout": max(1, int(idle_in_transaction_timeout_s)),
                 },
+                # A call waits this long for a connection, then fails (the database is away): below the
+                # shard lease's TTL, so a worker blocked on a database outage still renews its leases.
+                timeout=idle_in_transaction_timeout_s,
                 open=False,
                 name="memoryos",
             )
@@ -52,7 +56,7 @@ def database_pool(url: str, max_size: int, idle_in_transaction_timeout_s: float)
                     migrate(connection)
             except (psycopg.Error, TimeoutError) as error:
                 pool.close()
-                raise StorageError(f"cannot use the database: {error}") from error
+                raise DatabaseUnavailableError(f"cannot use the database: {error}") from error
             _pools[key] = pool
         return pool
 

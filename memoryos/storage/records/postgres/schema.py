@@ -40,7 +40,6 @@ CREATE TABLE spaces (
     tenant            text NOT NULL,
     user_id           text NOT NULL,
     assistant_id      text NOT NULL,
-    shard             integer,
     incarnation       text NOT NULL,
     change_seq        bigint NOT NULL DEFAULT 0,
     next_page_id      bigint NOT NULL DEFAULT 1,
@@ -110,6 +109,7 @@ CREATE INDEX pages_by_chain ON pages (space_id, chain_id);
 CREATE INDEX pages_pending ON pages (space_id, page_id) WHERE vector IS NULL;
 CREATE INDEX pages_expiring ON pages (space_id, expires_at) WHERE expires_at IS NOT NULL;
 CREATE UNIQUE INDEX pages_by_vector_seq ON pages (space_id, vector_seq) WHERE vector_seq IS NOT NULL;
+CREATE INDEX pages_unanalyzed ON pages (space_id, segment_id) WHERE NOT analyzed AND tier = 'mtm';
 CREATE TABLE page_terms (
     space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
     term     text NOT NULL,
@@ -136,6 +136,7 @@ CREATE TABLE knowledge (
 );
 CREATE INDEX knowledge_active ON knowledge (space_id, kind, active);
 CREATE INDEX knowledge_by_replaced_by ON knowledge (space_id, replaced_by) WHERE replaced_by IS NOT NULL;
+CREATE INDEX knowledge_expiring ON knowledge (space_id, expires_at) WHERE expires_at IS NOT NULL;
 CREATE TABLE knowledge_sources (
     space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,
     entry_id bigint NOT NULL,

@@ -74,10 +74,10 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         try:
             with self._pool.connection() as connection, connection.transaction():
                 row = connection.execute(
-                    "INSERT INTO spaces(tenant, user_id, assistant_id, shard, incarnation, created_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
+                    "INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
                     "RETURNING space_id, incarnation",
-                    (*self.space, self.shard, uuid.uuid4().hex, time.time()),
+                    (*self.space, uuid.uuid4().hex, time.time()),
                 ).fetchone()
                 if row is None:
                     found = self._find()

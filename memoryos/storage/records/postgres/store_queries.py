@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from memoryos.errors import FencedOutError, StorageError, StoreBusyError
+from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
 from memoryos.storage.records.base import Fence
 from memoryos.storage.records.vector_blobs import from_blobs
 
@@ -35,13 +35,16 @@ COUNTERS = (
 )
 """The per-space counters of `spaces`, read under the row lock and written back at commit."""
 
+
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.IdleInTransactionSessionTimeout)
 """The database went away under a call: restarted, unreachable, or it ended a transaction left idle."""
 
 
 def storage_error(error: psycopg.Error) -> StorageError:
-    """A database failure as the engine's `StorageError` (retried by the callers that retry writes)."""
-    return StorageError(f"the memory database could not be used: {type(error).__name__}: {error}")
+    """A database failure as the engine's `StorageError`: `DatabaseUnavailableError` when the database
+    went away under the call (retried as long as it takes), else a full or failing server."""
+    kind = DatabaseUnavailableError if isinstance(error, _UNREACHABLE) else StorageError
+    return kind(f"the memory database could not be used: {type(error).__name__}: {error}")
 
 
 class _Transaction:
