@@ -295,9 +295,10 @@ class _calls:
         return Call("POST", f"{_space(user_id, assistant_id)}/consolidate", _nothing)
 
     @staticmethod
-    def forget(user_id: str, *, assistant_id: str = DEFAULT_ASSISTANT) -> Call[None]:
-        """Erase the whole space of the user (with this assistant)."""
-        return Call("DELETE", _space(user_id, assistant_id), _nothing)
+    def forget(user_id: str, *, assistant_id: str = DEFAULT_ASSISTANT) -> Call[bool]:
+        """Erase the whole space of the user (with this assistant): True once erased (204), False when the
+        erase is queued and not yet done (202; `GET .../stats` answers 404 once it is)."""
+        return Call("DELETE", _space(user_id, assistant_id), lambda response: response.status_code == 204)
 
     @staticmethod
     def export_bundle(user_id: str, *, assistant_id: str = DEFAULT_ASSISTANT) -> Call[bytes]:

@@ -24,9 +24,11 @@ from memoryos.config import MemoryConfig
 from memoryos.storage.records.base import RecordStore
 from memoryos.storage.vectors.index_factory import (
     SNAPSHOT_MISSING,
+    OpenedIndex,
     SnapshotWriter,
     close_page_index,
     finish_page_index_rebuild,
+    new_page_index,
     open_page_index,
     page_snapshot_path,
 )
@@ -34,6 +36,8 @@ from memoryos.storage.vectors.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT_AHEAD = "snapshot ahead of the store"
+"""Why a snapshot covering vector sequences the store never gave out is not loaded."""
 REPLAY_BATCH = 10000
 """Stored vectors read per step when replaying the store into the index at open (15 MB at 384-d)."""
 
@@ -77,6 +81,11 @@ class SpacePageIndex:
         snapshot and no vectors yet, is not a rebuild); a snapshot behind the store, at INFO.
         """
         opened = open_page_index(self._config, directory, dim, self._fingerprint)
+        if opened.fresh_because is None and opened.covered_seq > self._store.max_vector_seq():
+            # It claims vectors the store never gave out: a store restored from an older backup, or a
+            # snapshot cache shared by mistake. Trusting it would serve pages the store does not hold.
+            close_page_index(opened.page_index)
+            opened = OpenedIndex(new_page_index(self._config, directory, dim), 0, SNAPSHOT_AHEAD)
         index, stale, fresh_because = opened.page_index, opened.stale, opened.fresh_because
         self.covered_seq = opened.covered_seq
         replayed = self._replay(index)

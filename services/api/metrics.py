@@ -58,6 +58,11 @@ class _EngineCollector(Collector):
             "Memory spaces held open by this process.",
             value=figures.open_spaces,
         )
+        yield GaugeMetricFamily(
+            "memoryos_forgets_failing",
+            "Spaces whose forget failed and is being retried (never dead-lettered); /readyz names the count.",
+            value=figures.forgets_failing,
+        )
         stats = figures.batcher
         yield SummaryMetricFamily(
             "memoryos_embed_batch_size",

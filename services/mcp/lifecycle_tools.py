@@ -87,9 +87,10 @@ def register_lifecycle_tools(server: MCPServer, access: MemoryAccess) -> None:
                 raise ToolError("confirm: must be true to erase everything remembered about the user")
             key = access.key(ctx, user_id, assistant_id)
             await access.change(key, STATS)  # a missing space is an error naming the user, as for deletes
-            await access.spaces.forget(key)
+            erased = await access.spaces.forget(key)
+        done = "erased" if erased else "queued the erase of (not done yet: retried until it is)"
         return ForgetResult(
             user_id=key.user_id,
             assistant_id=key.assistant_id,
-            message=f"erased all memory of user {key.user_id!r} with assistant {key.assistant_id!r}",
+            message=f"{done} all memory of user {key.user_id!r} with assistant {key.assistant_id!r}",
         )

@@ -98,9 +98,9 @@ class RemoteSpaces:
         except ApiError as error:
             raise _local_error(error, key) from None
 
-    async def forget(self, key: SpaceKey) -> None:
+    async def forget(self, key: SpaceKey) -> bool:
         try:
-            await self.api.forget(key.user_id, assistant_id=key.assistant_id)
+            return await self.api.forget(key.user_id, assistant_id=key.assistant_id)
         except ApiError as error:
             raise _local_error(error, key) from None
 

@@ -100,6 +100,12 @@ class Keys:
         """How many forgets applied since the last AOF rewrite (a count: no id, no text)."""
         return f"{self.namespace}:forgotten-since-rewrite"
 
+    def forgets_failing(self) -> str:
+        """Hash of the digest of each space whose forget failed and is being retried -> the failure (its
+        kind, since when, how many tries; no id, no text): shown in `/readyz` and `/metrics` until the
+        forget applies."""
+        return f"{self.namespace}:forgets-failing"
+
     def tombstones(self) -> str:
         """Hash of the digest of each forgotten space's key -> when it was forgotten (no id, no text): what a
         Redis restored from before a forget is checked against (`services/queue/tombstones.py`)."""

@@ -123,8 +123,9 @@ class EmbeddedSpaces:
         op = plan()  # before the space is opened: a refused write creates no space
         return op, self._call(key, lambda memory: memory.apply_write(op), True)
 
-    async def forget(self, key: SpaceKey) -> None:
+    async def forget(self, key: SpaceKey) -> bool:
         await self._on_thread(self._threads, self._forget, key)
+        return True
 
     def _forget(self, key: SpaceKey) -> None:
         """Erase the space once no call is inside it, none let in until it is gone (`closed_for`): a read

@@ -49,6 +49,8 @@ class SpaceFigures:
     open_spaces: int
     batcher: BatcherStats | None
     """This process's embedding batcher, when it embeds (embedded mode, once a model is loaded)."""
+    forgets_failing: int = 0
+    """Spaces whose queued forget failed and is being retried (Redis mode; embedded forgets answer at once)."""
 
 
 class SpacesLimits(Protocol):
@@ -83,8 +85,10 @@ class Spaces(Protocol):
         creates no space; `BackpressureError` over the bound."""
         ...
 
-    async def forget(self, key: SpaceKey) -> None:
-        """Erase the space (after every write accepted before it)."""
+    async def forget(self, key: SpaceKey) -> bool:
+        """Erase the space (after every write accepted before it). True once it is erased; False when
+        the erase is queued and was not seen done within the read timeout (its owner busy or away): it
+        happens when the owner applies it, retried until it does, never dropped."""
         ...
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:

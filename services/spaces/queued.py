@@ -25,11 +25,11 @@ from services.queue import streams
 from services.queue.bundle_transfer import chunks, download, stored_size, upload
 from services.queue.connection import connect
 from services.queue.dead_letters import DeadLetter, list_dead_letters
-from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError
+from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError, OwnerUnavailableError
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.settings import QueueSettings
 from services.queue.space_jobs import purge_space_jobs
-from services.spaces.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, OwnerCall
+from services.spaces.calls import EXPORT_BUNDLE, IMPORT_BUNDLE, STATS, OwnerCall
 from services.spaces.protocol import BackpressureError, SpaceFigures, SpacesLimits, WritePlan
 from services.spaces.write_shares import WriteShares
 
@@ -85,9 +85,12 @@ class QueuedSpaces:
             raise BackpressureError(str(full), self.api.backpressure_retry_after()) from None
         return op, []  # the owner assigns the page ids when it applies the write
 
-    async def forget(self, key: SpaceKey) -> None:
+    async def forget(self, key: SpaceKey) -> bool:
         """Purge the space's writes, bundles and jobs still in Redis (their text and its ids must not stay
-        there), then queue the forget behind anything its owner is applying now."""
+        there), then queue the forget behind anything its owner is applying now, and wait for it as a read
+        waits for the writes before it: an owner's answer after the forget says it is erased (a space found
+        again was written after the forget). No owner, or none within the read timeout: False, the forget
+        still queued."""
 
         def purge_then_forget() -> None:
             self.queue.purge(key)
@@ -95,6 +98,13 @@ class QueuedSpaces:
             self.queue.enqueue(key, ForgetSpace())
 
         await to_thread.run_sync(purge_then_forget)
+        try:
+            await self.call(key, STATS)
+        except SpaceNotFoundError:
+            return True
+        except (OwnerUnavailableError, OwnerRefusedError):
+            return False
+        return True
 
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return await to_thread.run_sync(
@@ -136,18 +146,25 @@ class QueuedSpaces:
         for shard in range(self.settings.shard_count):
             pipe.xlen(self.queue.keys.writes(shard))
             pipe.xrange(self.queue.keys.writes(shard), count=1)
+        pipe.hlen(self.queue.keys.forgets_failing())
         pipe.time()
-        replies = pipe.execute()
-        seconds, micros = cast(tuple[int, int], replies[-1])
+        *replies, forgets_failing, now = pipe.execute()
+        seconds, micros = cast(tuple[int, int], now)
         now_ms = seconds * 1000 + micros // 1000
         depth, oldest_ms = 0, None
-        for length, first in zip(replies[0:-1:2], replies[1:-1:2], strict=True):
+        for length, first in zip(replies[0::2], replies[1::2], strict=True):
             depth += int(length)
             if first:
                 accepted_ms = int(cast(list[streams.Entry], first)[0][0].split(b"-")[0])
                 oldest_ms = accepted_ms if oldest_ms is None else min(oldest_ms, accepted_ms)
         lag_s = 0.0 if oldest_ms is None else max(0.0, (now_ms - oldest_ms) / 1000)
-        return SpaceFigures(queue_depth=depth, write_lag_s=lag_s, open_spaces=0, batcher=None)
+        return SpaceFigures(
+            queue_depth=depth,
+            write_lag_s=lag_s,
+            open_spaces=0,
+            batcher=None,
+            forgets_failing=int(forgets_failing),
+        )
 
     def refuse_over_lag(self) -> None:
         """`BackpressureError` while the oldest write not yet applied is older than `max_write_lag_s`: a

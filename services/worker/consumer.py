@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 import redis
 from pydantic import ValidationError
@@ -62,6 +62,8 @@ ACK_EVERY_S = 0.05
 """Applied entries are acknowledged together at most this long after the first of them (and when a
 shard's batch ends): a read waits for its writes to leave the stream, so this bounds what it waits for
 beyond their applying. A crash before the acknowledgement redelivers them; applying is idempotent."""
+FORGET_RETRY_S = 30.0
+"""The longest pause between two tries of a forget that keeps failing (it starts at 0.2 s and doubles)."""
 StillOwned = Callable[[int], bool]
 """Whether this worker still holds the shard's lease (renewing it when due): asked before each run."""
 
@@ -116,9 +118,12 @@ class ShardConsumer:
         self._still_owned = still_owned
         self.progress = progress or StreamProgress()
         self._failures: dict[bytes, int] = {}
+        self._not_before: dict[bytes, float] = {}  # failing forgets: not tried again before then
         self._fenced_read = client.register_script(streams.FENCED_READ)
         self._forgotten_script = client.register_script(FORGOTTEN)
         self.dead_letters = 0
+        self.backing_off = False
+        """Whether the last poll left entries pending only because they wait out a pause."""
         """Entries this consumer dead-lettered (a metric)."""
 
     def take_over(self, shard: int) -> None:
@@ -138,6 +143,7 @@ class ShardConsumer:
         """Apply what is waiting in `shards` (blocking up to `block_ms` for new writes when none is
         pending), held writes whose space may be reindexed first; returns how many entries were applied,
         held or dead-lettered."""
+        self.backing_off = False
         done = self._release_held(shards)
         idle: list[int] = []
         for shard in shards:
@@ -147,6 +153,8 @@ class ShardConsumer:
             else:
                 idle.append(shard)
         if not idle:
+            if not done and self.backing_off:
+                time.sleep(block_ms / 1000)  # only paused forgets are pending: no busy loop meanwhile
             return done
         new, waiting = streams.read_new_fenced(
             self.client,
@@ -191,6 +199,10 @@ class ShardConsumer:
             for run in space_runs(delivered, self.settings.write_run):
                 if run[0].space in waiting:
                     continue
+                if self._not_before.get(run[0].entry_id, 0.0) > time.monotonic():
+                    waiting.add(run[0].space)  # a failing forget pausing: its space waits, others go on
+                    self.backing_off = True
+                    continue
                 if not self._still_owned(shard):
                     return done  # the lease lapsed mid-round: the rest is the new owner's to claim
                 if self._holds(shard, run[0]):
@@ -228,6 +240,7 @@ class ShardConsumer:
         text out of Redis's files (`services/jobs/tasks.py`, `rewrite_aof_after_forgets`). Its tombstone
         is set, so a Redis restored from before it is checked (`services/worker/tombstones.py`)."""
         tombstones.record(self.client, self.keys, digest(entry.space), entry.op.at)
+        self.client.hdel(self.keys.forgets_failing(), digest(entry.space))
         self.held.forget(shard, entry.space)
         purge_bundles(self.client, self.keys, entry.space)
         self._forgotten_script(
@@ -309,6 +322,9 @@ class ShardConsumer:
         except (InvalidInputError, ValidationError) as error:
             return f"{type(error).__name__}: {reason_of(error)}"
         except Exception as error:
+            if isinstance(entry.op, ForgetSpace):
+                self._forget_failed(entry, error)
+                return "retry"  # never dead-lettered: the API said the user would be forgotten
             failures = self._failures.get(entry.entry_id, 0) + 1
             self._failures[entry.entry_id] = failures
             if failures < self.settings.max_deliveries:
@@ -320,6 +336,23 @@ class ShardConsumer:
             return f"{type(error).__name__}: {error}"
         return "applied"
 
+    def _forget_failed(self, entry: Delivered, error: Exception) -> None:
+        """Note a forget that failed where the API's `/readyz` and both processes' metrics show it, by the
+        space's digest only; it is tried again after a pause that grows with its tries (`FORGET_RETRY_S`),
+        its space's later writes behind it."""
+        key = self.keys.forgets_failing()
+        space_digest = digest(entry.space)
+        noted = cast(bytes | None, self.client.hget(key, space_digest))
+        earlier = json.loads(noted) if noted else {"since": time.time(), "tries": 0}
+        tries = int(earlier["tries"]) + 1
+        failure = {"error": type(error).__name__, "since": earlier["since"], "tries": tries}
+        self.client.hset(key, space_digest, json.dumps(failure))
+        self._not_before[entry.entry_id] = time.monotonic() + min(FORGET_RETRY_S, 0.1 * 2**tries)
+        log.warning(
+            "a forget failed; tried again after a pause",
+            extra={"tombstone": space_digest[:12], "error": type(error).__name__, "tries": tries},
+        )
+
     def _acknowledge(self, stream: str, entry_ids: list[bytes]) -> None:
         """Acknowledge and delete applied entries together: with `appendfsync always` every write command
         costs Redis an fsync, which per entry would be a large part of a worker's time per write
@@ -330,6 +363,7 @@ class ShardConsumer:
         pipe.execute()
         for entry_id in entry_ids:
             self._failures.pop(entry_id, None)
+            self._not_before.pop(entry_id, None)
 
     def _dead_letter(
         self, stream: str, entry_id: bytes, fields: dict[bytes, bytes], reason: str, held: bool = False

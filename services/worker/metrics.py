@@ -48,6 +48,11 @@ class WorkerCollector(Collector):
             value=worker.consumer.held.count(),
         )
         yield GaugeMetricFamily("memoryos_open_spaces", "Spaces held open.", value=len(worker.spaces.pool))
+        yield GaugeMetricFamily(
+            "memoryos_forgets_failing",
+            "Spaces whose forget failed and is being retried, over the deployment (never dead-lettered).",
+            value=int(worker.client.hlen(worker.consumer.keys.forgets_failing())),
+        )
         embedder = worker.spaces.embedder()
         if isinstance(embedder, EngineEmbedder):
             yield GaugeMetricFamily(

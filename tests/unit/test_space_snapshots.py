@@ -213,3 +213,30 @@ def test_a_float32_snapshot_from_before_fp16_is_rebuilt_with_a_warning(
     assert np.array_equal(after.ids, before.ids) and np.allclose(after.scores, before.scores)
     reopened.close()
     assert covered_on_disk(space_dir) == covered  # the rebuilt index replaced the old snapshot
+
+
+def test_a_snapshot_ahead_of_the_store_is_rebuilt_not_loaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store restored from an older backup (two pages) beside a snapshot that covers four: the snapshot
+    would serve pages the store does not hold, so the index is rebuilt from the store."""
+    directory = tmp_path / "default" / "u" / "a"
+    space = open_space(directory, FakeClock())
+    kept = add_pages(space, axis(DIM, 0), axis(DIM, 1))
+    space.close()
+    backup = (directory / "memory.sqlite").read_bytes()
+    space = open_space(directory, FakeClock())
+    add_pages(space, axis(DIM, 2), axis(DIM, 3))
+    space.close()  # the snapshot covers 4 pages
+    for leftover in ("memory.sqlite-wal", "memory.sqlite-shm"):
+        (directory / leftover).unlink(missing_ok=True)
+    (directory / "memory.sqlite").write_bytes(backup)
+    with caplog.at_level(logging.WARNING):
+        restored = open_space(directory, FakeClock())
+    assert restored.page_index.count() == 2
+    assert (
+        sorted(page_id for page_id, _ in restored.page_index.search(axis(DIM, 0).reshape(1, -1), 4).hits(0))
+        == kept
+    )
+    assert any("snapshot ahead of the store" in record.getMessage() for record in caplog.records)
+    restored.close()

@@ -3,7 +3,7 @@ and forgetting a whole space. Ids are the engine's (`page_id`, `entry_id`), stab
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from memoryos.types import DeleteResult, FactHistory, KnowledgeEntry, Page
 from services.api.deps import SpaceDep, StateDep
@@ -69,9 +69,20 @@ async def fact_history(entry_id: ItemId, key: SpaceDep, state: StateDep) -> Fact
     return await state.spaces.call(key, FACT_HISTORY, entry_id=entry_id)
 
 
-@router.delete("", status_code=204, summary="Forget the user: erase the whole space")
-async def forget(key: SpaceDep, state: StateDep) -> Response:
+@router.delete(
+    "",
+    status_code=204,
+    summary="Forget the user: erase the whole space",
+    responses={
+        202: {"description": "Queued, not erased yet: `Location` (the space's stats) answers 404 once it is"}
+    },
+)
+async def forget(key: SpaceDep, state: StateDep, request: Request) -> Response:
     """Every page, fact, profile version and file of the space; 404 if there is none (embedded mode).
-    With Redis the forget is queued behind the space's accepted writes, which are purged from Redis."""
-    await state.spaces.forget(key)
-    return Response(status_code=204)
+    With Redis the forget is queued behind the space's accepted writes, which are purged from Redis, and
+    answered 204 once its owner erased it; 202 when that was not seen within the read timeout (the owner
+    busy or away): the forget stays queued and is retried until it applies, and `Location` names the
+    space's stats, which answer 404 once it is done."""
+    if await state.spaces.forget(key):
+        return Response(status_code=204)
+    return Response(status_code=202, headers={"Location": f"{request.url.path}/stats"})
