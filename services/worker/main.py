@@ -26,7 +26,7 @@ from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace
 from memoryos.space.pool import SpaceKey
 from memoryos.space.tombstones import prune_snapshot_cache
-from memoryos.storage.records.factory import take_shard_fence, uses_database
+from memoryos.storage.records.factory import take_shard_fence
 from services.allocator import PeriodicTrim
 from services.queue.connection import REDIS_UNAVAILABLE, connect
 from services.queue.settings import QueueSettings
@@ -65,7 +65,7 @@ class Worker:
         self.client: redis.Redis = connect(settings)
         config = config.model_copy(update={"embedding_yield_ms": 0.0})
         self.fences: dict[int, int] = {}
-        """With a database: the fencing number this worker recorded for each shard it took."""
+        """The fencing number this worker recorded for each shard it took."""
         self._to_close: set[int] = set()
         """Shards lost (a lease that lapsed, a write fenced out) whose spaces the main loop closes next."""
         self.spaces = WorkerSpaces(config, settings, fence_of=self._fence_of, **parts)
@@ -101,11 +101,9 @@ class Worker:
         return self.fences.get(shard) if self._trusted() else None
 
     def _take_fence(self, shard: int) -> bool:
-        """With a database, draw and record a fencing number for a shard just leased, before any of its
-        writes or reads is served (waiting out any transaction of the previous owner). False, and the
-        lease given back, when the database cannot be reached: another worker may take the shard."""
-        if not uses_database(self.spaces.config):
-            return True
+        """Draw and record a fencing number for a shard just leased, before any of its writes or reads is
+        served (in the database, waiting out any transaction of the previous owner). False, and the lease
+        given back, when the database cannot be reached: another worker may take the shard."""
         try:
             self.fences[shard] = take_shard_fence(self.spaces.config, shard)
         except DatabaseUnavailableError as error:

@@ -2,9 +2,9 @@
 assistant), least recently used closed first within the memory budget. Writes open (and create) a
 space; reads only open an existing one, so a read for an unknown user creates nothing.
 
-With a database (`database_url`), every space opened here carries its shard's fence: the worker's
-fencing number for that shard (`fence_of`), which every write transaction of the space checks, its
-background work's included. A shard the worker gives away, or loses, has its spaces closed first
+Every space opened here carries its shard's fence: the worker's fencing number for that shard
+(`fence_of`), which every write transaction of the space checks, its background work's included (in
+the database, or in the data directory's fence files on one host). A shard the worker gives away, or loses, has its spaces closed first
 (`close_shard`)."""
 
 from collections.abc import Callable, Iterator
@@ -18,7 +18,7 @@ from memoryos.errors import SpaceNotFoundError
 from memoryos.facade.memoryos import forget_space
 from memoryos.space import tombstones
 from memoryos.space.pool import SpaceKey, SpacePool
-from memoryos.storage.records.factory import ShardFence, record_store_exists, uses_database
+from memoryos.storage.records.factory import ShardFence, record_store_exists
 from services.queue.keys import shard_of
 from services.queue.settings import QueueSettings
 
@@ -65,11 +65,8 @@ class WorkerSpaces:
             **self._parts,
         )
 
-    def _fence(self, key: SpaceKey) -> ShardFence | None:
-        """The space's shard and this worker's number for it, with a database (None on a data volume,
-        where the file lock keeps one writer on one host)."""
-        if not uses_database(self.config):
-            return None
+    def _fence(self, key: SpaceKey) -> ShardFence:
+        """The space's shard and this worker's number for it, which every write of the space checks."""
         shard = shard_of(key, self._shard_count)
         return ShardFence(shard, lambda: self._fence_of(shard))
 

@@ -5,7 +5,7 @@ the space was open, and a worker fenced out of a shard stops serving it."""
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError, Owner
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
 from services.spaces.calls import LIST_PAGES, RETRIEVE
+from tests.support.postgres_server import running_postgres
 from tests.support.queue_worker import Running, wait_for
 from tests.support.redis_server import RedisServer, running_redis
 
@@ -57,8 +58,18 @@ def _pools() -> Iterator[None]:
     close_pools()
 
 
-def worker_config(data_dir: Path, database_url: str) -> MemoryConfig:
+def worker_config(data_dir: Path, database_url: str | None) -> MemoryConfig:
     return MemoryConfig(data_dir=data_dir, database_url=database_url, faiss_use_gpu="never")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], MemoryConfig]:
+    """Each worker's settings on the test's store: a database, each worker with a data directory of its
+    own; or SQLite files, every worker on the one host's data directory."""
+    if request.param == "sqlite":
+        return lambda name: worker_config(tmp_path / "shared", None)
+    url = request.getfixturevalue("database_url")
+    return lambda name: worker_config(tmp_path / name, url)
 
 
 def ask(reads: OwnerCallClient, key: SpaceKey, call: Any, args: dict[str, Any]) -> Any:
@@ -131,18 +142,18 @@ def test_two_workers_without_a_shared_volume_hand_shards_back_and_forth_under_wr
 
 
 def test_a_forget_erases_a_space_another_worker_still_has_open(
-    settings: QueueSettings, database_url: str, tmp_path: Path
+    settings: QueueSettings, store: Callable[[str], MemoryConfig], tmp_path: Path
 ) -> None:
-    """The shard moved while its old owner had the space open: the forget still erases every row, and
-    nothing goes to the dead letters."""
+    """The shard moved while its old owner had the space open: the forget still erases everything, and
+    nothing goes to the dead letters, on either store."""
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     maya = USERS[0]
-    first = Running(settings, worker_config(tmp_path / "a", database_url), "w-a")
+    first = Running(settings, store("a"), "w-a")
     try:
         write(queue, maya, "Maya's secret.")
         assert ask(reads, maya, LIST_PAGES, {}).total == 1
-        second = Running(settings, worker_config(tmp_path / "b", database_url), "w-b")
+        second = Running(settings, store("b"), "w-b")
         try:
             wait_for(lambda: len(first.worker.leases.owned) == SHARDS // 2, timeout_s=20)
             queue.purge(maya)
@@ -157,22 +168,21 @@ def test_a_forget_erases_a_space_another_worker_still_has_open(
             ask(reads, maya, RETRIEVE, {"query": "secret"})
     finally:
         first.stop()
-    with psycopg.connect(database_url) as connection:
-        assert connection.execute("SELECT COUNT(*) FROM spaces").fetchone() == (0,)
-        assert connection.execute("SELECT COUNT(*) FROM pages").fetchone() == (0,)
-        assert connection.execute("SELECT COUNT(*) FROM tombstones").fetchone() == (1,)
-    assert not list((tmp_path / "b").glob("acme/user0/*"))  # the forgetting worker's cache went with the rows
-    # The other worker's cached snapshot of the space goes at its next prune (at its start, then every
-    # CACHE_PRUNE_S), never loaded meanwhile (its incarnation is gone).
-    cached = list((tmp_path / "a").glob("acme/user0/*"))
-    assert prune_snapshot_cache(worker_config(tmp_path / "a", database_url), set()) == (
-        [maya] if cached else []
-    )
-    assert not list((tmp_path / "a").glob("acme/user0/*"))
+    config = store("a")
+    if config.database_url is not None:
+        with psycopg.connect(config.database_url.get_secret_value()) as connection:
+            assert connection.execute("SELECT COUNT(*) FROM spaces").fetchone() == (0,)
+            assert connection.execute("SELECT COUNT(*) FROM pages").fetchone() == (0,)
+            assert connection.execute("SELECT COUNT(*) FROM tombstones").fetchone() == (1,)
+        assert not list((tmp_path / "b").glob("acme/user0/*"))  # the forgetting worker's cache went too
+        # The other worker's cached snapshot of the space goes at its next prune (at its start, then
+        # every CACHE_PRUNE_S), never loaded meanwhile (its incarnation is gone).
+        prune_snapshot_cache(config, set())
+    assert not list(config.data_dir.glob("acme/user0/*"))  # no file, no cached snapshot of hers left
 
 
 def test_a_worker_frozen_past_its_lease_is_fenced_out_and_nothing_is_lost_or_doubled(
-    settings: QueueSettings, database_url: str, tmp_path: Path
+    settings: QueueSettings, store: Callable[[str], MemoryConfig]
 ) -> None:
     """Worker A freezes in the middle of applying a write (a GC pause, a stalled call) for longer than its
     lease; worker B takes every shard, claims A's unacknowledged entries and applies them with the writes
@@ -180,7 +190,7 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out_and_nothing_is_lost_or_dou
     client = redis.Redis.from_url(settings.redis_url)
     queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     maya = USERS[0]
-    first = Running(settings, worker_config(tmp_path / "a", database_url), "w-a")
+    first = Running(settings, store("a"), "w-a")
     frozen, thaw = threading.Event(), threading.Event()
     apply_ops = first.worker._apply_ops
 
@@ -195,7 +205,7 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out_and_nothing_is_lost_or_dou
     try:
         write(queue, maya, "written before the freeze")
         assert frozen.wait(timeout=10)
-        second = Running(settings, worker_config(tmp_path / "b", database_url), "w-b")
+        second = Running(settings, store("b"), "w-b")
         wait_for(lambda: len(second.worker.leases.owned) == SHARDS, timeout_s=20)
         write(queue, maya, "written while A is frozen")
         listed = ask(reads, maya, LIST_PAGES, {})
@@ -220,3 +230,59 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out_and_nothing_is_lost_or_dou
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_workers_share_a_server_with_few_connections(settings: QueueSettings, tmp_path: Path) -> None:
+    """Two workers with a pool of 2 each on a server allowing 8 connections (3 of them reserved for
+    superusers): every process stays within its cap while 8 users write and read at once, so nothing is
+    refused for want of a connection."""
+    with running_postgres(max_connections=8) as server:
+        client = redis.Redis.from_url(settings.redis_url)
+        queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
+        small = {"database_pool_size": 2}
+        first = Running(settings, worker_config(tmp_path / "a", server.url).model_copy(update=small), "w-a")
+        second = Running(settings, worker_config(tmp_path / "b", server.url).model_copy(update=small), "w-b")
+        try:
+            wait_for(lambda: len(first.worker.leases.owned) == SHARDS // 2, timeout_s=20)
+            for n in range(40):
+                write(queue, USERS[n % len(USERS)], f"note {n}")
+            for key in USERS:
+                texts = [page.user_input for page in ask(reads, key, LIST_PAGES, {"limit": 100}).pages]
+                assert texts == [f"note {n}" for n in range(40) if USERS[n % len(USERS)] == key]
+            assert not client.lrange(Keys(settings.redis_namespace).dead_letters(), 0, -1)
+        finally:
+            first.stop()
+            second.stop()
+
+
+def test_the_database_killed_and_restarted_loses_no_acknowledged_write(
+    settings: QueueSettings, tmp_path: Path
+) -> None:
+    """PostgreSQL SIGKILLed while writes are queued and applied, then started again: every acknowledged
+    write is stored once and in order, none dead-lettered (a database away is retried, uncounted)."""
+    with running_postgres() as server:
+        client = redis.Redis.from_url(settings.redis_url)
+        queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
+        worker = Running(settings, worker_config(tmp_path / "a", server.url), "w-a")
+        try:
+            for n in range(20):
+                write(queue, USERS[n % 2], f"before {n}")
+            server.kill()
+            for n in range(20):
+                write(queue, USERS[n % 2], f"while down {n}")  # acknowledged by Redis alone
+            time.sleep(2)  # the worker tries, and fails, meanwhile
+            server.start()
+            for n in range(10):
+                write(queue, USERS[n % 2], f"after {n}")
+            for index, key in enumerate(USERS[:2]):
+                texts = [page.user_input for page in ask(reads, key, LIST_PAGES, {"limit": 100}).pages]
+                expected = [
+                    f"{phase} {n}"
+                    for phase, count in (("before", 20), ("while down", 20), ("after", 10))
+                    for n in range(count)
+                    if n % 2 == index
+                ]
+                assert texts == expected
+            assert not client.lrange(Keys(settings.redis_namespace).dead_letters(), 0, -1)
+        finally:
+            worker.stop()

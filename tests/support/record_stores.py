@@ -40,20 +40,35 @@ def store_settings() -> dict[str, Any]:
     return {} if _database_url is None else {"database_url": _database_url}
 
 
-def op_log(directory: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(kind, detail) of every op committed to the space in `directory`, oldest first, read through a
-    connection of its own: what is on disk, not what the engine caches."""
+def op_log(directory: Path) -> list[dict[str, Any]]:
+    """Every op committed to the space in `directory` (kind, at, op_id, write_id, detail), oldest first,
+    read through a connection of its own: what is on disk, not what the engine caches."""
+    rows = table_rows(directory, "op_log", "kind, at, op_id, write_id, detail", order_by="seq")
+    return [
+        {"kind": kind, "at": at, "op_id": op_id, "write_id": write_id, "detail": json.loads(detail)}
+        for kind, at, op_id, write_id, detail in rows
+    ]
+
+
+def table_rows(
+    directory: Path, table: str, columns: str = "*", order_by: str | None = None
+) -> list[tuple[Any, ...]]:
+    """The rows of one of the space's tables (names from the test, never from input), as the store
+    holds them: SQLite's file, or the database's rows of the space without their `space_id`."""
+    order = f" ORDER BY {order_by}" if order_by else ""
     if _database_url is None:
         db = sqlite3.connect(f"file:{directory / STORE_FILE}?mode=ro", uri=True)
         try:
-            rows = db.execute("SELECT kind, detail FROM op_log ORDER BY seq").fetchall()
+            return [tuple(row) for row in db.execute(f"SELECT {columns} FROM {table}{order}")]
         finally:
             db.close()
-    else:
-        with psycopg.connect(_database_url) as connection:
-            rows = connection.execute(
-                "SELECT o.kind, o.detail FROM op_log o JOIN spaces s USING (space_id) WHERE s.tenant = %s "
-                "AND s.user_id = %s AND s.assistant_id = %s ORDER BY o.seq",
-                space_of(directory),
-            ).fetchall()
-    return [(row[0], json.loads(row[1])) for row in rows]
+    selected = "t.*" if columns == "*" else columns
+    with psycopg.connect(_database_url) as connection:
+        cursor = connection.execute(
+            f"SELECT {selected} FROM {table} t JOIN spaces s USING (space_id) WHERE s.tenant = %s "
+            f"AND s.user_id = %s AND s.assistant_id = %s{order}",
+            space_of(directory),
+        )
+        names = [column.name for column in cursor.description or ()]
+        keep = [i for i, name in enumerate(names) if name != "space_id"]
+        return [tuple(row[i] for i in keep) for row in cursor.fetchall()]

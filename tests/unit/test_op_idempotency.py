@@ -5,15 +5,13 @@ write once, treat a consolidation op whose pages moved as a recorded no-op, and 
 the same op wherever and whenever it is applied (it reads the op's planned time, never a clock).
 """
 
-import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from memoryos.space.memory_space import STORE_FILE, MemorySpace
+from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
@@ -29,7 +27,11 @@ from memoryos.space.ops import (
 )
 from memoryos.types import Turn
 from tests.support.fakes import T0, FakeClock, axis
+from tests.support.record_stores import op_log as committed_ops
+from tests.support.record_stores import table_rows
 from tests.unit.test_space import DIM, all_pages, open_space, turn
+
+pytestmark = pytest.mark.usefixtures("both_record_stores")
 
 
 @pytest.fixture
@@ -38,13 +40,7 @@ def space(tmp_path: Path) -> MemorySpace:
 
 
 def op_log(space: MemorySpace) -> list[dict[str, Any]]:
-    db = sqlite3.connect(f"file:{space.directory / STORE_FILE}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    try:
-        rows = db.execute("SELECT kind, at, op_id, write_id, detail FROM op_log ORDER BY seq").fetchall()
-        return [{**dict(row), "detail": json.loads(row["detail"])} for row in rows]
-    finally:
-        db.close()
+    return committed_ops(space.directory)
 
 
 def test_the_same_add_delivered_twice_stores_its_pages_once(space: MemorySpace) -> None:
@@ -133,11 +129,7 @@ def ops_of_a_session() -> list[AnyOp]:
 
 def store_rows(space: MemorySpace) -> dict[str, list[tuple[object, ...]]]:
     tables = ["pages", "segments", "chains", "knowledge", "profile_versions", "meta", "op_log"]
-    db = sqlite3.connect(f"file:{space.directory / STORE_FILE}?mode=ro", uri=True)
-    try:
-        return {table: [tuple(row) for row in db.execute(f"SELECT * FROM {table}")] for table in tables}
-    finally:
-        db.close()
+    return {table: table_rows(space.directory, table) for table in tables}
 
 
 def test_ops_replayed_from_json_elsewhere_and_later_rebuild_the_same_store(tmp_path: Path) -> None:

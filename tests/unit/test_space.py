@@ -71,7 +71,7 @@ def file_topic(
 
 
 def last_op_detail(directory: Path) -> dict[str, object]:
-    return op_log(directory)[-1][1]
+    return dict(op_log(directory)[-1]["detail"])
 
 
 def page(space: MemorySpace, page_id: int) -> Page:
@@ -85,7 +85,7 @@ def all_pages(space: MemorySpace) -> list[Page]:
 
 def op_kinds(directory: Path) -> list[str]:
     """The op log, read through a separate read-only connection: what is committed on disk."""
-    return [kind for kind, _ in op_log(directory)]
+    return [entry["kind"] for entry in op_log(directory)]
 
 
 def top_hit(space: MemorySpace, vector: np.ndarray) -> tuple[int, float]:

@@ -5,12 +5,13 @@ A space is named the same way for both: its directory `<data_dir>/<tenant>/<user
 (validated ids), which with PostgreSQL holds only the index snapshot cache and names the space's row.
 """
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from memoryos.config import MemoryConfig
-from memoryos.errors import SpaceNotFoundError
+from memoryos.errors import FencedOutError, SpaceNotFoundError
 from memoryos.storage.records.base import Fence, RecordStore
 
 if TYPE_CHECKING:  # psycopg is the workers' dependency only: the API's image has none
@@ -50,7 +51,12 @@ def database_pool(config: MemoryConfig) -> "ConnectionPool":
 
 
 def take_shard_fence(config: MemoryConfig, shard: int) -> int:
-    """Draw and record a new fencing number for `shard` in the database (`postgres/fences.py`)."""
+    """Draw and record a new fencing number for `shard`: in the database (`postgres/fences.py`), else in
+    the data directory (`sqlite/fences.py`, one host)."""
+    if not uses_database(config):
+        from memoryos.storage.records.sqlite import fences as on_this_host
+
+        return on_this_host.take_shard(config.data_dir, shard)
     from memoryos.storage.records.postgres.fences import take_shard
 
     return take_shard(database_pool(config), shard)
@@ -78,7 +84,8 @@ def open_record_store(
 ) -> RecordStore:
     """The space's store: PostgreSQL's rows when a database is configured (created when `create`, else
     `SpaceNotFoundError`), else the SQLite file in `directory` (whose existence the caller's file hold
-    has checked). `fence` applies to the database only: on one host the file lock keeps one writer."""
+    has checked). With `fence`, every write transaction checks the shard's number: in the database, or
+    in the data directory's fence files on one host (`sqlite/fences.py`)."""
     if uses_database(config):
         from memoryos.storage.records.postgres.store import PostgresStore
 
@@ -93,4 +100,16 @@ def open_record_store(
         )
     from memoryos.storage.records.sqlite.store import SqliteStore
 
-    return SqliteStore(directory / STORE_FILE, config.store_busy_timeout_s, new_store_meta=new_store_meta)
+    check = None if fence is None else functools.partial(_check_file_fence, config.data_dir, fence)
+    return SqliteStore(
+        directory / STORE_FILE, config.store_busy_timeout_s, new_store_meta=new_store_meta, fence=check
+    )
+
+
+def _check_file_fence(data_dir: Path, fence: ShardFence) -> None:
+    """`FencedOutError` unless the shard's recorded number on this host is the one this process holds."""
+    from memoryos.storage.records.sqlite.fences import recorded
+
+    held, found = fence.number(), recorded(data_dir, fence.shard)
+    if held is None or found != held:
+        raise FencedOutError(fence.shard, held, found)

@@ -98,12 +98,16 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         path: Path,
         busy_timeout_s: float = 30.0,
         new_store_meta: Callable[[], dict[str, str]] | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         """Open the store, creating or migrating its schema. `busy_timeout_s`: how long a write waits for
         another process's write transaction on the same space before failing. `new_store_meta`: the meta
         rows a store created now starts with (called only then): a new space's embedding fingerprint
-        comes in the placed file instead of a commit of its own, one fsync less per new user."""
+        comes in the placed file instead of a commit of its own, one fsync less per new user. `fence`:
+        called before every commit, raising `FencedOutError` to refuse it (a service worker's shard fence,
+        `fences.py`)."""
         self.path = path
+        self._fence = fence
         self._busy_timeout_ms = int(busy_timeout_s * 1000)
         if not path.exists():
             _place_empty_store(path, tuple(sorted((new_store_meta or dict)().items())))

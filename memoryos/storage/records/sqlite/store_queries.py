@@ -6,7 +6,7 @@ and the profile (`knowledge_queries.py`) — each a class over this one.
 """
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,6 +35,7 @@ class StoreQueries:
 
     _db: sqlite3.Connection
     _busy_timeout_ms: int
+    _fence: Callable[[], None] | None
 
     def close(self) -> None:
         self._db.close()
@@ -49,11 +50,16 @@ class StoreQueries:
 
         A full disk or a failing one (SQLite's FULL and IOERR, at any statement or at COMMIT) raises
         `StorageError` with nothing of the transaction stored, and leaves the connection usable: once
-        there is room again the next write succeeds. SQLite may have rolled back on its own by then."""
+        there is room again the next write succeeds. SQLite may have rolled back on its own by then.
+
+        A fenced store (a service worker's) checks its shard's fencing number just before COMMIT, with
+        the write lock held: `FencedOutError` and nothing stored when another worker owns the shard now."""
         try:
             self._begin(wait_for_writers)
             try:
                 yield
+                if self._fence is not None:
+                    self._fence()
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
