@@ -40,7 +40,11 @@ real tokens (`engine_real_tokens_per_s`), comparable with `python -m bench.gpu.f
     python -m bench.serving.ingest [--users 100 --turns 20] [--processes 1] [--seconds 30] [--instant-embedder]
         [--engine auto|on|off]
         [--model NAME|PATH] [--device auto|cpu|cuda] [--speed-only] [--write-run 64] [--shards 64]
-        [--raw-texts 2000] [--worker-env MEMORYOS_NAME=VALUE ...] [--profile FILE] [--out FILE]
+        [--raw-texts 2000] [--worker-env MEMORYOS_NAME=VALUE ...] [--profile FILE] [--store sqlite|postgres]
+        [--out FILE]
+
+`--store postgres` starts a PostgreSQL (tests/support/postgres_server.py, fsync on) and gives the workers
+MEMORYOS_DATABASE_URL; `python -m bench.storage.postgres --only apply` runs both stores interleaved.
 
 `--speed-only` lets the workers load a model directory marked as random weights (`python -m
 bench.gpu.models save`): the bge-m3-sized and Qwen3-0.6B-sized stand-ins, whose vectors mean nothing and
@@ -62,7 +66,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -86,6 +90,7 @@ from services.queue.owner_calls import OwnerCallClient, OwnerUnavailableError
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
 from services.spaces.calls import WRITE_STATUS
+from tests.support.postgres_server import running_postgres
 from tests.support.redis_server import running_redis
 
 SEARCHABLE_POLL_S = 0.2
@@ -155,9 +160,16 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / ticks
 
 
-def short_term_backlog(data_dir: Path, capacity: int) -> int:
+def short_term_backlog(data_dir: Path, capacity: int, database_url: str | None = None) -> int:
     """Pages still in short-term memory beyond `capacity`, summed over every space stored under
-    `data_dir`: what consolidation had not yet moved into mid-term memory."""
+    `data_dir` (or, with `database_url`, in that database): what consolidation had not yet moved into
+    mid-term memory."""
+    if database_url:
+        import psycopg
+
+        with psycopg.connect(database_url) as db:
+            rows = db.execute("SELECT COUNT(*) FROM pages WHERE tier = 'stm' GROUP BY space_id").fetchall()
+        return sum(max(0, count - capacity) for (count,) in rows)
     backlog = 0
     for store in data_dir.rglob(STORE_FILE):
         with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
@@ -496,7 +508,7 @@ def run_ingest(
         "turns_per_s_settled": round(applied / (elapsed + settled_s), 1),
         "worker_cpu_ms_per_turn_settled": round(1000 * settled_cpu / applied, 3),
         "short_term_backlog_settled": short_term_backlog(
-            Path(env["MEMORYOS_DATA_DIR"]), short_term_capacity(env)
+            Path(env["MEMORYOS_DATA_DIR"]), short_term_capacity(env), env.get("MEMORYOS_DATABASE_URL")
         ),
         "batches": batches,
         "mean_batch_size": round(texts / batches, 1) if batches else 0.0,
@@ -634,6 +646,12 @@ def main() -> None:
         help="a worker setting to try (repeatable); the bench's own MEMORYOS_* environment is not passed on",
     )
     parser.add_argument("--profile", type=Path, help="py-spy raw stacks of the workers, written here")
+    parser.add_argument(
+        "--store",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="postgres: the workers keep their spaces in a PostgreSQL the bench starts (MEMORYOS_DATABASE_URL)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     tried: dict[str, str] = {}
@@ -646,7 +664,11 @@ def main() -> None:
     for flag, value in (("--users", args.users), ("--turns", args.turns), ("--processes", args.processes)):
         if value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
-    with tempfile.TemporaryDirectory() as workdir, running_redis(Path(workdir) / "redis") as server:
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        running_redis(Path(workdir) / "redis") as server,
+        running_postgres() if args.store == "postgres" else nullcontext() as database,
+    ):
         settings = QueueSettings(
             redis_url=server.url,
             shard_count=args.shards,
@@ -665,10 +687,16 @@ def main() -> None:
             env["MEMORYOS_WORKER_MAX_EMBEDDING_LAG_S"] = str(args.max_embedding_lag)
         if args.engine != "auto":
             env["MEMORYOS_WORKER_EMBEDDING_ENGINE"] = "true" if args.engine == "on" else "false"
+        if database is not None:
+            env["MEMORYOS_DATABASE_URL"] = database.url
         env |= tried
         log = Path(workdir) / "worker.log"
         try:
-            report = run_from_args(args, settings, env, log) | {"worker_env": tried, "engine": args.engine}
+            report = run_from_args(args, settings, env, log) | {
+                "worker_env": tried,
+                "engine": args.engine,
+                "store": args.store,
+            }
         finally:
             if log.exists():  # the workers' last words, for a run that failed
                 sys.stderr.write("".join(log.read_text(errors="replace").splitlines(True)[-20:]))

@@ -9,15 +9,18 @@
 #      existing one is only read, and the check stops naming what it lacks.
 #   2. base images made with mmdebstrap from the Debian mirror, cached as podman images keyed by their
 #      inputs: Debian bookworm with a CPython 3.11 (>= 3.11.3, the pinned sets' floor) copied in, for
-#      the Dockerfile's PYTHON_IMAGE; Debian's redis-server for the compose file's Redis.
+#      the Dockerfile's PYTHON_IMAGE; Debian's redis-server for the compose file's Redis; Debian's
+#      postgresql-15 for its PostgreSQL, with deploy/check/postgres-entrypoint.sh as the official image's
+#      docker-entrypoint.sh (the contract the compose file uses: POSTGRES_USER/_DB/_PASSWORD_FILE).
 #   3. the CPU targets (api, worker-cpu, mcp) built with `podman build --format docker` (the OCI format
 #      drops HEALTHCHECK), pip's settings passed as the build secrets `pipconf` and `ca`, made from this
 #      machine's pip configuration by deploy/check/pipconf.py, outside the repository.
 #   4. docker-compose.yml up with podman-compose, under its own project name and port, then from the
 #      host: /readyz, a keyed write then retrieve, /metrics of the API and the worker, every HEALTHCHECK
-#      (`podman healthcheck run`), the worker and then Redis SIGKILLed with acknowledged writes unapplied
-#      (restart policies bring them back) and every acknowledged write counted after, the MCP image's
-#      stdio `initialize`; then teardown, volumes included.
+#      (`podman healthcheck run`), the worker, Redis and then PostgreSQL SIGKILLed with acknowledged
+#      writes unapplied (restart policies bring them back) and every acknowledged write counted after,
+#      stored once; the MCP image's stdio `initialize`; then teardown, volumes included. The worker runs
+#      on the PostgreSQL service (MEMORYOS_DATABASE_URL, the password from the compose secret).
 # It ends with the image sizes, build times and one line per check.
 #
 # Settings (environment): CHECK_PYTHON, the interpreter whose installation goes into the base (default
@@ -37,6 +40,7 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # the Dockerfile's useradd.
 BASE_PACKAGES=ca-certificates,netbase,tzdata,passwd,libssl3,libsqlite3-0,libffi8,libbz2-1.0,liblzma5,libreadline8,libncursesw6,libuuid1,zlib1g,libexpat1,libnsl2,libtirpc3
 REDIS_PACKAGES=redis-server
+POSTGRES_PACKAGES=postgresql-15
 PROJECT=memoryos-check
 API_PORT=${CHECK_API_PORT:-18765}
 API_KEY=containers-check-key
@@ -127,6 +131,13 @@ base_hooks=(
 base_image=localhost/memoryos-base:py$python_version-$(digest "$SUITE" "$MIRROR" "$BASE_PACKAGES" \
     "$(sha256sum "$python_prefix/lib/libpython3.11.so.1.0")" "${base_options[@]}" "${base_hooks[@]}")
 redis_image=localhost/memoryos-redis:$SUITE-$(digest "$SUITE" "$MIRROR" "$REDIS_PACKAGES" "${base_options[@]}" "${base_hooks[-1]}")
+postgres_hooks=(
+    'cp deploy/check/postgres-entrypoint.sh "$1/usr/local/bin/docker-entrypoint.sh"'
+    'rm -rf "$1"/var/lib/postgresql/15 "$1"/etc/postgresql/15'  # the package's own cluster: PGDATA instead
+    "${base_hooks[-1]}"
+)
+postgres_image=localhost/memoryos-postgres:$SUITE-$(digest "$SUITE" "$MIRROR" "$POSTGRES_PACKAGES" "${base_options[@]}" \
+    "${postgres_hooks[@]}" "$(sha256sum deploy/check/postgres-entrypoint.sh)")
 mirrors=("deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb ${MIRROR%/debian}/debian-security $SUITE-security main")
 
 if podman image exists "$base_image"; then
@@ -144,6 +155,17 @@ else
     step "redis image $redis_image: mmdebstrap $SUITE + $REDIS_PACKAGES"
     mmdebstrap --quiet "${base_options[@]}" --include="$REDIS_PACKAGES" --customize-hook="${base_hooks[-1]}" \
         "$SUITE" - "${mirrors[@]}" | podman import --quiet --change 'CMD ["redis-server"]' - "$redis_image" > /dev/null
+fi
+if podman image exists "$postgres_image"; then
+    step "postgres image $postgres_image (cached)"
+else
+    step "postgres image $postgres_image: mmdebstrap $SUITE + $POSTGRES_PACKAGES"
+    mmdebstrap --quiet "${base_options[@]}" --include="$POSTGRES_PACKAGES" \
+        "${postgres_hooks[@]/#/--customize-hook=}" "$SUITE" - "${mirrors[@]}" \
+        | podman import --quiet --change 'ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            --change 'ENV PGDATA=/var/lib/postgresql/data' --change 'ENV LANG=C.UTF-8' \
+            --change 'ENTRYPOINT ["docker-entrypoint.sh"]' --change 'CMD ["postgres"]' \
+            --change 'STOPSIGNAL SIGINT' - "$postgres_image" > /dev/null
 fi
 
 # ---------------------------------------------------------------------------------------------------
@@ -192,16 +214,22 @@ cat > "$work/api.env" <<ENV
 MEMORYOS_API_KEYS={"$API_KEY": "check"}
 MEMORYOS_API_MAX_WRITE_LAG_S=0
 ENV
+# The database's password as an operator makes it (docs/deploy.md, PostgreSQL): one random line, readable
+# by the containers' users (postgres, 10001) through the bind mount.
+python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$work/postgres_password"
+chmod 644 "$work/postgres_password"
 cat > "$work/env" <<ENV
 DEPLOY_API_SECRETS=$work/api.env
 DEPLOY_API_PUBLISH=127.0.0.1:$API_PORT
 DEPLOY_IMAGE=localhost/memoryos
+DEPLOY_POSTGRES_PASSWORD_FILE=$work/postgres_password
 REDIS_IMAGE=$redis_image
+POSTGRES_IMAGE=$postgres_image
 ENV
 teardown() {
     local status=$?
     if [ "$status" != 0 ]; then  # a failed check: what each service said last, before it goes
-        for service in redis api worker; do
+        for service in redis postgres api worker; do
             echo "--- $service, last lines of its log"
             podman logs --tail 30 "$(ctr "$service")" 2>&1
         done
@@ -233,6 +261,10 @@ t0=$(date +%s)
 until_ok 180 "/readyz" curl -fsS "$api/readyz"
 record "/readyz 200, $(($(date +%s) - t0)) s after up"
 
+# The worker keeps the spaces in the database, not in its data volume: its URL, and the space's row.
+podman exec "$(ctr worker)" sh -c 'test -n "$MEMORYOS_DATABASE_URL"' || fail "the worker has no MEMORYOS_DATABASE_URL"
+psql_in() { podman exec "$(ctr postgres)" psql -U memoryos -d memoryos -AXtq -c "$1"; }  # the socket: trusted
+
 # A write names its write id; the retrieve waits for those ids, so it sees them once applied by the worker.
 written=()
 remember() {  # WRITE_ID: one exchange whose text carries the id, for retrieve to find; counted once acknowledged
@@ -255,7 +287,11 @@ retrieve_finds() {  # WRITE_ID: a retrieve that waits for it returns its page
 }
 remember write-before-restarts
 until_ok 180 "retrieve of the first write" retrieve_finds write-before-restarts
-record "keyed write, then retrieve finds it"
+spaces=$(psql_in 'SELECT count(*) FROM spaces') \
+    || fail "the spaces table in PostgreSQL"
+[ "$spaces" = 1 ] || fail "PostgreSQL holds $spaces spaces, 1 was written"
+record "keyed write, then retrieve finds it; the space is a row in PostgreSQL"
+
 
 # Read whole, then searched: `producer | grep -q` fails under pipefail whenever grep exits at its match
 # before the producer's last write (SIGPIPE, 141): `podman exec` relays print's text and its newline as
@@ -267,10 +303,10 @@ metrics=$(podman exec "$(ctr worker)" python -c "import urllib.request; print(ur
 grep -q '^memoryos_' <<< "$metrics" || fail "worker /metrics"
 record "/metrics of the API and the worker"
 
-for service in redis api worker; do
+for service in redis postgres api worker; do
     until_ok 60 "HEALTHCHECK of $service" podman healthcheck run "$(ctr "$service")"
 done
-record "HEALTHCHECK healthy: redis, api, worker"
+record "HEALTHCHECK healthy: redis, postgres, api, worker"
 
 # Faults with writes in flight. The worker's processes are stopped (SIGSTOP from the host) while a burst
 # of writes is acknowledged, so each burst is queued and unapplied when the fault strikes; the check
@@ -286,6 +322,10 @@ signal_worker() { descendants "$(container_pid worker)" | xargs -r kill "-$1"; }
 burst() {  # NAME: BURST acknowledged writes (each curl -f: a 2xx before the next)
     local i
     for i in $(seq 1 "$BURST"); do remember "$1-$i" || fail "write $1-$i was not acknowledged"; done
+}
+stored_once() {  # every acknowledged write is one page of the space, no more (sets count)
+    count=$(call "$space/memories?limit=100" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["pages"]))')
+    [ "$count" = "${#written[@]}" ] || fail "the space holds $count pages, ${#written[@]} were acknowledged"
 }
 restarts() { podman inspect --format '{{.RestartCount}}' "$(ctr "$1")"; }
 restarted_since() { [ "$(restarts "$1")" -gt "$2" ]; }  # SERVICE COUNT
@@ -314,9 +354,24 @@ signal_worker CONT
 remember_when_up() { remember write-after-redis-kill; }
 until_ok 120 "a write after the Redis kill" remember_when_up
 until_ok 240 "retrieve after the Redis kill" all_retrieved
-count=$(call "$space/memories?limit=100" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["pages"]))')
-[ "$count" = "${#written[@]}" ] || fail "the space holds $count pages, ${#written[@]} were acknowledged"
+stored_once
 record "Redis SIGKILLed with $BURST acknowledged writes unapplied; restarted from its AOF: all ${#written[@]} acknowledged writes retrieved, $count pages listed"
+
+# PostgreSQL SIGKILLed (its postmaster, from the host: no shutdown checkpoint) 0.2 s into the worker's
+# applying BURST acknowledged writes: the transactions in flight are lost with their connections, the
+# worker applies their entries again once the server is back (a write whose transaction committed is
+# not applied twice: its write id is recorded with it), and the restarted server replays its WAL.
+before=$(restarts postgres)
+signal_worker STOP
+burst postgres-kill
+signal_worker CONT
+sleep 0.2
+kill -KILL "$(container_pid postgres)"
+until_ok 120 "PostgreSQL restarted by its restart policy" restarted_since postgres "$before"
+until_ok 120 "PostgreSQL healthy again" podman healthcheck run "$(ctr postgres)"
+until_ok 300 "retrieve after the PostgreSQL kill" all_retrieved
+stored_once
+record "PostgreSQL SIGKILLed 0.2 s into applying $BURST acknowledged writes; restarted by its policy: all ${#written[@]} acknowledged writes retrieved, $count pages listed, each once"
 
 initialize='{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "containers-check", "version": "0"}}}'
 answer=$(echo "$initialize" | timeout 120 podman run -i --rm localhost/memoryos:mcp --user check-user 2> /dev/null | head -1)

@@ -44,10 +44,8 @@ def _lexical_terms(space: MemorySpace, query: str) -> list[str]:
     """
     terms = query_terms(query)
     budget = space.config.lexical_postings_budget
-    counted = sorted(
-        (space.store.document_frequency(term, at_most=budget + 1), position, term)
-        for position, term in enumerate(terms)
-    )
+    counts = space.store.document_frequencies(terms, at_most=budget + 1)
+    counted = sorted(zip(counts, range(len(terms)), terms, strict=True))
     kept: set[str] = set()
     spent = 0
     for pages, _, term in counted:
@@ -71,11 +69,9 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
         limit = common_name_limit(space)
         if limit is None:
             return query
-        common = {
-            name
-            for name in query_names(query)
-            if space.store.document_frequency(name.lower(), at_most=limit + 1) > limit
-        }
+        names = list(query_names(query))
+        counts = space.store.document_frequencies([name.lower() for name in names], at_most=limit + 1)
+        common = {name for name, count in zip(names, counts, strict=True) if count > limit}
     if not common:
         return query
     stripped = without_names(query, common)

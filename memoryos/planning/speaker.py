@@ -51,11 +51,9 @@ def named_side(space: MemorySpace, query: str) -> Side | None:
     if limit is None:
         return None
     named: set[Side] = set()
-    for name in query_names(query):
-        said = {
-            side: space.store.document_frequency(name.lower(), side, at_most=limit + 1) for side in _SIDES
-        }
-        user_says, assistant_says = said["user_input"], said["agent_response"]
+    names = [name.lower() for name in query_names(query)]
+    said = {side: space.store.document_frequencies(names, side, at_most=limit + 1) for side in _SIDES}
+    for user_says, assistant_says in zip(said["user_input"], said["agent_response"], strict=True):
         if assistant_says > limit and user_says < assistant_says:
             named.add("user_input")
         elif user_says > limit and assistant_says < user_says:

@@ -59,6 +59,11 @@ def removes_text_of(op: AnyOp) -> bool:
     return isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
 
 
+def _same_delivery(key: tuple[str, str | None], earlier: tuple[str, str | None]) -> bool:
+    """Whether two (op id, write id) pairs may name the same op or write."""
+    return key[0] == earlier[0] or (key[1] is not None and key[1] == earlier[1])
+
+
 def _created_ids(detail: dict[str, object]) -> list[int]:
     """The ids an op created, from its op-log detail (none for ops that create nothing)."""
     created = detail.get("created", [])
@@ -197,10 +202,16 @@ class MemorySpace:
             embedded: list[int] = []
             vectors: list[np.ndarray] = []
             removes_text = False
+            keys = [(op.op_id, op.write_id if isinstance(op, AddTurns) else None) for op in ops]
             with self.store.transaction(wait_for_writers):
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
-                for op in ops:
-                    logged = self.store.logged_op(op.op_id, op.write_id if isinstance(op, AddTurns) else None)
+                # Every op's log entry read at once (one round trip to a database); an op given twice in
+                # the run is looked up again, after its first delivery applied.
+                known = self.store.logged_ops(keys)
+                for position, (op, key) in enumerate(zip(ops, keys, strict=True)):
+                    logged = known[position]
+                    if logged is None and any(_same_delivery(key, earlier) for earlier in keys[:position]):
+                        logged = self.store.logged_op(*key)
                     if logged is None:
                         logged, op_embedded, op_vectors = self._ops.apply(op)
                         if op_embedded and op_vectors is not None:
@@ -275,7 +286,8 @@ class MemorySpace:
                 self._pages.discard()
                 self.store.erase()  # every row at once, fenced: a stale owner's forget is refused
                 self.closed = True
-                _remove_space_directory(self.directory)
+                if self.directory.exists():  # the snapshot cache, where this host made one
+                    _remove_space_directory(self.directory)
                 return
             with self._hold.exclusive("forget"):
                 self.apply(ForgetSpace(at=self.clock()))  # a crash while files go leaves an empty space
@@ -456,8 +468,6 @@ def _remove_space_directory(directory: Path) -> None:
     newcomer's space is left to it."""
     try:
         shutil.rmtree(directory)
-    except FileNotFoundError:
-        return  # a database's space whose snapshot cache was never made on this host
     except OSError as error:
         if error.errno != errno.ENOTEMPTY or not directory.is_dir():
             raise

@@ -96,9 +96,12 @@ class Worker:
         return sum(int(n) for n in pipe.execute())
 
     def _fence_of(self, shard: int) -> int | None:
-        """This worker's fencing number for `shard`, while its leases are vouched for: every write of a
-        database's space checks it, so a worker whose lease lapsed writes nothing more to the shard."""
-        return self.fences.get(shard) if self._trusted() else None
+        """This worker's fencing number for `shard`, which every write of its spaces checks against the
+        number recorded for the shard. The number, not the clock, decides a commit: a write that outlasts
+        the lease (a long run, a pause) still commits if no other worker took the shard meanwhile, and
+        is refused once one did (it recorded a greater number). A shard given away or found lost has no
+        number here any more."""
+        return self.fences.get(shard)
 
     def _take_fence(self, shard: int) -> bool:
         """Draw and record a fencing number for a shard just leased, before any of its writes or reads is

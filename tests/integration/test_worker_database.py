@@ -223,8 +223,14 @@ def test_a_worker_frozen_past_its_lease_is_fenced_out_and_nothing_is_lost_or_dou
             "written after A woke",
         ]
         assert not client.lrange(Keys(settings.redis_namespace).dead_letters(), 0, -1)
-        # A closes what it had open of the shard it lost, at its next round
-        wait_for(lambda: maya not in first.worker.spaces.pool.open_keys())
+        # A closes what it had open of the shard it lost, at its next round, unless the shard came back
+        # to it since (B gives back its surplus once A is live again), under a number of its own
+        wait_for(
+            lambda: (
+                maya not in first.worker.spaces.pool.open_keys()
+                or shard_of(maya, SHARDS) in first.worker.leases.owned
+            )
+        )
     finally:
         thaw.set()
         first.stop()

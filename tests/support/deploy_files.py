@@ -44,15 +44,32 @@ def compose_variables(text: str) -> set[str]:
     return {match["name"] for match in _INTERPOLATION.finditer(text)}
 
 
+DATABASE_SETTINGS = ("MEMORYOS_DATABASE_URL",)
+"""Settings that name the compose network's PostgreSQL (the `postgres` service)."""
+
+SHELL_ENTRY = ("/bin/sh", "-c")
+"""A compose entrypoint `/bin/sh -c SCRIPT NAME PROGRAM...`: SCRIPT runs first, then execs PROGRAM with the
+command's arguments (x-postgres-password-entry)."""
+
+
 @dataclass
 class Container:
     """One MemoryOS process as a deployment file runs it."""
 
     source: str  # "docker-compose.yml:api", "deploy/base/api.yaml:memoryos-api/api"
     image: str  # the image reference as written
-    argv: list[str]  # entrypoint + command, not yet interpolated
+    argv: list[str]  # entrypoint + command, not yet interpolated (a shell entry's program onwards)
     environment: dict[str, str] = field(default_factory=dict)
     env_names: set[str] = field(default_factory=set)  # every name it is given (also from refs/files)
+    # Compose: the script of a `/bin/sh -c` entry run before argv, compose's `$$` read as `$`, and the
+    # secrets the service mounts under /run/secrets/.
+    entry_script: str | None = None
+    secrets: list[str] = field(default_factory=list)
+    # The database's settings (DATABASE_SETTINGS), kept apart from `environment`: they name the compose
+    # network's `postgres`, so a test that runs the command against a redis-server alone
+    # (tests/integration/test_deploy_commands.py) runs it on its data directory, and
+    # tests/integration/test_deploy_database.py runs it with them against a real PostgreSQL.
+    database_environment: dict[str, str] = field(default_factory=dict)
 
 
 def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
@@ -70,14 +87,23 @@ def compose_containers(path: Path) -> list[Container]:
         entrypoint = service.get("entrypoint")
         if entrypoint is None:
             entrypoint = ["memoryos", "mcp"] if image.endswith(":mcp") else list(IMAGE_ENTRYPOINT)
-        environment = {str(k): str(v) for k, v in (service.get("environment") or {}).items()}
+        entrypoint = [str(part) for part in entrypoint]
+        script = None
+        if tuple(entrypoint[:2]) == SHELL_ENTRY:
+            script, entrypoint = entrypoint[2].replace("$$", "$"), entrypoint[4:]  # [3] is the script's $0
+        given = {str(k): str(v) for k, v in (service.get("environment") or {}).items()}
+        environment = {k: v for k, v in given.items() if k not in DATABASE_SETTINGS}
+        secrets = [s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])]
         containers.append(
             Container(
                 source=f"{path.name}:{name}",
                 image=image,
-                argv=[str(part) for part in entrypoint] + [str(part) for part in service.get("command", [])],
+                argv=entrypoint + [str(part) for part in service.get("command", [])],
                 environment=environment,
-                env_names=set(environment),
+                env_names=set(given),
+                entry_script=script,
+                secrets=secrets,
+                database_environment={k: v for k, v in given.items() if k in DATABASE_SETTINGS},
             )
         )
     return containers

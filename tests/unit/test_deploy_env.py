@@ -41,7 +41,7 @@ OTHER_NAMES = {
     "NVIDIA_DRIVER_CAPABILITIES": "NVIDIA container toolkit",
 }
 # Compose-only knobs (interpolation into the compose files, never read by MemoryOS).
-COMPOSE_PREFIXES = ("DEPLOY_", "VLLM_", "TEI_", "REDIS_")
+COMPOSE_PREFIXES = ("DEPLOY_", "VLLM_", "TEI_", "REDIS_", "POSTGRES_")
 
 
 def setting_names() -> set[str]:

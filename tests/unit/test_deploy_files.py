@@ -32,6 +32,7 @@ from tests.support.deploy_files import (
     compose_containers,
     env_example,
     interpolate,
+    kustomize_documents,
     load_yaml_documents,
     pod_specs,
 )
@@ -379,7 +380,7 @@ def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes()
         get = container[probe]["httpGet"]
         assert (get["path"], named.get(get["port"], get["port"])) == ("/healthz", port), probe
     for path, name, spec in pod_specs():  # no patch points a worker probe elsewhere
-        for patched in spec["containers"]:
+        for patched in spec.get("containers", []):
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 if name == "memoryos-worker" and "httpGet" in patched.get(probe, {}):
                     get = patched[probe]["httpGet"]
@@ -480,8 +481,12 @@ def pulled_images() -> dict[str, str]:
             renamed[image["name"]] = image["newName"]
     for path, name, spec in pod_specs():
         for container in spec.get("containers", []) + spec.get("initContainers", []):
-            image = container["image"]
-            found[f"{path.relative_to(ROOT)}:{name}"] = renamed.get(image, image)
+            image = container.get("image")
+            if image:  # a patch may change a container's env alone
+                found[f"{path.relative_to(ROOT)}:{name}"] = renamed.get(image, image)
+    for path, doc in kustomize_documents():  # CloudNativePG's Cluster names its instances' image
+        if doc.get("kind") == "Cluster" and "imageName" in doc["spec"]:
+            found[f"{path.relative_to(ROOT)}:{doc['metadata']['name']}"] = doc["spec"]["imageName"]
     return found
 
 
@@ -494,3 +499,138 @@ def test_every_image_names_its_registry() -> None:
     }
     short = {where: image for where, image in images.items() if not REGISTRY_HOST.match(image)}
     assert not short, f"images without a registry host: {short}"
+
+
+# PostgreSQL (issue 56): the workers' database in compose and Kubernetes.
+
+POSTGRES_PASSWORD_SECRET = "/run/secrets/postgres_password"
+
+
+def compose_services(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())["services"]
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_postgres_is_pinned_healthchecked_and_keeps_its_data(path: Path) -> None:
+    """The official image at a full version (never a floating tag), its data on a named volume, ready
+    only once its TCP port answers, its password from the compose secret, max_connections set."""
+    data = yaml.safe_load(path.read_text())
+    postgres = data["services"]["postgres"]
+    image = interpolate(postgres["image"], {})
+    assert re.fullmatch(r"docker\.io/library/postgres:\d+\.\d+-bookworm", image), image
+    assert env_example()["POSTGRES_IMAGE"] == image, ".env.example pins the same image"
+    assert postgres["restart"] == "unless-stopped"
+    assert "postgres-data:/var/lib/postgresql/data" in postgres["volumes"]
+    assert "postgres-data" in data["volumes"]
+    test = postgres["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1] == "pg_isready"
+    assert (test[test.index("-U") + 1], test[test.index("-d") + 1]) == ("memoryos", "memoryos")
+    environment = postgres["environment"]
+    assert (environment["POSTGRES_USER"], environment["POSTGRES_DB"]) == ("memoryos", "memoryos")
+    assert environment["POSTGRES_PASSWORD_FILE"] == POSTGRES_PASSWORD_SECRET
+    assert "POSTGRES_PASSWORD" not in environment, "the password comes from the secret file only"
+    assert postgres["secrets"] == ["postgres_password"]
+    command = " ".join(postgres["command"])
+    assert command.startswith("postgres ")
+    max_connections = re.search(r"-c max_connections=(\S+)", command)
+    assert max_connections and int(interpolate(max_connections[1], {})) >= 100
+    assert "ports" not in postgres, "the compose network alone reaches it"
+    secret_file = interpolate(data["secrets"]["postgres_password"]["file"], {})
+    assert secret_file == ".secrets/postgres_password"
+    ignored = subprocess.run(["git", "check-ignore", "-q", secret_file], cwd=ROOT, check=False)
+    assert ignored.returncode == 0, f"{secret_file} must be ignored by git"
+    assert (ROOT / ".secrets" / "postgres_password.example").is_file()
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_workers_wait_for_a_healthy_postgres_and_carry_the_database_url(path: Path) -> None:
+    """The worker starts once PostgreSQL is healthy, with a URL that names the compose service and no
+    password (the password entry exports PGPASSWORD from the secret), and runs `memoryos worker`."""
+    worker = compose_services(path)["worker"]
+    assert worker["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    assert worker["depends_on"]["redis"] == {"condition": "service_healthy"}
+    assert worker["secrets"] == ["postgres_password"]
+    url = interpolate(worker["environment"]["MEMORYOS_DATABASE_URL"], {})
+    assert url == "postgresql://memoryos@postgres:5432/memoryos", "no password in the URL"
+    (container,) = [c for c in compose_containers(path) if c.source.endswith(":worker")]
+    assert container.argv == ["memoryos", "worker"]
+    assert container.database_environment == {
+        "MEMORYOS_DATABASE_URL": worker["environment"]["MEMORYOS_DATABASE_URL"]
+    }
+    assert container.entry_script is not None and POSTGRES_PASSWORD_SECRET in container.entry_script
+    assert "export PGPASSWORD=" in container.entry_script
+    # The data volume stays: an optional snapshot cache that speeds restarts.
+    assert "memoryos-data:/data" in worker["volumes"]
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
+def test_compose_gives_the_database_to_the_workers_alone(path: Path) -> None:
+    """The API (Redis mode), rq and cron open no store and mcp keeps its own files: none gets the URL, the
+    password or the secret; .env (read by every container) sets neither."""
+    services = compose_services(path)
+    example = names_in_env_file(ROOT / ".env.example")
+    assert not {"MEMORYOS_DATABASE_URL", "PGPASSWORD", "POSTGRES_PASSWORD"} & example
+    for name, service in services.items():
+        if name in ("worker", "postgres"):
+            continue
+        assert "MEMORYOS_DATABASE_URL" not in names_given(service), name
+        assert "postgres_password" not in service.get("secrets", []), name
+        assert "postgres" not in (service.get("depends_on") or {}), name
+
+
+def run_password_entry(tmp_path: Path, password: str) -> subprocess.CompletedProcess[str]:
+    """The compose files' x-postgres-password-entry, run by /bin/sh as compose runs it (`$$` read as `$`),
+    with its secret at a temporary path, exec'ing a shell that prints what it was given."""
+    entry = yaml.safe_load(COMPOSE_FILES[0].read_text())["x-postgres-password-entry"].replace("$$", "$")
+    secret = tmp_path / "postgres_password"
+    secret.write_text(password + "\n")
+    script = entry.replace(POSTGRES_PASSWORD_SECRET, str(secret))
+    return subprocess.run(
+        ["/bin/sh", "-c", script, "postgres-password", "sh", "-c", 'printf "%s|%s" "$PGPASSWORD" "$1"', "sh", "arg"],
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, check=False,
+    )  # fmt: skip
+
+
+def test_the_password_entry_exports_the_secret_and_refuses_the_placeholder(tmp_path: Path) -> None:
+    """Both compose files share the entry; it exports the secret file's line as PGPASSWORD and execs the
+    command with its arguments; the example's placeholder and a short password stop it (exit 78), before
+    postgres could set its password at its first start."""
+    entries = {
+        path.name: yaml.safe_load(path.read_text())["x-postgres-password-entry"] for path in COMPOSE_FILES
+    }
+    assert len(set(entries.values())) == 1, "one entry in both compose files"
+    good = run_password_entry(tmp_path, "a-long-random-password-0123456789")
+    assert (good.returncode, good.stdout) == (0, "a-long-random-password-0123456789|arg"), good.stderr
+    placeholder = (ROOT / ".secrets" / "postgres_password.example").read_text().strip()
+    for refused in (placeholder, "short"):
+        result = run_password_entry(tmp_path, refused)
+        assert result.returncode == 78 and "postgres_password" in result.stderr, refused
+        assert not result.stdout
+
+
+def test_kubernetes_workers_take_the_database_url_from_a_secret() -> None:
+    """The worker's MEMORYOS_DATABASE_URL comes from the Secret memoryos-database (key url), which the base
+    generates with a placeholder that names no server; no other workload gets it. The data directory is
+    the pod's own emptyDir: with the database it holds a snapshot cache only (no ReadWriteMany needed)."""
+    (worker,) = [d for d in load_yaml_documents(DEPLOY / "base" / "worker.yaml") if d["kind"] == "Deployment"]
+    spec = worker["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["MEMORYOS_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "memoryos-database",
+        "key": "url",
+    }
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert "emptyDir" in volumes["data"] and "persistentVolumeClaim" not in volumes["data"]
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    (generator,) = [g for g in kustomization["secretGenerator"] if g["name"] == "memoryos-database"]
+    (literal,) = generator["literals"]
+    key, _, url = literal.partition("=")
+    assert key == "url" and ".invalid:" in url and "change-me" in url, "a placeholder, no real value"
+    for path, name, pod in pod_specs():
+        for other in pod.get("containers", []):
+            names = {item["name"] for item in other.get("env", [])}
+            if name != "memoryos-worker":
+                assert "MEMORYOS_DATABASE_URL" not in names, f"{path.name}:{name}"
+    assert all("MEMORYOS_DATABASE_URL" not in literal for g in kustomization["configMapGenerator"]
+               for literal in g.get("literals", [])), "the ConfigMap reaches every pod"  # fmt: skip

@@ -1,6 +1,8 @@
-"""The Kubernetes overlays and components (issue 51, point 7): the worker is probed and scraped on its one
-health port, the gpu overlay rolls out without a spare GPU, the ReadWriteMany volumes take the storage
-class set once in a component, and KEDA replaces the HPA where an overlay asks for it.
+"""The Kubernetes overlays and components (issue 51, point 7; issue 56, point 7): the worker is probed and
+scraped on its one health port, the gpu overlay rolls out without a spare GPU, the ReadWriteMany volumes
+take the storage class set once in a component, KEDA replaces the HPA where an overlay asks for it, the
+workers take their database URL from a Secret (the base's placeholder, or CloudNativePG's), and their data
+directory is a snapshot cache: the pod's emptyDir, or a shared claim where a component asks for it.
 
 The source files are read as the other deploy tests read them. Each overlay is also rendered, alone and
 with the components it offers commented out, and the render checked, with the kubectl that
@@ -28,6 +30,11 @@ OVERLAYS = sorted(path.name for path in (DEPLOY / "overlays").iterdir() if path.
 COMPONENTS = DEPLOY / "components"
 WORKER = "memoryos-worker"
 RWX_VOLUMES = {"memoryos-data", "memoryos-models"}
+"""The ReadWriteMany claims the storage-class component sets: memoryos-data exists only with the
+shared-snapshot-cache component (the base's worker keeps its snapshots in an emptyDir)."""
+CNPG_CLUSTER = "memoryos-postgres"
+CNPG_SECRET = f"{CNPG_CLUSTER}-app"
+"""The Secret CloudNativePG makes for a Cluster's initdb owner, with a `uri` key."""
 OFFERED = re.compile(r"^#\s*- \.\./\.\./components/(\S+)", re.M)
 """A component an overlay offers commented out (what `.ci/deploy-check` also renders enabled)."""
 
@@ -114,9 +121,12 @@ def test_the_gpu_overlay_rolls_out_without_a_spare_gpu() -> None:
 def test_the_storage_class_is_set_once_for_both_rwx_volumes() -> None:
     """deploy/components/rwx-storage-class: one value (a local-config ConfigMap, never applied) copied into
     both ReadWriteMany claims, offered to the cpu and gpu overlays."""
-    volumes = documents("base", "data-volumes.yaml")
+    volumes = documents("base", "data-volumes.yaml") + documents(
+        "components", "shared-snapshot-cache", "snapshot-cache-volume.yaml"
+    )
     rwx = {d["metadata"]["name"] for d in volumes if d["spec"]["accessModes"] == ["ReadWriteMany"]}
     assert rwx == RWX_VOLUMES
+    assert {d["metadata"]["name"] for d in documents("base", "data-volumes.yaml")} == {"memoryos-models"}
     assert not any("storageClassName" in d["spec"] for d in volumes), "the component sets it, nothing else"
     component = kustomization("components", "rwx-storage-class")
     assert component["kind"] == "Component"
@@ -140,6 +150,56 @@ def test_the_storage_class_is_set_once_for_both_rwx_volumes() -> None:
         assert target["options"]["create"] is True
     for overlay in ("cpu", "gpu"):
         assert "rwx-storage-class" in offered(overlay), overlay
+        # After the component that adds memoryos-data, so the class reaches it.
+        components = offered(overlay)
+        assert components.index("shared-snapshot-cache") < components.index("rwx-storage-class"), overlay
+
+
+def test_the_cloudnative_pg_component_gives_the_workers_the_operator_s_secret() -> None:
+    """deploy/components/cloudnative-pg: a Cluster (database memoryos owned by memoryos, max_connections set,
+    several instances), the workers' MEMORYOS_DATABASE_URL from the Secret the operator makes for it
+    (<cluster>-app, key uri), the base's placeholder Secret deleted, and ingress to the instances for the
+    workers (5432), the operator (8000, 5432) and the instances themselves (5432). Offered to cpu and gpu."""
+    component = kustomization("components", "cloudnative-pg")
+    assert component["kind"] == "Component"
+    resources = [
+        d for file in component["resources"] for d in documents("components", "cloudnative-pg", file)
+    ]
+    cluster = one(resources, "Cluster", CNPG_CLUSTER)
+    assert cluster["apiVersion"] == "postgresql.cnpg.io/v1"
+    spec = cluster["spec"]
+    assert spec["instances"] >= 2, "a replica to fail over to"
+    assert spec["bootstrap"]["initdb"] == {"database": "memoryos", "owner": "memoryos"}
+    assert int(spec["postgresql"]["parameters"]["max_connections"]) >= 100
+    assert re.fullmatch(r"ghcr\.io/cloudnative-pg/postgresql:\d+\.\d+", spec["imageName"]), "a full version"
+    assert spec["storage"]["size"]
+    patches = [d for p in component["patches"] for d in documents("components", "cloudnative-pg", p["path"])]
+    (worker_patch,) = [d for d in patches if d["kind"] == "Deployment"]
+    (container,) = worker_patch["spec"]["template"]["spec"]["containers"]
+    (env,) = container["env"]
+    assert env["name"] == "MEMORYOS_DATABASE_URL"
+    assert env["valueFrom"]["secretKeyRef"] == {"name": CNPG_SECRET, "key": "uri"}
+    (deletion,) = [d for d in patches if d["kind"] == "Secret"]
+    assert deletion["metadata"]["name"] == "memoryos-database" and deletion["$patch"] == "delete"
+    policy = one(resources, "NetworkPolicy", CNPG_CLUSTER)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"cnpg.io/cluster": CNPG_CLUSTER}
+    allowed = {
+        (json_key(peer), port["port"]) for rule in policy["spec"]["ingress"] for peer in rule["from"]
+        for port in rule["ports"]
+    }  # fmt: skip
+    worker_peer = json_key({"podSelector": {"matchLabels": {"app.kubernetes.io/name": WORKER}}})
+    instances = json_key({"podSelector": {"matchLabels": {"cnpg.io/cluster": CNPG_CLUSTER}}})
+    operator = [
+        peer for rule in policy["spec"]["ingress"] for peer in rule["from"] if "namespaceSelector" in peer
+    ]
+    assert (worker_peer, 5432) in allowed and (instances, 5432) in allowed
+    assert {(json_key(operator[0]), 8000), (json_key(operator[0]), 5432)} <= allowed
+    for overlay in ("cpu", "gpu"):
+        assert "cloudnative-pg" in offered(overlay), overlay
+
+
+def json_key(value: Any) -> str:
+    return yaml.safe_dump(value, sort_keys=True)
 
 
 def test_keda_replaces_the_hpa_in_the_keda_overlays() -> None:
@@ -252,7 +312,11 @@ def test_each_render(render: Render, overlay: str, components: tuple[str, ...]) 
     assert rolling == ({"maxSurge": 0, "maxUnavailable": 1} if gpu else {"maxSurge": 1, "maxUnavailable": 0})
 
     claims = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
-    assert claims.keys() == RWX_VOLUMES
+    shared_cache = "shared-snapshot-cache" in components
+    assert claims.keys() == (RWX_VOLUMES if shared_cache else RWX_VOLUMES - {"memoryos-data"})
+    assert_the_workers_use_their_database(
+        docs, cnpg="cloudnative-pg" in components, shared_cache=shared_cache
+    )
     if "rwx-storage-class" in components:
         (value,) = documents("components", "rwx-storage-class", "storage-class.yaml")
         assert {spec.get("storageClassName") for spec in claims.values()} == {
@@ -283,6 +347,73 @@ def test_each_render(render: Render, overlay: str, components: tuple[str, ...]) 
     (trigger,) = spec["triggers"]
     assert trigger["metadata"]["query"] == f'sum(memoryos_queue_depth{{namespace="{namespace}"}})'
     assert trigger["metadata"]["threshold"] == hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"]
+
+
+def assert_the_workers_use_their_database(
+    docs: list[dict[str, Any]], *, cnpg: bool, shared_cache: bool
+) -> None:
+    """The worker's MEMORYOS_DATABASE_URL from a Secret of the render (the base's generated placeholder) or
+    from CloudNativePG's; no other container gets it; the data volume an emptyDir or the shared claim; every
+    namespaced resource in the workers' namespace."""
+    worker = one(docs, "Deployment", WORKER)
+    namespace = worker["metadata"]["namespace"]
+    spec = worker["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (url,) = [item for item in container["env"] if item["name"] == "MEMORYOS_DATABASE_URL"]
+    reference = url["valueFrom"]["secretKeyRef"]
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    if cnpg:
+        assert reference == {"name": CNPG_SECRET, "key": "uri"}
+        cluster = one(docs, "Cluster", CNPG_CLUSTER)
+        assert cluster["metadata"]["namespace"] == namespace
+        assert one(docs, "NetworkPolicy", CNPG_CLUSTER)["metadata"]["namespace"] == namespace
+        assert not any(name.startswith("memoryos-database") for name in secrets), "the placeholder goes"
+    else:
+        assert reference["key"] == "url" and reference["name"].startswith("memoryos-database-")
+        assert "url" in secrets[reference["name"]]["data"], "the generated Secret the worker names"
+        assert not any(d["kind"] == "Cluster" for d in docs)
+    for doc in docs:
+        for pod in [(doc.get("spec") or {}).get("template", {}).get("spec", {})]:
+            for other in pod.get("containers", []):
+                if doc["metadata"]["name"] != WORKER:
+                    assert "MEMORYOS_DATABASE_URL" not in {e["name"] for e in other.get("env", [])}
+    (data,) = [volume for volume in spec["volumes"] if volume["name"] == "data"]
+    if shared_cache:
+        assert data == {"name": "data", "persistentVolumeClaim": {"claimName": "memoryos-data"}}
+        claim = one(docs, "PersistentVolumeClaim", "memoryos-data")
+        assert claim["metadata"]["namespace"] == namespace
+    else:
+        assert set(data) == {"name", "emptyDir"}
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_the_cloudnative_pg_cluster_validates_against_its_crd(render: Render, overlay: str) -> None:
+    """The rendered Cluster against CloudNativePG's CRD (deploy/check/crds/), with the deploy tools' python
+    that `.ci/deploy-check` uses (jsonschema, kubernetes-validate): a misspelled or mistyped field fails."""
+    python = Path(kubectl() or "").parent / "python"
+    if not python.exists():
+        pytest.skip("no deploy tools venv: .ci/deploy-check validates the render")
+    docs = render(overlay, ("cloudnative-pg",))
+    rendered = Path(os.environ.get("TMPDIR", "/tmp")) / f"memoryos-{overlay}-cnpg-{os.getpid()}.yaml"
+    builtin = rendered.with_suffix(".builtin.yaml")
+    try:
+        rendered.write_text(yaml.safe_dump_all(docs))
+        result = subprocess.run(
+            [str(python), str(DEPLOY / "check" / "crd_validate.py"), str(rendered), str(builtin)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"Cluster/{CNPG_CLUSTER}: valid" in result.stdout
+        broken = [dict(d, spec={**d["spec"], "instance": 3}) if d["kind"] == "Cluster" else d for d in docs]
+        rendered.write_text(yaml.safe_dump_all(broken))
+        result = subprocess.run(
+            [str(python), str(DEPLOY / "check" / "crd_validate.py"), str(rendered), str(builtin)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 1 and "'instance' was unexpected" in result.stdout + result.stderr
+    finally:
+        rendered.unlink(missing_ok=True)
+        builtin.unlink(missing_ok=True)
 
 
 def test_every_secret_volume_says_whether_it_is_optional() -> None:

@@ -9,12 +9,14 @@ each returns; the lexical ones take words, not a query language, so each store s
 the same scores (FTS5's BM25).
 """
 
+import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from memoryos.errors import WriteIdConflictError
 from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind, Page, Segment, Turn
 
 CONTENT_ID_PREFIX = "sha256-"
@@ -26,6 +28,29 @@ one is taken as the same write (what the store did before), so no schema change 
 
 Fence = Callable[[], int | None]
 """The fencing number this process holds for a space's shard now (None: none, so it may not write)."""
+
+
+def logged_detail(
+    op_id: str, write_id: str | None, logged: Sequence[tuple[str | None, str | None, str]]
+) -> dict[str, Any] | None:
+    """The detail of the first of the `logged` rows (op id, write id, detail as JSON) that is the op
+    `op_id` or the write `write_id`; None when none is. `WriteIdConflictError` when the write id came
+    back under another content id: the same id with other content (`CONTENT_ID_PREFIX`)."""
+    found = next(
+        (row for row in logged if row[0] == op_id or (write_id is not None and row[1] == write_id)), None
+    )
+    if found is None:
+        return None
+    logged_id = found[0] or ""
+    if (
+        write_id is not None
+        and logged_id != op_id
+        and logged_id.startswith(CONTENT_ID_PREFIX)
+        and op_id.startswith(CONTENT_ID_PREFIX)
+    ):
+        raise WriteIdConflictError(write_id)
+    return dict(json.loads(found[2]))
+
 
 Side = Literal["user_input", "agent_response"]
 """A page's two texts, the columns of lexical search."""
@@ -69,9 +94,9 @@ class RecordStore(Protocol):
     def delete_meta(self, key: str) -> None: ...
     def delete_pages(self, pages: Sequence[Page]) -> None: ...
     def delete_profile_versions(self) -> None: ...
-    def document_frequency(
-        self, term: str, column: Side | None = None, at_most: int | None = None
-    ) -> int: ...
+    def document_frequencies(
+        self, terms: Sequence[str], column: Side | None = None, at_most: int | None = None
+    ) -> list[int]: ...
     def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]: ...
     def expired_knowledge_ids(self, now: float) -> list[int]: ...
     def expired_page_ids(self, now: float) -> list[int]: ...
@@ -113,6 +138,7 @@ class RecordStore(Protocol):
         self, kind: str, at: float, detail: dict[str, Any], op_id: str, write_id: str | None
     ) -> None: ...
     def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None: ...
+    def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]: ...
     def mark_stale(self, chain_ids: Sequence[int], segment_ids: Sequence[int]) -> None: ...
     def max_page_id(self) -> int: ...
     def max_vector_seq(self) -> int: ...

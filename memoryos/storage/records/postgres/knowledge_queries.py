@@ -74,9 +74,11 @@ class PostgresKnowledgeQueries(PostgresQueries):
         return entry_id
 
     def add_knowledge_sources(self, entry_id: int, page_ids: Sequence[int]) -> None:
-        self._write_many(
-            "INSERT INTO knowledge_sources(space_id, entry_id, page_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            [(self.space_id, entry_id, pid) for pid in page_ids],
+        self._write_rows(
+            "INSERT INTO knowledge_sources(space_id, entry_id, page_id) SELECT %s, r.* FROM "
+            "unnest(%s::bigint[], %s::bigint[]) AS r ON CONFLICT DO NOTHING",
+            (self.space_id,),
+            [(entry_id, pid) for pid in page_ids],
         )
 
     def knowledge_entries(self, entry_ids: Sequence[int]) -> list[KnowledgeEntry]:

@@ -188,13 +188,13 @@ def lexical_search(
     return [(int(row[0]), float(row[1])) for row in rows]
 
 
-_DOCUMENT_FREQUENCY = """
-SELECT count(*) FROM (
+_DOCUMENT_FREQUENCIES = """
+SELECT (SELECT count(*) FROM (
     SELECT 1 FROM page_terms t
-    WHERE t.space_id = %(space_id)s AND t.term = %(first)s
+    WHERE t.space_id = %(space_id)s AND t.term = q.first
       AND t.user_tf * %(in_user)s + t.agent_tf * %(in_agent)s > 0
       AND NOT EXISTS (
-          SELECT 1 FROM unnest(%(rest)s::text[]) AS r(term)
+          SELECT 1 FROM unnest(string_to_array(q.rest, ' ')) AS r(term)
           WHERE NOT EXISTS (
               SELECT 1 FROM page_terms o
               WHERE o.space_id = t.space_id AND o.term = r.term AND o.page_id = t.page_id
@@ -202,8 +202,45 @@ SELECT count(*) FROM (
           )
       )
     LIMIT %(at_most)s
-) AS matching
+) AS matching)
+FROM unnest(%(firsts)s::text[], %(rests)s::text[]) WITH ORDINALITY AS q(first, rest, position)
+ORDER BY q.position
 """
+"""Each term's count in one statement: a term's first token walks its index range, its further tokens (a
+multi-token term) are probed per page. Tokens never hold a space (FTS5's separators), so a term's further
+tokens travel as one space-joined text: PostgreSQL's arrays cannot be ragged."""
+
+
+def document_frequencies(
+    conn: psycopg.Connection,
+    space_id: int,
+    terms: Sequence[str],
+    column: Literal["user_input", "agent_response"] | None,
+    at_most: int | None,
+) -> list[int]:
+    """Pages of the space matching each quoted term (FTS5's `"term"`, or `column : "term"` with a
+    column): the SQLite store's counts, in the order of `terms`. With `at_most` counting stops there, so
+    a word in most pages of a large space costs `at_most` index entries, not the space (a NULL LIMIT is
+    no limit). A term with no token matches nothing. One statement for all of them."""
+    tokens = [list(dict.fromkeys(query_tokens(term))) for term in terms]
+    asked = [position for position, found in enumerate(tokens) if found]
+    counts = [0] * len(terms)
+    if not asked:
+        return counts
+    rows = conn.execute(
+        _DOCUMENT_FREQUENCIES,
+        {
+            "space_id": space_id,
+            "firsts": [tokens[position][0] for position in asked],
+            "rests": [" ".join(tokens[position][1:]) for position in asked],
+            "in_user": int(column != "agent_response"),
+            "in_agent": int(column != "user_input"),
+            "at_most": at_most,
+        },
+    ).fetchall()
+    for position, row in zip(asked, rows, strict=True):
+        counts[position] = int(row[0])
+    return counts
 
 
 def document_frequency(
@@ -213,25 +250,5 @@ def document_frequency(
     column: Literal["user_input", "agent_response"] | None,
     at_most: int | None,
 ) -> int:
-    """Pages of the space matching the quoted `term` (FTS5's `"term"`, or `column : "term"` with a
-    column): the SQLite store's `document_frequency`. With `at_most` counting stops there, so a word in
-    most pages of a large space costs `at_most` index entries, not the space (a NULL LIMIT is no limit).
-
-    The pages are walked along the first token's index range; further tokens of a multi-token term are
-    probed per page (`query_tokens` on that approximation). One statement."""
-    tokens = list(dict.fromkeys(query_tokens(term)))
-    if not tokens:
-        return 0
-    in_user, in_agent = int(column != "agent_response"), int(column != "user_input")
-    row = conn.execute(
-        _DOCUMENT_FREQUENCY,
-        {
-            "space_id": space_id,
-            "first": tokens[0],
-            "rest": tokens[1:],
-            "in_user": in_user,
-            "in_agent": in_agent,
-            "at_most": at_most,
-        },
-    ).fetchone()
-    return int(row[0]) if row is not None else 0
+    """`document_frequencies` of one term."""
+    return document_frequencies(conn, space_id, [term], column, at_most)[0]

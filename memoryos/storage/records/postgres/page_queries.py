@@ -32,41 +32,44 @@ class PostgresPageQueries(PostgresQueries):
         ids = list(range(first, first + len(turns)))
         seq = self._take("max_vector_seq", 0 if vectors is None else len(turns)) + 1
         terms = lexical.page_terms([(turn.user_input, turn.agent_response) for turn in turns])
-        self._write_many(
+        rows = [
+            (
+                page_id,
+                turn.user_input,
+                turn.agent_response,
+                turn.timestamp,
+                json.dumps(turn.meta_data) if turn.meta_data else None,
+                None if vectors is None else to_blob(vectors[i]),
+                None if vectors is None else seq + i,
+                page_terms.user_len,
+                page_terms.agent_len,
+            )
+            for i, (page_id, turn, page_terms) in enumerate(zip(ids, turns, terms, strict=True))
+        ]
+        # One statement for a run of writes, arrays per column: a statement per page cost most of a write.
+        self._write_rows(
             "INSERT INTO pages(space_id, page_id, user_input, agent_response, timestamp, meta_data, vector, "
-            "vector_seq, created_at, updated_at, expires_at, op_id, user_len, agent_len) "
-            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            [
-                (
-                    self.space_id,
-                    page_id,
-                    turn.user_input,
-                    turn.agent_response,
-                    turn.timestamp,
-                    json.dumps(turn.meta_data) if turn.meta_data else None,
-                    None if vectors is None else to_blob(vectors[i]),
-                    None if vectors is None else seq + i,
-                    at,
-                    at,
-                    expires_at,
-                    op_id,
-                    page_terms.user_len,
-                    page_terms.agent_len,
-                )
-                for i, (page_id, turn, page_terms) in enumerate(zip(ids, turns, terms, strict=True))
-            ],
+            "vector_seq, user_len, agent_len, created_at, updated_at, expires_at, op_id) "
+            "SELECT %s, r.* FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::bytea[], %s::bigint[], %s::int[], %s::int[], %s::float8[], %s::float8[], %s::float8[], "
+            "%s::text[]) AS r",
+            (self.space_id,),
+            [(*row, at, at, expires_at, op_id) for row in rows],
         )
         self._insert_terms(ids, terms)
         return ids
 
     def _insert_terms(self, page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> None:
-        self._write_many(
-            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf) VALUES (%s,%s,%s,%s,%s)",
-            [
-                (self.space_id, term, page_id, user_tf, agent_tf)
-                for page_id, page_terms in zip(page_ids, terms, strict=True)
-                for term, (user_tf, agent_tf) in page_terms.terms.items()
-            ],
+        rows = [
+            (term, page_id, user_tf, agent_tf)
+            for page_id, page_terms in zip(page_ids, terms, strict=True)
+            for term, (user_tf, agent_tf) in page_terms.terms.items()
+        ]
+        self._write_rows(
+            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf) SELECT %s, r.* FROM "
+            "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[]) AS r",
+            (self.space_id,),
+            rows,
         )
 
     def pages(self, page_ids: Sequence[int]) -> list[Page]:
@@ -190,9 +193,15 @@ class PostgresPageQueries(PostgresQueries):
         if not vectors:
             return
         first = self._take("max_vector_seq", len(vectors)) + 1
-        self._write_many(
-            "UPDATE pages SET vector = %s, vector_seq = %s WHERE space_id = %s AND page_id = %s",
-            [(to_blob(vector), first + i, self.space_id, pid) for i, (pid, vector) in enumerate(vectors)],
+        self._write(
+            "UPDATE pages p SET vector = v.vector, vector_seq = v.seq FROM unnest(%s::bigint[], %s::bytea[], "
+            "%s::bigint[]) AS v(page_id, vector, seq) WHERE p.space_id = %s AND p.page_id = v.page_id",
+            (
+                [pid for pid, _ in vectors],
+                [to_blob(vector) for _, vector in vectors],
+                list(range(first, first + len(vectors))),
+                self.space_id,
+            ),
         )
 
     def max_page_id(self) -> int:
@@ -216,9 +225,11 @@ class PostgresPageQueries(PostgresQueries):
     # --- lifecycle: edits, deletes, expiry, paging ------------------------------------------------------
     def _withdraw_vectors(self, page_ids: Sequence[int]) -> None:
         first = self._take("next_withdrawn_seq", len(page_ids))
-        self._write_many(
-            "INSERT INTO withdrawn_vectors(space_id, seq, page_id) VALUES (%s, %s, %s)",
-            [(self.space_id, first + i, pid) for i, pid in enumerate(page_ids)],
+        self._write_rows(
+            "INSERT INTO withdrawn_vectors(space_id, seq, page_id) SELECT %s, r.* FROM "
+            "unnest(%s::bigint[], %s::bigint[]) AS r",
+            (self.space_id,),
+            [(first + i, pid) for i, pid in enumerate(page_ids)],
         )
 
     def delete_pages(self, pages: Sequence[Page]) -> None:
@@ -323,14 +334,14 @@ class PostgresPageQueries(PostgresQueries):
             (*values, self.space_id, list(page_ids)),
         )
 
-    def document_frequency(
+    def document_frequencies(
         self,
-        term: str,
+        terms: Sequence[str],
         column: Literal["user_input", "agent_response"] | None = None,
         at_most: int | None = None,
-    ) -> int:
+    ) -> list[int]:
         with self._connection() as connection:
-            return lexical.document_frequency(connection, self.space_id, term, column, at_most)
+            return lexical.document_frequencies(connection, self.space_id, terms, column, at_most)
 
     def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float | None]:
         """Each page's timestamp as a Julian day number, read by SQLite's own `julianday` (`sqlite_dates.py`)."""

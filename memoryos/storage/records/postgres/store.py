@@ -14,14 +14,14 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memoryos.errors import SpaceNotFoundError, StorageError, WriteIdConflictError
-from memoryos.storage.records.base import CONTENT_ID_PREFIX, Fence
+from memoryos.errors import SpaceNotFoundError, StorageError
+from memoryos.storage.records.base import Fence, logged_detail
 from memoryos.storage.records.postgres.knowledge_queries import PostgresKnowledgeQueries
 from memoryos.storage.records.postgres.page_queries import PostgresPageQueries
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
@@ -98,6 +98,9 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
 
     # --- meta and log ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
+        transaction = self._current()
+        if transaction is not None:
+            return transaction.meta.get(key)  # read with the space's lock, kept up to date below
         value = self._one("SELECT value FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
         return None if value is None else str(value)
 
@@ -107,6 +110,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             "ON CONFLICT (space_id, key) DO UPDATE SET value = EXCLUDED.value",
             (self.space_id, key, value),
         )
+        self._open_transaction().meta[key] = value
 
     def delete_all(self, tables: tuple[str, ...], keep_meta: tuple[str, ...]) -> None:
         """Delete every row of the space in `tables` (names from the code, never from input) and every meta
@@ -120,9 +124,13 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         self._write(
             "DELETE FROM meta WHERE space_id = %s AND NOT (key = ANY(%s))", (self.space_id, list(keep_meta))
         )
+        meta = self._open_transaction().meta
+        for key in [key for key in meta if key not in keep_meta]:
+            del meta[key]
 
     def delete_meta(self, key: str) -> None:
         self._write("DELETE FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
+        self._open_transaction().meta.pop(key, None)
 
     def data_version(self) -> int:
         """Changes whenever any process commits to this space (`spaces.change_seq`): the cheap test of
@@ -133,10 +141,10 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         return int(value)
 
     def log_op(self, kind: str, at: float, detail: dict[str, Any], op_id: str, write_id: str | None) -> None:
-        self._write(
-            "INSERT INTO op_log(space_id, seq, kind, at, detail, op_id, write_id) VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (self.space_id, self._take("next_op_seq"), kind, at, json.dumps(detail), op_id, write_id),
-        )
+        """Kept with the transaction and inserted with its commit: a run of ops logs in one statement."""
+        transaction = self._open_transaction()
+        transaction.dirty = True
+        transaction.logged.append((self._take("next_op_seq"), kind, at, json.dumps(detail), op_id, write_id))
 
     def checkpoint(self) -> None:
         """Nothing to do: deleted rows leave the tables at once (dead tuples until vacuum: docs/service.md)."""
@@ -144,26 +152,25 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
     def logged_op(self, op_id: str, write_id: str | None) -> dict[str, Any] | None:
         """As `SqliteStore.logged_op`: the detail of an op applied under `op_id` or a write stored under
         `write_id`; `WriteIdConflictError` when the write id was stored with other content."""
-        rows = self._all(
-            "SELECT detail, op_id FROM op_log WHERE space_id = %s AND (op_id = %s OR write_id = %s) LIMIT 1",
-            (self.space_id, op_id, write_id),
-        )
-        if not rows:
-            return None
-        logged_id = rows[0][1] or ""
-        if (
-            write_id is not None
-            and logged_id != op_id
-            and logged_id.startswith(CONTENT_ID_PREFIX)
-            and op_id.startswith(CONTENT_ID_PREFIX)
-        ):
-            raise WriteIdConflictError(write_id)
-        return dict(json.loads(rows[0][0]))
+        return self.logged_ops([(op_id, write_id)])[0]
+
+    def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]:
+        """`logged_op` of each (op id, write id), in one statement for all of them: the rows this
+        transaction logged are looked at first (they go in at its commit)."""
+        transaction = self._current()
+        logged = [] if transaction is None else [(row[4], row[5], row[3]) for row in transaction.logged]
+        with self._connection(flush=False) as connection:  # the op log's own rows wait in `logged`
+            logged += connection.execute(
+                "SELECT op_id, write_id, detail FROM op_log WHERE space_id = %s "
+                "AND (op_id = ANY(%s) OR write_id = ANY(%s))",
+                (self.space_id, [op_id for op_id, _ in keys], [w for _, w in keys if w is not None]),
+            ).fetchall()
+        return [logged_detail(op_id, write_id, logged) for op_id, write_id in keys]
 
     def erase(self) -> None:
         """Delete every row of the space at once (its `spaces` row and, by cascade, everything keyed by
         it), fenced like any write; the store is unusable afterwards."""
-        with self.transaction():
-            self._open_transaction().dirty = False  # no counters to write back: the row goes
-            self._write("DELETE FROM spaces WHERE space_id = %s", (self.space_id,))
-            self._open_transaction().dirty = False
+        with self.transaction():  # not dirty: no counters to write back, the row goes
+            self._open_transaction().connection.execute(
+                "DELETE FROM spaces WHERE space_id = %s", (self.space_id,)
+            )

@@ -47,13 +47,50 @@ def storage_error(error: psycopg.Error) -> StorageError:
     return kind(f"the memory database could not be used: {type(error).__name__}: {error}")
 
 
-class _Transaction:
-    __slots__ = ("connection", "counters", "dirty")
+class _Rows:
+    """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
+    while the writes of a transaction come in the same kind one after another."""
 
-    def __init__(self, connection: psycopg.Connection, counters: dict[str, int]) -> None:
+    __slots__ = ("fixed", "rows", "sql")
+
+    def __init__(self, sql: str, fixed: tuple[Any, ...]) -> None:
+        self.sql = sql
+        self.fixed = fixed
+        self.rows: list[tuple[Any, ...]] = []
+
+    def params(self) -> list[Any]:
+        return [*self.fixed, *(list(column) for column in zip(*self.rows, strict=True))]
+
+
+class _Transaction:
+    """The open write transaction of one thread: its connection, the space's counters and meta as read
+    under the lock, and the writes not yet sent. Writes wait, in order, until the transaction reads or
+    commits, and then go in one pipeline (one round trip); consecutive rows of one kind (a run of pages)
+    become one statement, and the op log's rows one more at commit."""
+
+    __slots__ = ("connection", "counters", "deferred", "dirty", "logged", "meta")
+
+    def __init__(
+        self, connection: psycopg.Connection, counters: dict[str, int], meta: dict[str, str]
+    ) -> None:
         self.connection = connection
         self.counters = counters
+        self.meta = meta
+        self.deferred: list[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows] = []
+        self.logged: list[tuple[int, str, float, str, str, str | None]] = []
         self.dirty = False
+
+    def flush(self) -> None:
+        """Send the writes waiting, in order, in one pipeline."""
+        if not self.deferred:
+            return
+        waiting, self.deferred = self.deferred, []
+        with self.connection.pipeline():
+            for write in waiting:
+                if isinstance(write, _Rows):
+                    self.connection.execute(write.sql.encode(), write.params())
+                else:
+                    self.connection.execute(write[0].encode(), write[1])
 
 
 class PostgresQueries:
@@ -67,10 +104,13 @@ class PostgresQueries:
 
     # --- running statements ---------------------------------------------------------------------------
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
-        """The open transaction's connection on this thread, else one borrowed for the caller's block."""
+    def _connection(self, flush: bool = True) -> Iterator[psycopg.Connection]:
+        """The open transaction's connection on this thread (its waiting writes sent first, so a read sees
+        them; `flush` False for a read they cannot change), else one borrowed for the caller's block."""
         transaction: _Transaction | None = getattr(self._local, "transaction", None)
         if transaction is not None:
+            if flush:
+                transaction.flush()
             yield transaction.connection
             return
         try:
@@ -91,19 +131,30 @@ class PostgresQueries:
         rows = self._all(sql, params)
         return rows[0][0] if rows else None
 
-    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """A statement that changes the space: only inside `transaction` (a write is always fenced)."""
-        self._open_transaction().dirty = True
-        with self._connection() as connection:
-            connection.execute(sql.encode(), params)
+    def _write(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
+        """A statement that changes the space: only inside `transaction` (a write is always fenced). It
+        waits for the transaction's next read or its commit (`_Transaction.flush`)."""
+        transaction = self._open_transaction()
+        transaction.dirty = True
+        transaction.deferred.append((sql, params))
 
-    def _write_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[tuple[Any, ...]]) -> None:
+        """Rows for `sql` (its `fixed` parameters, then one array per column): rows of the same statement
+        written one after another join one statement."""
         rows = list(rows)
         if not rows:
             return
-        self._open_transaction().dirty = True
-        with self._connection() as connection, connection.cursor() as cursor:
-            cursor.executemany(sql.encode(), rows)
+        transaction = self._open_transaction()
+        transaction.dirty = True
+        last = transaction.deferred[-1] if transaction.deferred else None
+        if not (isinstance(last, _Rows) and last.sql == sql and last.fixed == fixed):
+            last = _Rows(sql, fixed)
+            transaction.deferred.append(last)
+        last.rows += rows
+
+    def _current(self) -> _Transaction | None:
+        """This thread's open transaction, if any."""
+        return getattr(self._local, "transaction", None)
 
     def _open_transaction(self) -> _Transaction:
         transaction: _Transaction | None = getattr(self._local, "transaction", None)
@@ -137,12 +188,12 @@ class PostgresQueries:
             raise StorageError("transactions of a memory space do not nest")
         try:
             with self._pool.connection() as connection, connection.transaction():
-                transaction = _Transaction(connection, self._lock_space(connection, wait_for_writers))
+                transaction = _Transaction(connection, *self._lock_space(connection, wait_for_writers))
                 self._local.transaction = transaction
                 try:
                     yield
                     if transaction.dirty:
-                        self._write_back(connection, transaction.counters)
+                        self._write_back(connection, transaction)
                 finally:
                     self._local.transaction = None
         except pg_errors.LockNotAvailable as error:
@@ -150,8 +201,11 @@ class PostgresQueries:
         except (pg_errors.DiskFull, pg_errors.OutOfMemory, *_UNREACHABLE) as error:
             raise storage_error(error) from error
 
-    def _lock_space(self, connection: psycopg.Connection, wait_for_writers: bool) -> dict[str, int]:
-        """Lock the space's row (and its shard's fence row, shared) and read its counters."""
+    def _lock_space(
+        self, connection: psycopg.Connection, wait_for_writers: bool
+    ) -> tuple[dict[str, int], dict[str, str]]:
+        """Lock the space's row (and its shard's fence row, shared) and read its counters and meta, in
+        one round trip: the ops of the transaction read meta without asking the server again."""
         nowait = "" if wait_for_writers else " NOWAIT"
         fence_column = (
             "(SELECT number FROM shard_fences f WHERE f.shard = %s FOR SHARE" + nowait + ")"
@@ -160,8 +214,9 @@ class PostgresQueries:
         )
         params: list[Any] = [] if self.shard is None else [self.shard]
         row = connection.execute(
-            f"SELECT {', '.join(COUNTERS)}, {fence_column} FROM spaces WHERE space_id = %s "
-            f"FOR UPDATE{nowait}".encode(),
+            f"SELECT {', '.join(COUNTERS)}, (SELECT json_object_agg(key, value) FROM meta m "
+            f"WHERE m.space_id = s.space_id), {fence_column} FROM spaces s WHERE space_id = %s "
+            f"FOR UPDATE OF s{nowait}".encode(),
             [*params, self.space_id],
         ).fetchone()
         if row is None:
@@ -170,14 +225,25 @@ class PostgresQueries:
             held = self._fence() if self._fence is not None else None
             if held is None or row[-1] != held:
                 raise FencedOutError(self.shard, held, row[-1])
-        return dict(zip(COUNTERS, (int(value) for value in row[:-1]), strict=True))
+        counters = dict(zip(COUNTERS, (int(value) for value in row[: len(COUNTERS)]), strict=True))
+        return counters, dict(row[len(COUNTERS)] or {})
 
-    def _write_back(self, connection: psycopg.Connection, counters: dict[str, int]) -> None:
+    def _write_back(self, connection: psycopg.Connection, transaction: _Transaction) -> None:
+        """The op log rows of the transaction, then its counters (with `change_seq` bumped), before COMMIT:
+        two statements, sent together."""
         assignments = ", ".join(f"{name} = %s" for name in COUNTERS)
-        connection.execute(
-            f"UPDATE spaces SET {assignments}, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
-            [*(counters[name] for name in COUNTERS), self.space_id],
-        )
+        transaction.flush()
+        with connection.pipeline():
+            if transaction.logged:
+                connection.execute(
+                    "INSERT INTO op_log(space_id, seq, kind, at, detail, op_id, write_id) SELECT %s, * FROM "
+                    "unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[], %s::text[], %s::text[])",
+                    [self.space_id, *(list(column) for column in zip(*transaction.logged, strict=True))],
+                )
+            connection.execute(
+                f"UPDATE spaces SET {assignments}, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
+                [*(transaction.counters[name] for name in COUNTERS), self.space_id],
+            )
 
     def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
         if not ids:

@@ -350,9 +350,14 @@ class PageQueries(StoreQueries):
             f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
         )
 
-    def document_frequency(self, term: str, column: Side | None = None, at_most: int | None = None) -> int:
-        """Pages matching `term` (in `column` only, when given); with `at_most`, counting stops there (a
-        bounded cost for words found in most pages of a large space)."""
+    def document_frequencies(
+        self, terms: Sequence[str], column: Side | None = None, at_most: int | None = None
+    ) -> list[int]:
+        """Pages matching each of `terms` (in `column` only, when given), in order; with `at_most`,
+        counting stops there (a bounded cost for words found in most pages of a large space)."""
+        return [self._document_frequency(term, column, at_most) for term in terms]
+
+    def _document_frequency(self, term: str, column: Side | None, at_most: int | None) -> int:
         expression = quoted(term) if column is None else f"{column} : {quoted(term)}"
         if at_most is None:
             return int(self._one("SELECT COUNT(*) FROM pages_fts WHERE pages_fts MATCH ?", (expression,)))

@@ -14,12 +14,12 @@ import os
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from memoryos.errors import StorageError, WriteIdConflictError
-from memoryos.storage.records.base import CONTENT_ID_PREFIX
+from memoryos.errors import StorageError
+from memoryos.storage.records.base import logged_detail
 from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
 from memoryos.storage.records.sqlite.page_queries import PageQueries
 from memoryos.storage.records.sqlite.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -167,12 +167,10 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         return None if version is None else int(version)
 
     def erase(self) -> None:
-        """Close the store and delete its file with its WAL and shared-memory files; the caller has emptied
-        it first (a crash while the files go leaves an empty space) and removes the directory."""
+        """Close the store: its file goes with the space's directory, which the caller removes once a
+        `ForgetSpace` op emptied it (a crash while the files go leaves an empty store, never a half-erased
+        one)."""
         self.close()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
 
     # --- meta and log ---------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -221,18 +219,13 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         `write_id`; None when neither was. `WriteIdConflictError` when `write_id` was stored with other
         content: both op ids are content ids (`CONTENT_ID_PREFIX`) and differ. Checked here, inside the
         transaction that would store the write, so two processes cannot both take the id."""
-        row = self._db.execute(
-            "SELECT detail, op_id FROM op_log WHERE op_id = ? OR (? IS NOT NULL AND write_id = ?) LIMIT 1",
+        rows = self._db.execute(
+            "SELECT op_id, write_id, detail FROM op_log WHERE op_id = ? OR (? IS NOT NULL AND write_id = ?) "
+            "LIMIT 1",
             (op_id, write_id, write_id),
-        ).fetchone()
-        if row is None:
-            return None
-        logged_id = row[1] or ""
-        if (
-            write_id is not None
-            and logged_id != op_id
-            and logged_id.startswith(CONTENT_ID_PREFIX)
-            and op_id.startswith(CONTENT_ID_PREFIX)
-        ):
-            raise WriteIdConflictError(write_id)
-        return dict(json.loads(row[0]))
+        ).fetchall()
+        return logged_detail(op_id, write_id, rows)
+
+    def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]:
+        """`logged_op` of each (op id, write id), in order (a local file answers each at once)."""
+        return [self.logged_op(op_id, write_id) for op_id, write_id in keys]
