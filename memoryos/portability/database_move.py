@@ -290,6 +290,12 @@ def _space_to_database(
             if created is None:
                 raise _Refused
             _copy_into(connection, int(created[0]), rows)
+            connection.execute(  # BM25's corpus totals, as the store keeps them up to date
+                "UPDATE spaces SET page_count = (SELECT COUNT(*) FROM pages WHERE space_id = %(id)s), "
+                "token_count = (SELECT COALESCE(SUM(user_len + agent_len), 0) FROM pages "
+                "WHERE space_id = %(id)s) WHERE space_id = %(id)s",
+                {"id": int(created[0])},
+            )
     except _Refused:
         return SpaceMove(space, "refused", "already in the database (left as it is there and here)")
     except Exception as error:  # any failure of this space is reported; the others still move

@@ -83,15 +83,15 @@ def store_space(
 ) -> tuple[int, list[int]]:
     """A space holding `sides` as pages with their lexical rows; (space_id, page ids). Ids are spread out
     (7, 10, 13, ...) so a position mistaken for an id shows."""
-    row = conn.execute(
-        "INSERT INTO spaces (tenant, user_id, assistant_id, incarnation, created_at) "
-        "VALUES ('t', %s, 'a', 'i', 0) RETURNING space_id",
-        [user_id],
+    page_ids = [7 + 3 * position for position in range(len(sides))]
+    tokenized = page_terms(sides)
+    row = conn.execute(  # with BM25's corpus totals, as the store keeps them
+        "INSERT INTO spaces (tenant, user_id, assistant_id, incarnation, created_at, page_count, token_count) "
+        "VALUES ('t', %s, 'a', 'i', 0, %s, %s) RETURNING space_id",
+        [user_id, len(sides), sum(terms.user_len + terms.agent_len for terms in tokenized)],
     ).fetchone()
     assert row is not None
     space_id = int(row[0])
-    page_ids = [7 + 3 * position for position in range(len(sides))]
-    tokenized = page_terms(sides)
     with conn.cursor() as cursor:
         cursor.executemany(
             "INSERT INTO pages (space_id, page_id, user_input, agent_response, timestamp, user_len, "

@@ -27,6 +27,10 @@ def remembered(data_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
         for pair in conversation["pairs"]:
             memory.add_memory(pair["user_input"], pair["agent_response"], timestamp=pair["timestamp"])
         memory.flush()
+        # A delete and an edit: BM25's corpus totals follow them on PostgreSQL, as FTS5's do on SQLite.
+        memory.delete_page(3)
+        memory.update_page(5, user_input="I started a pottery class and a ceramics course.")
+        memory.flush()
         retrievals = []
         for qa in conversation["qa"]:
             context = memory.retrieve(qa["question"])

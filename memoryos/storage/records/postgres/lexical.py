@@ -139,8 +139,8 @@ hits AS (
     FROM phrases JOIN page_terms t ON t.space_id = %(space_id)s AND t.term = phrases.term
 ),
 corpus AS (
-    SELECT count(*)::float8 AS n, sum(user_len + agent_len)::float8 / count(*)::float8 AS avgdl
-    FROM pages WHERE space_id = %(space_id)s
+    SELECT page_count::float8 AS n, token_count::float8 / page_count::float8 AS avgdl
+    FROM spaces WHERE space_id = %(space_id)s
 ),
 idf AS (
     SELECT hits.phrase,

@@ -57,6 +57,7 @@ class PostgresPageQueries(PostgresQueries):
             [(*row, at, at, expires_at, op_id) for row in rows],
         )
         self._insert_terms(ids, terms)
+        self._count_pages(len(ids), sum(page.user_len + page.agent_len for page in terms))
         return ids
 
     def _insert_terms(self, page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> None:
@@ -234,6 +235,7 @@ class PostgresPageQueries(PostgresQueries):
 
     def delete_pages(self, pages: Sequence[Page]) -> None:
         ids = [page.page_id for page in pages]
+        self._count_pages(-len(pages), -self._tokens_of(ids))
         self._withdraw_vectors([page.page_id for page in pages if page.embedded])
         self._write("DELETE FROM page_terms WHERE space_id = %s AND page_id = ANY(%s)", (self.space_id, ids))
         self._write("DELETE FROM pages WHERE space_id = %s AND page_id = ANY(%s)", (self.space_id, ids))
@@ -244,6 +246,7 @@ class PostgresPageQueries(PostgresQueries):
         if page.embedded:
             self._withdraw_vectors([page.page_id])
         (terms,) = lexical.page_terms([(user_input, agent_response)])
+        self._count_pages(0, terms.user_len + terms.agent_len - self._tokens_of([page.page_id]))
         self._write(
             "UPDATE pages SET user_input = %s, agent_response = %s, meta_data = %s, vector = NULL, "
             "vector_seq = NULL, analyzed = false, analysis_attempts = 0, updated_at = %s, user_len = %s, "
@@ -263,6 +266,14 @@ class PostgresPageQueries(PostgresQueries):
             "DELETE FROM page_terms WHERE space_id = %s AND page_id = %s", (self.space_id, page.page_id)
         )
         self._insert_terms([page.page_id], [terms])
+
+    def _tokens_of(self, page_ids: Sequence[int]) -> int:
+        return int(
+            self._one(
+                "SELECT COALESCE(SUM(user_len + agent_len), 0) FROM pages WHERE space_id = %s AND page_id = ANY(%s)",
+                (self.space_id, list(page_ids)),
+            )
+        )
 
     def compact_text_index(self) -> None:
         """Nothing to merge: a deleted page's terms are rows, deleted with it."""

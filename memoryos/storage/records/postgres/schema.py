@@ -10,7 +10,8 @@ older one up to `SCHEMA_VERSION`, inside one transaction under an advisory lock,
 together migrate once and a crash midway leaves the old version.
 
 Lexical search (`lexical.py`) keeps each page's stemmed terms in `page_terms`, with the token counts of
-its two sides in `pages`, and computes FTS5's BM25 from them in SQL.
+its two sides in `pages`, and computes FTS5's BM25 from them in SQL; the space's page and token totals
+(`spaces.page_count`, `token_count`) give BM25's corpus size and mean length without reading every page.
 
 Fencing (`fences.py`): `shard_fences` holds, per shard, the fencing number of its current owner, drawn
 from `fence_numbers`, a sequence that only grows; every write transaction of a fenced space locks its
@@ -49,6 +50,8 @@ CREATE TABLE spaces (
     next_withdrawn_seq bigint NOT NULL DEFAULT 1,
     next_op_seq       bigint NOT NULL DEFAULT 1,
     max_vector_seq    bigint NOT NULL DEFAULT 0,
+    page_count        bigint NOT NULL DEFAULT 0,
+    token_count       bigint NOT NULL DEFAULT 0,
     created_at        double precision NOT NULL,
     UNIQUE (tenant, user_id, assistant_id)
 );

@@ -120,6 +120,11 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
                 continue  # SQLite's full-text table: here the terms are `page_terms`
             if table == "pages":
                 self._write("DELETE FROM page_terms WHERE space_id = %s", (self.space_id,))
+                self._write(
+                    "UPDATE spaces SET page_count = 0, token_count = 0 WHERE space_id = %s", (self.space_id,)
+                )
+                transaction = self._open_transaction()
+                transaction.pages_added = transaction.tokens_added = 0
             self._write(f"DELETE FROM {table} WHERE space_id = %s", (self.space_id,))
         self._write(
             "DELETE FROM meta WHERE space_id = %s AND NOT (key = ANY(%s))", (self.space_id, list(keep_meta))

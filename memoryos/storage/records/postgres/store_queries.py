@@ -68,7 +68,16 @@ class _Transaction:
     commits, and then go in one pipeline (one round trip); consecutive rows of one kind (a run of pages)
     become one statement, and the op log's rows one more at commit."""
 
-    __slots__ = ("connection", "counters", "deferred", "dirty", "logged", "meta")
+    __slots__ = (
+        "connection",
+        "counters",
+        "deferred",
+        "dirty",
+        "logged",
+        "meta",
+        "pages_added",
+        "tokens_added",
+    )
 
     def __init__(
         self, connection: psycopg.Connection, counters: dict[str, int], meta: dict[str, str]
@@ -78,6 +87,8 @@ class _Transaction:
         self.meta = meta
         self.deferred: list[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows] = []
         self.logged: list[tuple[int, str, float, str, str, str | None]] = []
+        self.pages_added = 0  # net pages and page tokens the transaction added (the corpus totals)
+        self.tokens_added = 0
         self.dirty = False
 
     def flush(self) -> None:
@@ -169,6 +180,12 @@ class PostgresQueries:
         transaction.counters[counter] = first + count
         return first
 
+    def _count_pages(self, pages: int, tokens: int) -> None:
+        """Pages and page tokens added to the space (negative: removed), for BM25's corpus totals."""
+        transaction = self._open_transaction()
+        transaction.pages_added += pages
+        transaction.tokens_added += tokens
+
     def _counter(self, counter: str) -> int:
         transaction: _Transaction | None = getattr(self._local, "transaction", None)
         if transaction is not None:
@@ -241,8 +258,14 @@ class PostgresQueries:
                     [self.space_id, *(list(column) for column in zip(*transaction.logged, strict=True))],
                 )
             connection.execute(
-                f"UPDATE spaces SET {assignments}, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
-                [*(transaction.counters[name] for name in COUNTERS), self.space_id],
+                f"UPDATE spaces SET {assignments}, page_count = page_count + %s, token_count = token_count + "
+                "%s, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
+                [
+                    *(transaction.counters[name] for name in COUNTERS),
+                    transaction.pages_added,
+                    transaction.tokens_added,
+                    self.space_id,
+                ],
             )
 
     def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
