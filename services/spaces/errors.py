@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from redis.exceptions import OutOfMemoryError
 
 from memoryos.errors import (
+    DatabaseUnavailableError,
     EmbeddingModelMismatchError,
     EmbeddingServerError,
+    FencedOutError,
     InvalidInputError,
     ItemNotFoundError,
     LLMError,
@@ -65,6 +67,8 @@ BUSY_RETRY_AFTER_S = 1
 """A space busy in another process: a forget or reindex takes seconds."""
 REDIS_RETRY_AFTER_S = 2
 """Redis restarting on the same host takes about that."""
+DATABASE_RETRY_AFTER_S = 2
+"""A PostgreSQL restart (crash recovery replays its WAL) takes a few seconds."""
 REDIS_FULL_RETRY_AFTER_S = 5
 """A full Redis has room again once the workers have applied (and trimmed) a few batches."""
 
@@ -91,6 +95,15 @@ ENGINE_ERRORS: dict[type[Exception], ErrorAnswer] = {
     SchedulerClosedError: _SHUTTING_DOWN,
     BatcherClosedError: _SHUTTING_DOWN,
     TimeoutError: ErrorAnswer(503, "unavailable", retry_after_s=BUSY_RETRY_AFTER_S),
+    DatabaseUnavailableError: ErrorAnswer(
+        503,
+        "unavailable",
+        "the memory database is not answering (restarting or unreachable); nothing was done, retry shortly",
+        DATABASE_RETRY_AFTER_S,
+    ),
+    FencedOutError: ErrorAnswer(
+        503, "unavailable", "the memory space's shard moved to another worker; retry", BUSY_RETRY_AFTER_S
+    ),
     StorageError: ErrorAnswer(500, "storage_error", "the memory store failed"),
 }
 """The engine's errors, most specific first. An owner's refusal is looked up by its class's name here."""

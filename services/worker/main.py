@@ -32,7 +32,7 @@ from services.queue.connection import REDIS_UNAVAILABLE, connect
 from services.queue.settings import QueueSettings
 from services.worker.consumer import ShardConsumer
 from services.worker.leases import ShardLeases
-from services.worker.outage import RedisOutage
+from services.worker.outage import Outage
 from services.worker.owner_calls import OwnerCallServer
 from services.worker.spaces import WorkerSpaces
 from services.worker.tombstones import honour_tombstones
@@ -247,7 +247,7 @@ class Worker:
         )
         owner_calls.start()
         log.info("worker started", extra={"worker": self.worker_id})
-        outage = RedisOutage("worker")
+        outage, database_outage = Outage("worker"), Outage("worker", "the database")
         checked = False  # the tombstones, before any shard is taken; again after Redis was away
         pruned_at = time.monotonic()
         try:
@@ -264,7 +264,11 @@ class Worker:
                     checked = False  # it may come back restored from a backup taken before a forget
                     stop.wait(outage.failed(error))
                     continue
+                except DatabaseUnavailableError as error:
+                    stop.wait(database_outage.failed(error))
+                    continue
                 outage.over()
+                database_outage.over()
                 self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
             # Drain: no more reads or writes, every space closed (its background work done, its numbers

@@ -29,7 +29,7 @@ from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
 from services.spaces.calls import REINDEX, owner_call, run_call
 from services.worker.bundles import run_bundle_call
-from services.worker.outage import RedisOutage
+from services.worker.outage import Outage
 from services.worker.reindex import run_reindex_call
 from services.worker.spaces import WorkerSpaces
 from services.worker.stream_progress import StreamProgress
@@ -92,7 +92,7 @@ class OwnerCallServer:
         threads = self.settings.worker_read_threads
         free = threading.Semaphore(threads)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="memoryos-read")
-        outage = RedisOutage("read server")
+        outage = Outage("read server")
         try:
             while not stop.is_set():
                 shards = self.owned()

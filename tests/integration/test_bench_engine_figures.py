@@ -18,6 +18,7 @@ from memoryos.embedding.engine.client import EngineEmbedder
 from memoryos.embedding.engine.server import EmbeddingEngine
 from services.queue.settings import QueueSettings
 from tests.support.fakes import HashEmbedder
+from tests.support.locomo_data import SKIP_REASON, locomo_source
 from tests.support.redis_server import running_redis
 
 pytestmark = pytest.mark.integration
@@ -94,6 +95,7 @@ def test_the_gpu_busy_share_is_the_mean_of_nvidia_smis_samples(
     }
 
 
+@pytest.mark.skipif(locomo_source() is None, reason=SKIP_REASON)  # the ingest bench writes LoCoMo's turns
 def test_an_ingest_with_the_engine_on_reports_the_engines_rates(tmp_path: Path) -> None:
     """The real worker tree (two applying processes and the engine, the hash embedder in it): the bench
     finds the engine's socket on the worker's stdout and takes its counters over the run."""

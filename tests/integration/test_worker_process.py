@@ -1,6 +1,7 @@
 """The real `memoryos worker` process against a real `redis-server`: SIGTERM drains and gives the shards
 back at once; its health port serves the same metrics as its metrics port; SIGKILL at random instants while a client writes, and a Redis restart (AOF) midway under
-the running worker, lose no acknowledged write and apply none twice. The long form of the fault loop is `python -m bench.serving.faults`."""
+the running worker, lose no acknowledged write, apply none twice and reorder none; the same on the
+PostgreSQL store with the database server SIGKILLed and started again too. The long form of the fault loop is `python -m bench.serving.faults`."""
 
 import signal
 import time
@@ -27,6 +28,7 @@ from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
+from tests.support.postgres_server import running_postgres
 from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
@@ -117,7 +119,29 @@ def test_killed_workers_and_a_redis_restart_lose_no_acknowledged_write(
     assert report.acknowledged > 100 and report.redis_restarts == 1
     assert report.workers_alive_after_redis_restarts == 1  # Redis restarted under it; it went on
     assert report.applied_before_last_worker > 0  # the kills landed on workers at work
-    assert report.lost == 0 and report.applied_twice == 0
+    assert report.lost == 0 and report.applied_twice == 0 and report.reordered == 0
+
+
+def test_killed_workers_and_redis_and_database_restarts_lose_no_write_on_the_database(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The same loop on the PostgreSQL store, each worker with a data directory of its own, and the
+    database server SIGKILLed and started again under a running worker and the writing client."""
+    with running_postgres() as database:
+        report = run_fault_loop(
+            redis_server,
+            tmp_path / "data",
+            rounds=4,
+            redis_restarts=1,
+            database=database,
+            database_restarts=1,
+        )
+    assert report.store == "postgres" and report.acknowledged > 100
+    assert (
+        report.workers_alive_after_redis_restarts == 1 and report.workers_alive_after_database_restarts == 1
+    )
+    assert report.applied_before_last_worker > 0
+    assert (report.lost, report.applied_twice, report.reordered, report.dead_letters) == (0, 0, 0, 0)
 
 
 def test_a_worker_rides_through_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:
