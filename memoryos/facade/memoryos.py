@@ -22,7 +22,7 @@ from memoryos.facade.lifecycle import MemoryLifecycle
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.planning.generation import answer_request
 from memoryos.planning.query_rewrite import query_rewriter
-from memoryos.planning.retrieval import dense_query_text, retrieve_context
+from memoryos.planning.retrieval import query_words, retrieve_context
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import policy
@@ -282,17 +282,21 @@ class Memoryos(MemoryLifecycle):
         wait_s = _vector_wait("max_vector_wait_s", max_vector_wait_s)
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
-        through = self.space.max_page_id()  # every write before this read
+        marks = self.space.read_marks()  # every write before this read, in one look at the store
+        through = marks.max_page_id
         try:
-            self._work.wait_embedded(through, wait_s, stop_when_futile=True)
+            looked_again = self._work.wait_embedded(through, wait_s, stop_when_futile=True, marks=marks)
             waited_out = False
         except TimeoutError:  # answered without the vectors still missing, and counted below
-            waited_out = True
-        self.space.refresh()  # vectors other processes stored since the last look
+            looked_again = waited_out = True
+        # Vectors other processes stored since the last look: the marks' data version is the store's
+        # when they found no page to wait for (no query then), else it is read again.
+        self.space.refresh(None if looked_again else marks.data_version)
         search = self._rewriter.search_text(text) if self._rewriter else text
-        query_vector = self._work.encode_query(dense_query_text(self.space, search))
+        words = query_words(self.space, search)  # every page count the query's words need, at once
+        query_vector = self._work.encode_query(words.dense_text)
         now = self.clock()
-        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search)
+        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search, words)
         if waited_out:  # a read whose wait completed had every vector: no count query on that path
             context.pages_without_vectors = self.space.pending_page_count(through)
         visited = sorted(

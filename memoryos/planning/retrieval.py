@@ -11,14 +11,24 @@ Retrieval only reads; the facade records segment visits as a separate op.
 """
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from memoryos.config import MemoryConfig
 from memoryos.planning.lexical import query_terms
-from memoryos.planning.speaker import common_name_limit, query_names, side_weights, without_names
+from memoryos.planning.speaker import (
+    common_name_limit,
+    query_names,
+    side_asks,
+    side_named,
+    side_weights,
+    without_names,
+)
 from memoryos.planning.temporal import date_proximity, julian_to_epoch_days, query_date_windows
 from memoryos.space.memory_space import MemorySpace
+from memoryos.storage.records.base import FrequencyAsk
+from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import KnowledgeKind, Page, RetrievedContext, RetrievedKnowledge, RetrievedPage
 from memoryos.validation import format_unix_timestamp
 
@@ -44,7 +54,12 @@ def _lexical_terms(space: MemorySpace, query: str) -> list[str]:
     """
     terms = query_terms(query)
     budget = space.config.lexical_postings_budget
-    counts = space.store.document_frequencies(terms, at_most=budget + 1)
+    (counts,) = space.store.document_frequencies([FrequencyAsk(terms, at_most=budget + 1)])
+    return _within_budget(terms, counts, budget)
+
+
+def _within_budget(terms: list[str], counts: list[int], budget: int) -> list[str]:
+    """Of `terms` with their page counts, the rarest whose pages add up to at most `budget`, in query order."""
     counted = sorted(zip(counts, range(len(terms)), terms, strict=True))
     kept: set[str] = set()
     spent = 0
@@ -66,16 +81,72 @@ def dense_query_text(space: MemorySpace, query: str) -> str:
     raises recall (docs/retrieval.md). The query is still embedded once.
     """
     with space.lock:
-        limit = common_name_limit(space)
-        if limit is None:
+        names = _names_to_count(space, query)
+        if names is None:
             return query
-        names = list(query_names(query))
-        counts = space.store.document_frequencies([name.lower() for name in names], at_most=limit + 1)
-        common = {name for name, count in zip(names, counts, strict=True) if count > limit}
-    if not common:
-        return query
-    stripped = without_names(query, common)
-    return stripped if query_terms(stripped) else query
+        (counts,) = space.store.document_frequencies([names.ask])
+    return names.without_common(query, counts)
+
+
+class _Names(NamedTuple):
+    """The query's names and the count `dense_query_text` asks of them (`_names_to_count`)."""
+
+    names: list[str]
+    ask: FrequencyAsk
+    limit: int
+    """A name in more pages than this is a speaker's (`speaker.common_name_limit`)."""
+
+    def without_common(self, query: str, counts: list[int]) -> str:
+        """`query` without the names counted in more than `limit` pages; the query itself when none is,
+        or when nothing else would be left to embed."""
+        common = {name for name, count in zip(self.names, counts, strict=True) if count > self.limit}
+        if not common:
+            return query
+        stripped = without_names(query, common)
+        return stripped if query_terms(stripped) else query
+
+
+def _names_to_count(space: MemorySpace, query: str) -> _Names | None:
+    """The query's names with their count: the pages holding each, stopped just past
+    `common_name_limit`; None when there is nothing to count (no name, or a space too small to tell)."""
+    limit = common_name_limit(space)
+    names = list(query_names(query))
+    if limit is None or not names:
+        return None
+    return _Names(names, FrequencyAsk([name.lower() for name in names], at_most=limit + 1), limit)
+
+
+@dataclass(frozen=True)
+class QueryWords:
+    """What a query's words decide, each from page counts: the text to embed (`dense_query_text`), and the
+    words BM25 searches for (`_lexical_terms`) with its column weights (`speaker.side_weights`).
+
+    `query_words` asks every count in one call to the store: one round trip to a database instead of
+    four, before the query is embedded; ranking then takes them as they are."""
+
+    dense_text: str
+    lexical_terms: list[str]
+    column_weights: tuple[float, float] | None
+
+
+def query_words(space: MemorySpace, query: str) -> QueryWords:
+    """`QueryWords` of `query`, every count asked at once."""
+    config = space.config
+    with space.lock:
+        terms = query_terms(query)
+        asks = [FrequencyAsk(terms, at_most=config.lexical_postings_budget + 1)]
+        sides = side_asks(space, query) if config.lexical_other_side_weight != 1.0 else []
+        asks += sides
+        names = _names_to_count(space, query)
+        if names is not None:
+            asks.append(names.ask)
+        counts = space.store.document_frequencies(asks)
+        weights = side_weights(space, side_named(space, counts[1 : 1 + len(sides)]))
+    return QueryWords(
+        dense_text=query if names is None else names.without_common(query, counts[-1]),
+        lexical_terms=_within_budget(terms, counts[0], config.lexical_postings_budget),
+        column_weights=weights,
+    )
 
 
 @dataclass(frozen=True)
@@ -96,8 +167,11 @@ class PageSignals:
     """Nearness to a date the query names (`temporal.date_proximity`); zeros when it names none."""
 
 
-def page_signals(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> PageSignals | None:
-    """The candidates for the `k` best pages, with every signal of their score; None for an empty space."""
+def page_signals(
+    space: MemorySpace, query: str, query_vector: np.ndarray, k: int, words: QueryWords | None = None
+) -> PageSignals | None:
+    """The candidates for the `k` best pages, with every signal of their score; None for an empty space.
+    `words`: the query's, counted when it was embedded (`query_words`); None counts them now."""
     config = space.config
     total = space.page_index.count()
     if total == 0 or k <= 0:
@@ -107,8 +181,9 @@ def page_signals(space: MemorySpace, query: str, query_vector: np.ndarray, k: in
     sample_scores = space.score_sample() @ query_vector
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
+    words = words if words is not None else query_words(space, query)
     lexical = space.store.lexical_search(
-        _lexical_terms(space, query), pool * LEXICAL_FETCH_FACTOR, side_weights(space, query)
+        words.lexical_terms, pool * LEXICAL_FETCH_FACTOR, words.column_weights
     )
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)
@@ -169,9 +244,11 @@ def ranked_by(
     return scored[:k]
 
 
-def rank_pages(space: MemorySpace, query: str, query_vector: np.ndarray, k: int) -> list[ScoredPage]:
-    """The `k` best pages of the space for the query, best first."""
-    signals = page_signals(space, query, query_vector, k)
+def rank_pages(
+    space: MemorySpace, query: str, query_vector: np.ndarray, k: int, words: QueryWords | None = None
+) -> list[ScoredPage]:
+    """The `k` best pages of the space for the query, best first (`words` as in `page_signals`)."""
+    signals = page_signals(space, query, query_vector, k, words)
     if signals is None:
         return []
     return ranked_by(signals, fused_scores(signals, space.config), space.config.neighbour_weight, k)
@@ -196,6 +273,19 @@ def _retrieved(page: Page, score: float = 0.0) -> RetrievedPage:
     )
 
 
+def _best_facts(
+    space: MemorySpace, facts: list[dict[str, Any]], query_vector: np.ndarray, k: int, now: float
+) -> list[tuple[dict[str, Any], float]]:
+    """The `k` facts (rows of `active_knowledge`) nearest the query by cosine, best first, leaving out
+    those expired at `now` and those under `knowledge_min_score` (brute force: at most capacity rows)."""
+    live = [row for row in facts if row["expires_at"] is None or row["expires_at"] > now]
+    if not live:
+        return []
+    scores = from_blobs([row["vector"] for row in live], space.dim) @ query_vector
+    best = [(live[i], float(scores[i])) for i in np.argsort(-scores)[:k]]
+    return [(row, score) for row, score in best if score >= space.config.knowledge_min_score]
+
+
 def retrieve_context(
     space: MemorySpace,
     query: str,
@@ -204,39 +294,51 @@ def retrieve_context(
     knowledge_k: int,
     now: float,
     search_text: str | None = None,
+    words: QueryWords | None = None,
 ) -> RetrievedContext:
     """Everything the answer needs from every tier; reads only. Pages are ranked for `search_text` when
-    given (the query with a rewrite's words: `query_rewrite.py`), else for `query`."""
-    config: MemoryConfig = space.config
+    given (the query with a rewrite's words: `query_rewrite.py`), else for `query`; `words`: that text's,
+    counted when the query was embedded (`query_words`), None counts them now.
 
-    def facts(kind: KnowledgeKind) -> list[RetrievedKnowledge]:
+    Two calls to the store besides the ranking's, one round trip each to a database: what does not
+    depend on the ranking (`retrieval_basis`), then the rows returned (`retrieved_rows`)."""
+    capacity = space.config.short_term_capacity
+    with space.lock:
+        basis = space.store.retrieval_basis(now)
+        # Expired pages are never returned, also before the sweep erases them: rank past them.
+        expired = basis.expired_pages
+        ranked = rank_pages(space, search_text or query, query_vector, page_k + expired, words)
+        facts = {
+            kind: _best_facts(space, rows, query_vector, knowledge_k, now)
+            for kind, rows in basis.facts.items()
+        }
+        rows = space.store.retrieved_rows(
+            [s.page_id for s in ranked],
+            capacity + expired,
+            [row["entry_id"] for found in facts.values() for row, _ in found],
+        )
+    pages = {p.page_id: p for p in rows.pages if _live(p, now)}
+    ranked = [s for s in ranked if s.page_id in pages][:page_k]
+
+    def retrieved_facts(kind: KnowledgeKind) -> list[RetrievedKnowledge]:
         return [
             RetrievedKnowledge(
-                knowledge=entry.knowledge,
-                timestamp=entry.timestamp,
+                knowledge=row["text"],
+                timestamp=row["timestamp"],
                 score=score,
-                entry_id=entry.entry_id,
-                source_page_ids=entry.source_page_ids,
+                entry_id=row["entry_id"],
+                source_page_ids=rows.support[row["entry_id"]],
             )
-            for entry, score in space.search_knowledge(kind, query_vector, knowledge_k, now)
-            if score >= config.knowledge_min_score
+            for row, score in facts[kind]
         ]
 
-    with space.lock:
-        # Expired pages are never returned, also before the sweep erases them: rank past them.
-        expired = space.store.count_expired(now)
-        ranked = rank_pages(space, search_text or query, query_vector, page_k + expired)
-        pages = {p.page_id: p for p in space.pages([s.page_id for s in ranked]) if _live(p, now)}
-        ranked = [s for s in ranked if s.page_id in pages][:page_k]
-        return RetrievedContext(
-            query=query,
-            retrieved_at=format_unix_timestamp(now),
-            short_term_memory=[
-                _retrieved(p) for p in space.recent_short_term_pages(expired) if _live(p, now)
-            ][-space.config.short_term_capacity :],
-            retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
-            retrieved_user_knowledge=facts("user"),
-            retrieved_assistant_knowledge=facts("assistant"),
-            user_profile=space.profile(),
-            user_profile_version=space.store.latest_profile_version(),
-        )
+    return RetrievedContext(
+        query=query,
+        retrieved_at=format_unix_timestamp(now),
+        short_term_memory=[_retrieved(p) for p in rows.short_term if _live(p, now)][-capacity:],
+        retrieved_pages=[_retrieved(pages[s.page_id], s.score) for s in ranked],
+        retrieved_user_knowledge=retrieved_facts("user"),
+        retrieved_assistant_knowledge=retrieved_facts("assistant"),
+        user_profile=basis.profile,
+        user_profile_version=basis.profile_version,
+    )

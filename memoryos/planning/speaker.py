@@ -9,10 +9,11 @@ docs/retrieval.md). Nothing is assumed about who the user is; the counts decide,
 """
 
 import re
+from collections.abc import Sequence
 
 from memoryos.planning.lexical import STOPWORDS
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.records.base import Side
+from memoryos.storage.records.base import FrequencyAsk, Side
 
 _SIDES: tuple[Side, Side] = ("user_input", "agent_response")
 
@@ -41,18 +42,29 @@ def common_name_limit(space: MemorySpace) -> int | None:
     return int(config.dense_name_max_df_fraction * total)
 
 
-def named_side(space: MemorySpace, query: str) -> Side | None:
-    """The side whose speaker the query names, or None: no speaker's name, or names of both sides.
-
-    A name belongs to a side when the other side says it in more than `dense_name_max_df_fraction` of the
-    pages and this side says it less. Counting stops past that share, so each count is bounded.
-    """
+def side_asks(space: MemorySpace, query: str) -> list[FrequencyAsk]:
+    """What `named_side` counts: the query's names in each side's words (`_SIDES`' order), counting
+    stopped just past `common_name_limit`, so each count is bounded; none in a space too small to tell.
+    A caller asks them with its other counts, in one call to the store (one round trip to a database)."""
     limit = common_name_limit(space)
     if limit is None:
-        return None
-    named: set[Side] = set()
+        return []
     names = [name.lower() for name in query_names(query)]
-    said = {side: space.store.document_frequencies(names, side, at_most=limit + 1) for side in _SIDES}
+    return [FrequencyAsk(names, side, limit + 1) for side in _SIDES]
+
+
+def side_named(space: MemorySpace, counts: Sequence[Sequence[int]]) -> Side | None:
+    """The side whose speaker the query names, from the counts of its `side_asks`; None: no speaker's
+    name, or names of both sides.
+
+    A name belongs to a side when the other side says it in more than `dense_name_max_df_fraction` of the
+    pages and this side says it less.
+    """
+    limit = common_name_limit(space)
+    if limit is None or not counts:
+        return None
+    said = dict(zip(_SIDES, counts, strict=True))
+    named: set[Side] = set()
     for user_says, assistant_says in zip(said["user_input"], said["agent_response"], strict=True):
         if assistant_says > limit and user_says < assistant_says:
             named.add("user_input")
@@ -61,13 +73,17 @@ def named_side(space: MemorySpace, query: str) -> Side | None:
     return named.pop() if len(named) == 1 else None
 
 
-def side_weights(space: MemorySpace, query: str) -> tuple[float, float] | None:
-    """BM25 column weights (user_input, agent_response) for the query: the named side's words count fully,
-    the other side's at `lexical_other_side_weight`; None when the query names no one side."""
+def named_side(space: MemorySpace, query: str) -> Side | None:
+    """The side whose speaker the query names (`side_named`), counted on its own."""
+    asks = side_asks(space, query)
+    return side_named(space, space.store.document_frequencies(asks) if asks else [])
+
+
+def side_weights(space: MemorySpace, side: Side | None) -> tuple[float, float] | None:
+    """BM25 column weights (user_input, agent_response) for a query naming `side`: the named side's words
+    count fully, the other side's at `lexical_other_side_weight`; None when the query names no one side
+    or the sides weigh alike."""
     other = space.config.lexical_other_side_weight
-    if other == 1.0:
-        return None
-    side = named_side(space, query)
-    if side is None:
+    if side is None or other == 1.0:
         return None
     return (1.0, other) if side == "user_input" else (other, 1.0)

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memoryos.embedding.base import Embedder
-from memoryos.errors import EmbeddingModelMismatchError, SchedulerClosedError, StoreBusyError
+from memoryos.errors import EmbeddingModelMismatchError, FencedOutError, SchedulerClosedError, StoreBusyError
 from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.planning.consolidation import Consolidator
 from memoryos.planning.rebuild import next_expiry
 from memoryos.space.memory_space import MemorySpace, removes_text_of
 from memoryos.space.ops import AnyOp, EmbedPages, RecordVisits
+from memoryos.storage.records.base import ReadMarks
 
 if TYPE_CHECKING:
     from memoryos.scheduler import Scheduler
@@ -135,16 +136,27 @@ class SpaceWork:
         self._batcher.notify(self, acknowledged=acknowledged)
 
     def wait_embedded(
-        self, through_page_id: int, timeout_s: float | None = None, stop_when_futile: bool = False
-    ) -> None:
-        """Block until every page with an id up to `through_page_id` has its vector.
+        self,
+        through_page_id: int,
+        timeout_s: float | None = None,
+        stop_when_futile: bool = False,
+        marks: ReadMarks | None = None,
+    ) -> bool:
+        """Block until every page with an id up to `through_page_id` has its vector. Returns whether it
+        looked at the store (and so whatever it holds may have moved since `marks`): False when `marks`
+        answered.
 
         Each wait asks the batcher for the space's pending pages at once (pages another process stored
         are embedded here too if it has not done it yet), and raises the embedding error if a batch holding
         them fails meanwhile: a reader must not be served a partial state silently, and the next read tries
         again. `TimeoutError` after `timeout_s` — or, with `stop_when_futile` (a bounded read), as soon as
         the batcher's estimate puts the vectors beyond what is left of it (`vectors_due_in_s`).
+        `marks`: the read's marks, just read (`MemorySpace.read_marks`): when they hold no page pending up
+        to `through_page_id`, that is the answer, with no query of its own. Otherwise the pages are looked
+        up again under the lock a batch's vectors notify under, so that no notification is missed.
         """
+        if marks is not None and (marks.first_pending is None or marks.first_pending > through_page_id):
+            return False
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         asked = False
         with self._batcher.awaited(self), self._changed:
@@ -152,7 +164,7 @@ class SpaceWork:
             while True:
                 oldest = self.space.pending_page_ids(1)
                 if not oldest or oldest[0] > through_page_id:
-                    return
+                    return True
                 if self._mismatch is not None:
                     raise self._mismatch
                 if self._embed_failures > failures_before and self._embed_error is not None:
@@ -223,6 +235,8 @@ class SpaceWork:
                     self._running = False
                     self._changed.notify_all()
                 return  # the process is exiting: what was not applied is replanned at the next open
+            except FencedOutError as error:  # the shard moved on: its new owner consolidates the space
+                log.warning("consolidation pass refused: shard %d has another owner", error.shard)
             except Exception:
                 log.exception("consolidation pass failed", extra={"space": self.space.directory.name})
             with self._changed:

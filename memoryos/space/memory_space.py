@@ -31,9 +31,8 @@ from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.base import RecordStore
+from memoryos.storage.records.base import ReadMarks, RecordStore
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
-from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
@@ -301,12 +300,15 @@ class MemorySpace:
         if self.closed:
             raise StorageError(f"memory space {self.directory} is closed")
 
-    def refresh(self) -> None:
+    def refresh(self, version: int | None = None) -> None:
         """Catch the page index up with vectors other processes stored since this one last looked, so a
-        read sees their writes. `PRAGMA data_version` makes the no-news case one cheap query."""
+        read sees their writes. `PRAGMA data_version` makes the no-news case one cheap query; `version`,
+        the data version a read's marks hold (`read_marks`) when nothing ran against the store since,
+        makes it none."""
         with self.lock:
             self._require_open()
-            version = self.store.data_version()
+            if version is None:
+                version = self.store.data_version()
             if version != self._seen_data_version:
                 self._pages.catch_up()
                 self._seen_data_version = version
@@ -339,6 +341,12 @@ class MemorySpace:
         return self.store.max_page_id()
 
     @_locked
+    def read_marks(self) -> ReadMarks:
+        """What a read issued now must see (the page stored last), wait for (the oldest page without its
+        vector) and catch up with (the data version), in one look: one round trip to a database."""
+        return self.store.read_marks()
+
+    @_locked
     def short_term_pages(self) -> list[Page]:
         """Every page in the short-term tier, the overflow consolidation has not moved yet included."""
         return self.store.pages_in_tier("stm")
@@ -348,13 +356,6 @@ class MemorySpace:
         """Short-term pages beyond `short_term_capacity`, oldest first, up to the first still waiting for
         its vector (a page without one holds back the younger ones: chains and topics compare vectors)."""
         return self.store.short_term_overflow(self.config.short_term_capacity)
-
-    @_locked
-    def recent_short_term_pages(self, extra: int = 0) -> list[Page]:
-        """The newest `short_term_capacity` (+ `extra`) short-term pages: short-term memory as a reader
-        sees it. Beyond it is overflow waiting for consolidation (7,000 pages after a 10k-page batch
-        fill), still ranked with every tier but not returned whole with every read."""
-        return self.store.newest_in_tier("stm", self.config.short_term_capacity + extra)
 
     @_locked
     def pages(self, page_ids: list[int]) -> list[Page]:
@@ -423,39 +424,6 @@ class MemorySpace:
                 source_page_ids=support[row["entry_id"]],
             )
             for row in rows
-        ]
-
-    @_locked
-    def search_knowledge(
-        self, kind: KnowledgeKind, query_vector: np.ndarray, k: int, now: float | None = None
-    ) -> list[tuple[KnowledgeEntry, float]]:
-        """Facts of one kind by cosine to the query, best first (brute force: at most capacity rows);
-        with `now`, facts expired by then are left out. Each carries the pages it came from, read for the
-        `k` returned only: a retrieved fact can be traced to its turns like a listed one."""
-        rows = [
-            row
-            for row in self.store.active_knowledge(kind)
-            if now is None or row["expires_at"] is None or row["expires_at"] > now
-        ]
-        if not rows:
-            return []
-        scores = from_blobs([row["vector"] for row in rows], self.dim) @ query_vector
-        order = np.argsort(-scores)[:k]
-        support = self.store.fact_support([rows[i]["entry_id"] for i in order])
-        return [
-            (
-                KnowledgeEntry(
-                    entry_id=rows[i]["entry_id"],
-                    kind=kind,
-                    knowledge=rows[i]["text"],
-                    timestamp=rows[i]["timestamp"],
-                    updated_at=rows[i]["updated_at"],
-                    expires_at=rows[i]["expires_at"],
-                    source_page_ids=support[rows[i]["entry_id"]],
-                ),
-                float(scores[i]),
-            )
-            for i in order
         ]
 
 

@@ -12,7 +12,7 @@ the same scores (FTS5's BM25).
 import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -55,6 +55,57 @@ def logged_detail(
 Side = Literal["user_input", "agent_response"]
 """A page's two texts, the columns of lexical search."""
 
+KNOWLEDGE_KINDS: tuple[KnowledgeKind, ...] = ("user", "assistant")
+"""Every kind of fact, in the order retrieval returns them."""
+
+
+class FrequencyAsk(NamedTuple):
+    """One question to `RecordStore.document_frequencies`: the pages matching each of `terms` (in
+    `column` only, when given), counting stopped at `at_most` (a bounded cost for words found in most
+    pages of a large space)."""
+
+    terms: Sequence[str]
+    column: Side | None = None
+    at_most: int | None = None
+
+
+class ReadMarks(NamedTuple):
+    """What a read must wait for and catch up with, read together when it starts
+    (`RecordStore.read_marks`): one round trip to a database instead of three."""
+
+    max_page_id: int
+    """The page stored last (0: none): what the read must see, as `max_page_id`."""
+    first_pending: int | None
+    """The oldest page still waiting for its vector (None: none), as `pending_page_ids(1)`."""
+    data_version: int
+    """As `data_version`."""
+
+
+class RetrievedRows(NamedTuple):
+    """The rows a retrieval returns, read together (`RecordStore.retrieved_rows`): one round trip to a
+    database instead of three."""
+
+    pages: list[Page]
+    """The ranked pages, as `pages`."""
+    short_term: list[Page]
+    """The newest short-term pages, as `newest_in_tier("stm", ...)`."""
+    support: dict[int, list[int]]
+    """The pages each retrieved fact stands on, as `fact_support`."""
+
+
+class RetrievalBasis(NamedTuple):
+    """What every retrieval reads besides its ranking, read together (`RecordStore.retrieval_basis`):
+    one round trip to a database instead of five."""
+
+    expired_pages: int
+    """Pages expired at the read's time and not yet erased, as `count_expired`."""
+    profile: str
+    """As `latest_profile`."""
+    profile_version: int | None
+    """As `latest_profile_version`."""
+    facts: dict[KnowledgeKind, list[dict[str, Any]]]
+    """Each kind's active facts, as `active_knowledge` (every kind a key, with no fact an empty list)."""
+
 
 class RecordStore(Protocol):
     """One space's canonical records: pages, chains, segments, facts, profile, vectors, meta, op log."""
@@ -94,9 +145,7 @@ class RecordStore(Protocol):
     def delete_meta(self, key: str) -> None: ...
     def delete_pages(self, pages: Sequence[Page]) -> None: ...
     def delete_profile_versions(self) -> None: ...
-    def document_frequencies(
-        self, terms: Sequence[str], column: Side | None = None, at_most: int | None = None
-    ) -> list[int]: ...
+    def document_frequencies(self, asks: Sequence[FrequencyAsk]) -> list[list[int]]: ...
     def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]: ...
     def expired_knowledge_ids(self, now: float) -> list[int]: ...
     def expired_page_ids(self, now: float) -> list[int]: ...
@@ -157,11 +206,16 @@ class RecordStore(Protocol):
     def pending_among(self, page_ids: Sequence[int]) -> list[int]: ...
     def pending_page_ids(self, limit: int) -> list[int]: ...
     def profile_version_count(self) -> int: ...
+    def read_marks(self) -> ReadMarks: ...
     def remove_knowledge_sources(self, page_ids: Sequence[int]) -> None: ...
     def replace_page_text(
         self, page: Page, user_input: str, agent_response: str, meta_data: dict[str, Any], at: float
     ) -> None: ...
     def retire_knowledge(self, entry_id: int, replaced_by: int | None) -> None: ...
+    def retrieval_basis(self, now: float) -> RetrievalBasis: ...
+    def retrieved_rows(
+        self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
+    ) -> RetrievedRows: ...
     def sample_page_vectors(self, size: int, dim: int) -> np.ndarray: ...
     def segment_page_ids(self, segment_id: int, only_unanalyzed: bool = False) -> list[int]: ...
     def segment_topic_count(self, segment_id: int) -> int: ...

@@ -66,7 +66,9 @@ def record_store_exists(config: MemoryConfig, directory: Path) -> bool:
     """Whether the space in `directory` has records (was written to, and not forgotten since)."""
     if not uses_database(config):
         return (directory / STORE_FILE).is_file()
-    with database_pool(config).connection() as connection:
+    from memoryos.storage.records.postgres.store_queries import borrowed
+
+    with borrowed(database_pool(config)) as connection:
         row = connection.execute(
             "SELECT 1 FROM spaces WHERE tenant = %s AND user_id = %s AND assistant_id = %s",
             space_of(directory),

@@ -1,4 +1,4 @@
-"""Rows of either record store (SQLite's, PostgreSQL's) as `Page` and `Segment` values.
+"""Rows of either record store (SQLite's, PostgreSQL's) as `Page`, `Segment` and `KnowledgeEntry` values.
 
 A page is read by position (its chain summary comes from a join), so the column list and the conversion
 live together here: changing one without the other would shift every field. Both stores select the same
@@ -7,10 +7,10 @@ columns; only the join differs (`PAGE_FROM` is SQLite's: PostgreSQL's joins on t
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryos.types import Page, Segment
+from memoryos.types import KnowledgeEntry, Page, Segment
 
 PAGE_COLUMNS = (
     "p.page_id, p.user_input, p.agent_response, p.timestamp, p.meta_data, p.tier, p.segment_id, "
@@ -61,4 +61,28 @@ def segment_from_row(row: sqlite3.Row | Mapping[str, Any]) -> Segment:
         page_count=row["page_count"],
         archived=bool(row["archived"]),
         updated_at=row["updated_at"],
+    )
+
+
+ENTRY_COLUMNS = (
+    "k.entry_id, k.kind, k.text, k.timestamp, k.created_at, k.updated_at, k.expires_at, k.origin, k.active, "
+    "k.replaced_by"
+)
+"""What `entry_from_row` reads, selected from `knowledge k`."""
+
+
+def entry_from_row(row: sqlite3.Row | Sequence[Any], sources: list[int]) -> KnowledgeEntry:
+    """A `SELECT {ENTRY_COLUMNS}` row as a fact, with the pages it stands on."""
+    return KnowledgeEntry(
+        entry_id=row[0],
+        kind=row[1],
+        knowledge=row[2],
+        timestamp=row[3],
+        created_at=row[4],
+        updated_at=row[5],
+        expires_at=row[6],
+        origin=row[7],
+        active=bool(row[8]),
+        replaced_by=row[9],
+        source_page_ids=sources,
     )

@@ -9,11 +9,13 @@ mid-way holds the row only until the server's `idle_in_transaction_session_timeo
 
 from psycopg_pool import ConnectionPool
 
+from memoryos.storage.records.postgres.store_queries import borrowed
+
 
 def take_shard(pool: ConnectionPool, shard: int) -> int:
     """Draw a new fencing number for `shard` and record it as the shard's; returns it. Every transaction
     of a space of the shard checks this number from now on."""
-    with pool.connection() as connection:
+    with borrowed(pool) as connection:
         row = connection.execute(
             "INSERT INTO shard_fences(shard, number) VALUES (%s, nextval('fence_numbers')) "
             "ON CONFLICT (shard) DO UPDATE SET number = EXCLUDED.number RETURNING number",

@@ -8,13 +8,9 @@ from typing import Any
 import numpy as np
 
 from memoryos.storage.records.postgres.store_queries import PostgresQueries
+from memoryos.storage.records.store_rows import ENTRY_COLUMNS, entry_from_row
 from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
-
-_ENTRY_COLUMNS = (
-    "k.entry_id, k.kind, k.text, k.timestamp, k.created_at, k.updated_at, k.expires_at, k.origin, k.active, "
-    "k.replaced_by"
-)
 
 _LINES = (
     "line(root, e) AS (SELECT e, e FROM roots UNION "
@@ -24,34 +20,45 @@ _LINES = (
 """`roots` and every version each replaced, recursively: the versions whose sources support it."""
 
 
-def _entry(row: Sequence[Any], sources: list[int]) -> KnowledgeEntry:
-    return KnowledgeEntry(
-        entry_id=row[0],
-        kind=row[1],
-        knowledge=row[2],
-        timestamp=row[3],
-        created_at=row[4],
-        updated_at=row[5],
-        expires_at=row[6],
-        origin=row[7],
-        active=bool(row[8]),
-        replaced_by=row[9],
-        source_page_ids=sources,
-    )
+ACTIVE_COLUMNS = ("entry_id", "text", "timestamp", "vector", "updated_at", "expires_at")
+"""What `active_knowledge` gives of each fact (`active_fact`)."""
+
+
+def active_fact(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of `ACTIVE_COLUMNS` as `active_knowledge` gives it: the vector as bytes."""
+    fact = dict(zip(ACTIVE_COLUMNS, row, strict=True))
+    fact["vector"] = bytes(fact["vector"])
+    return fact
+
+
+FACT_SUPPORT = (
+    "WITH RECURSIVE roots(e) AS (SELECT entry_id FROM knowledge WHERE space_id = %(space)s "
+    f"AND entry_id = ANY(%(ids)s)), {_LINES} SELECT line.root, ARRAY(SELECT s.page_id FROM "
+    "knowledge_sources s WHERE s.space_id = %(space)s AND s.entry_id = line.e) FROM line"
+)
+"""`fact_support`'s statement: each version's sources read through the primary key, per version (a
+correlated ARRAY); a join let the planner hash every source of the space, most of the statement's time."""
+
+
+def support_of(entry_ids: Sequence[int], rows: Sequence[tuple[Any, ...]]) -> dict[int, list[int]]:
+    """`fact_support` of `entry_ids` from the rows of `FACT_SUPPORT`."""
+    support: dict[int, set[int]] = {int(e): set() for e in entry_ids}
+    for root, page_ids in rows:
+        support[int(root)].update(int(page_id) for page_id in page_ids)
+    return {entry_id: sorted(pages) for entry_id, pages in support.items()}
 
 
 class PostgresKnowledgeQueries(PostgresQueries):
     """Facts (active, or retired as history) and the profile's versions."""
 
     def active_knowledge(self, kind: KnowledgeKind) -> list[dict[str, Any]]:
-        rows = self._dicts(
-            "SELECT entry_id, text, timestamp, vector, updated_at, expires_at FROM knowledge "
-            "WHERE space_id = %s AND kind = %s AND active ORDER BY entry_id",
+        rows = self._all(
+            f"SELECT {', '.join(ACTIVE_COLUMNS)} FROM knowledge WHERE space_id = %s AND kind = %s AND active "
+            "ORDER BY entry_id",
             (self.space_id, kind),
+            binary=True,
         )
-        for row in rows:
-            row["vector"] = bytes(row["vector"])
-        return rows
+        return [active_fact(row) for row in rows]
 
     def insert_knowledge(
         self,
@@ -85,35 +92,27 @@ class PostgresKnowledgeQueries(PostgresQueries):
         if not entry_ids:
             return []
         rows = self._all(
-            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.space_id = %s AND k.entry_id = ANY(%s)",
+            f"SELECT {ENTRY_COLUMNS} FROM knowledge k WHERE k.space_id = %s AND k.entry_id = ANY(%s)",
             (self.space_id, list(entry_ids)),
         )
         support = self.fact_support([row[0] for row in rows])
-        by_id = {row[0]: _entry(row, support[row[0]]) for row in rows}
+        by_id = {row[0]: entry_from_row(row, support[row[0]]) for row in rows}
         return [by_id[i] for i in entry_ids if i in by_id]
 
     def active_entries(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
         rows = self._all(
-            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.space_id = %s AND k.kind = %s AND k.active "
+            f"SELECT {ENTRY_COLUMNS} FROM knowledge k WHERE k.space_id = %s AND k.kind = %s AND k.active "
             "ORDER BY k.entry_id",
             (self.space_id, kind),
         )
         support = self.fact_support([row[0] for row in rows])
-        return [_entry(row, support[row[0]]) for row in rows]
+        return [entry_from_row(row, support[row[0]]) for row in rows]
 
     def fact_support(self, entry_ids: Sequence[int]) -> dict[int, list[int]]:
-        support: dict[int, set[int]] = {int(e): set() for e in entry_ids}
-        if not support:
+        if not entry_ids:
             return {}
-        rows = self._all(
-            "WITH RECURSIVE roots(e) AS (SELECT entry_id FROM knowledge WHERE space_id = %(space)s "
-            f"AND entry_id = ANY(%(ids)s)), {_LINES} SELECT line.root, s.page_id FROM line "
-            "JOIN knowledge_sources s ON s.space_id = %(space)s AND s.entry_id = line.e",
-            {"space": self.space_id, "ids": list(support)},
-        )
-        for root, page_id in rows:
-            support[int(root)].add(int(page_id))
-        return {entry_id: sorted(pages) for entry_id, pages in support.items()}
+        ids = list(dict.fromkeys(int(e) for e in entry_ids))
+        return support_of(ids, self._all(FACT_SUPPORT, {"space": self.space_id, "ids": ids}))
 
     def fact_version_ids(self, entry_id: int) -> list[int]:
         latest = entry_id

@@ -38,6 +38,8 @@ from typing import Literal, NamedTuple
 
 import psycopg
 
+from memoryos.storage.records.base import FrequencyAsk
+
 MAX_TERM_CHARS = 500
 """Tokens are stored and looked up by at most this many characters: a `page_terms` key must fit in a
 b-tree index entry (about 2,700 bytes; 500 characters of UTF-8 take at most 2,000), and a page of pasted
@@ -134,9 +136,14 @@ WITH phrases AS (
     SELECT q.phrase, q.term FROM unnest(%(tokens)s::text[]) WITH ORDINALITY AS q(term, phrase)
 ),
 hits AS (
-    SELECT phrases.phrase, t.page_id,
+    SELECT phrases.phrase, t.page_id, t.length,
            %(w_user)s::float8 * t.user_tf + %(w_agent)s::float8 * t.agent_tf AS freq
-    FROM phrases JOIN page_terms t ON t.space_id = %(space_id)s AND t.term = phrases.term
+    FROM phrases CROSS JOIN LATERAL (
+        SELECT o.page_id, o.user_tf, o.agent_tf,
+               (SELECT p.user_len + p.agent_len FROM pages p
+                WHERE p.space_id = o.space_id AND p.page_id = o.page_id) AS length
+        FROM page_terms o WHERE o.space_id = %(space_id)s AND o.term = phrases.term OFFSET 0
+    ) AS t
 ),
 corpus AS (
     SELECT page_count::float8 AS n, token_count::float8 / page_count::float8 AS avgdl
@@ -151,17 +158,21 @@ SELECT hits.page_id,
        sum(
            CASE WHEN idf.idf <= 0 THEN 1e-6::float8 ELSE idf.idf END
            * (hits.freq * 2.2::float8)
-           / (hits.freq + 1.2::float8 * (0.25::float8
-                                          + 0.75::float8 * (p.user_len + p.agent_len)::float8 / corpus.avgdl))
+           / (hits.freq + 1.2::float8 * (0.25::float8 + 0.75::float8 * hits.length::float8 / corpus.avgdl))
        ) AS score
 FROM hits
 JOIN idf ON idf.phrase = hits.phrase
-JOIN pages p ON p.space_id = %(space_id)s AND p.page_id = hits.page_id
 CROSS JOIN corpus
+WHERE hits.length IS NOT NULL
 GROUP BY hits.page_id
 ORDER BY score DESC, hits.page_id
 LIMIT %(limit)s
 """
+"""Each phrase's pages are read through `page_terms`' primary key and each page's length through
+`pages`' (a LATERAL fenced by OFFSET 0, a correlated subquery): plans that do not depend on statistics.
+Joined as plain tables, a plan made before the tables were analyzed (a database just filled), or the
+generic plan of the prepared statement, read every term and page of the space to hash them: three times
+the time at 200 pages, and growing with the space."""
 
 
 def lexical_search(
@@ -192,55 +203,71 @@ _DOCUMENT_FREQUENCIES = """
 SELECT (SELECT count(*) FROM (
     SELECT 1 FROM page_terms t
     WHERE t.space_id = %(space_id)s AND t.term = q.first
-      AND t.user_tf * %(in_user)s + t.agent_tf * %(in_agent)s > 0
+      AND t.user_tf * q.in_user + t.agent_tf * q.in_agent > 0
       AND NOT EXISTS (
           SELECT 1 FROM unnest(string_to_array(q.rest, ' ')) AS r(term)
           WHERE NOT EXISTS (
               SELECT 1 FROM page_terms o
               WHERE o.space_id = t.space_id AND o.term = r.term AND o.page_id = t.page_id
-                AND o.user_tf * %(in_user)s + o.agent_tf * %(in_agent)s > 0
+                AND o.user_tf * q.in_user + o.agent_tf * q.in_agent > 0
           )
       )
-    LIMIT %(at_most)s
+    LIMIT q.at_most
 ) AS matching)
-FROM unnest(%(firsts)s::text[], %(rests)s::text[]) WITH ORDINALITY AS q(first, rest, position)
+FROM unnest(%(firsts)s::text[], %(rests)s::text[], %(in_user)s::int[], %(in_agent)s::int[],
+            %(at_most)s::bigint[]) WITH ORDINALITY AS q(first, rest, in_user, in_agent, at_most, position)
 ORDER BY q.position
 """
-"""Each term's count in one statement: a term's first token walks its index range, its further tokens (a
-multi-token term) are probed per page. Tokens never hold a space (FTS5's separators), so a term's further
-tokens travel as one space-joined text: PostgreSQL's arrays cannot be ragged."""
+"""Each term's count in one statement, the terms of every ask together (each row its ask's column and
+bound): a term's first token walks its index range, its further tokens (a multi-token term) are probed
+per page. Tokens never hold a space (FTS5's separators), so a term's further tokens travel as one
+space-joined text: PostgreSQL's arrays cannot be ragged."""
 
 
 def document_frequencies(
-    conn: psycopg.Connection,
-    space_id: int,
-    terms: Sequence[str],
-    column: Literal["user_input", "agent_response"] | None,
-    at_most: int | None,
-) -> list[int]:
-    """Pages of the space matching each quoted term (FTS5's `"term"`, or `column : "term"` with a
-    column): the SQLite store's counts, in the order of `terms`. With `at_most` counting stops there, so
-    a word in most pages of a large space costs `at_most` index entries, not the space (a NULL LIMIT is
-    no limit). A term with no token matches nothing. One statement for all of them."""
-    tokens = [list(dict.fromkeys(query_tokens(term))) for term in terms]
-    asked = [position for position, found in enumerate(tokens) if found]
-    counts = [0] * len(terms)
-    if not asked:
-        return counts
-    rows = conn.execute(
-        _DOCUMENT_FREQUENCIES,
-        {
-            "space_id": space_id,
-            "firsts": [tokens[position][0] for position in asked],
-            "rests": [" ".join(tokens[position][1:]) for position in asked],
-            "in_user": int(column != "agent_response"),
-            "in_agent": int(column != "user_input"),
-            "at_most": at_most,
-        },
-    ).fetchall()
-    for position, row in zip(asked, rows, strict=True):
-        counts[position] = int(row[0])
-    return counts
+    conn: psycopg.Connection, space_id: int, asks: Sequence[FrequencyAsk]
+) -> list[list[int]]:
+    """For each ask, the pages of the space matching each of its quoted terms (FTS5's `"term"`, or
+    `column : "term"` with a column): the SQLite store's counts, in order. With `at_most` counting stops
+    there, so a word in most pages of a large space costs `at_most` index entries, not the space (a NULL
+    LIMIT is no limit). A term with no token matches nothing.
+
+    One statement for every ask, its terms tokenized in one batch. A term asked twice in one column (a
+    query's name is one of its words too) is counted once, to the larger bound: a count stopped at a
+    bound is the lesser of the whole count and the bound, so each ask's follows from it."""
+    terms = [term for ask in asks for term in ask.terms]
+    keys = [
+        (tuple(dict.fromkeys(found)), ask.column, ask.at_most)
+        for ask, found in zip((ask for ask in asks for _ in ask.terms), _query_tokens(terms), strict=True)
+    ]
+    bounds: dict[tuple[tuple[str, ...], str | None], int | None] = {}
+    for tokens, column, at_most in keys:
+        if tokens:
+            known = bounds.get((tokens, column), 0)
+            bounds[(tokens, column)] = None if known is None or at_most is None else max(known, at_most)
+    counted: dict[tuple[tuple[str, ...], str | None], int] = {}
+    if bounds:
+        rows = conn.execute(
+            _DOCUMENT_FREQUENCIES,
+            {
+                "space_id": space_id,
+                "firsts": [tokens[0] for tokens, _ in bounds],
+                "rests": [" ".join(tokens[1:]) for tokens, _ in bounds],
+                "in_user": [int(column != "agent_response") for _, column in bounds],
+                "in_agent": [int(column != "user_input") for _, column in bounds],
+                "at_most": list(bounds.values()),
+            },
+        ).fetchall()
+        counted = {key: int(row[0]) for key, row in zip(bounds, rows, strict=True)}
+    counts = iter(
+        0 if not tokens else _bounded(counted[(tokens, column)], at_most) for tokens, column, at_most in keys
+    )
+    return [[next(counts) for _ in ask.terms] for ask in asks]
+
+
+def _bounded(count: int, at_most: int | None) -> int:
+    """A count stopped at `at_most` (None: not stopped) from one stopped at a bound at least as large."""
+    return count if at_most is None else min(count, at_most)
 
 
 def document_frequency(
@@ -251,4 +278,4 @@ def document_frequency(
     at_most: int | None,
 ) -> int:
     """`document_frequencies` of one term."""
-    return document_frequencies(conn, space_id, [term], column, at_most)[0]
+    return document_frequencies(conn, space_id, [FrequencyAsk([term], column, at_most)])[0][0]

@@ -3,18 +3,32 @@
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from memoryos.storage.records.base import FrequencyAsk
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
-from memoryos.storage.records.postgres.store_queries import PostgresQueries
+from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
 
 PAGE_FROM = "pages p LEFT JOIN chains c ON c.space_id = p.space_id AND c.chain_id = p.chain_id"
+
+
+PAGES_BY_ID = f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.page_id = ANY(%s)"
+NEWEST_IN_TIER = (
+    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = %s ORDER BY p.page_id DESC "
+    "LIMIT %s"
+)
+
+
+def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
+    """The pages of `PAGES_BY_ID`'s rows in the order of `page_ids`, missing ids skipped."""
+    by_id = {row[0]: page_from_row(row) for row in rows}
+    return [by_id[pid] for pid in page_ids if pid in by_id]
 
 
 class PostgresPageQueries(PostgresQueries):
@@ -76,12 +90,7 @@ class PostgresPageQueries(PostgresQueries):
     def pages(self, page_ids: Sequence[int]) -> list[Page]:
         if not page_ids:
             return []
-        rows = self._all(
-            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.page_id = ANY(%s)",
-            (self.space_id, list(page_ids)),
-        )
-        by_id = {row[0]: page_from_row(row) for row in rows}
-        return [by_id[pid] for pid in page_ids if pid in by_id]
+        return in_order(self._all(PAGES_BY_ID, (self.space_id, list(page_ids))), page_ids)
 
     def _page_rows(self, where: str, params: Sequence[Any], tail: str = "") -> list[Page]:
         rows = self._all(
@@ -104,7 +113,7 @@ class PostgresPageQueries(PostgresQueries):
         return [page_from_row(row) for row in rows]
 
     def newest_in_tier(self, tier: str, limit: int) -> list[Page]:
-        return self._page_rows("p.tier = %s", (tier, limit), "ORDER BY p.page_id DESC LIMIT %s")[::-1]
+        return [page_from_row(row) for row in self._all(NEWEST_IN_TIER, (self.space_id, tier, limit))][::-1]
 
     def count_pages(self) -> dict[str, int]:
         rows = self._all(
@@ -121,6 +130,7 @@ class PostgresPageQueries(PostgresQueries):
                 "SELECT page_id, vector FROM pages WHERE space_id = %s AND page_id = ANY(%s) "
                 "AND vector IS NOT NULL",
                 (self.space_id, list(page_ids)),
+                binary=True,
             )
         )
         ids = [pid for pid in page_ids if pid in found]
@@ -131,6 +141,7 @@ class PostgresPageQueries(PostgresQueries):
             "SELECT page_id, vector, vector_seq FROM pages WHERE space_id = %s AND vector_seq > %s "
             "ORDER BY vector_seq LIMIT %s",
             (self.space_id, after_seq, limit),
+            binary=True,
         )
         ids = np.array([row[0] for row in rows], dtype=np.int64)
         return ids, from_blobs([bytes(row[1]) for row in rows], dim), int(rows[-1][2]) if rows else after_seq
@@ -151,6 +162,7 @@ class PostgresPageQueries(PostgresQueries):
             "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
             "WHERE space_id = %s AND vector IS NOT NULL) numbered WHERE (n - 1) %% %s = 0 LIMIT %s",
             (self.space_id, step, size),
+            binary=True,
         )
         return from_blobs([bytes(row[0]) for row in rows], dim)
 
@@ -211,14 +223,20 @@ class PostgresPageQueries(PostgresQueries):
         )
 
     def neighbour_ids(self, page_ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each page, the ids of the pages stored just before and after it, in one statement."""
+        """For each page, the ids of the pages stored just before and after it, in one statement.
+
+        Ids are consecutive unless pages were deleted, so id±1 is probed first (one primary-key lookup
+        each) and only a gap is walked to the nearest id, as the SQLite store does: a MIN/MAX per page
+        cost several times as much."""
         if not page_ids:
             return {}
         rows = self._all(
-            "SELECT q.id, (SELECT MAX(page_id) FROM pages WHERE space_id = %s AND page_id < q.id), "
-            "(SELECT MIN(page_id) FROM pages WHERE space_id = %s AND page_id > q.id) "
-            "FROM unnest(%s::bigint[]) AS q(id)",
-            (self.space_id, self.space_id, list(page_ids)),
+            "SELECT q.id, CASE WHEN EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND page_id = "
+            "q.id - 1) THEN q.id - 1 ELSE (SELECT MAX(page_id) FROM pages WHERE space_id = %(space)s AND "
+            "page_id < q.id) END, CASE WHEN EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND "
+            "page_id = q.id + 1) THEN q.id + 1 ELSE (SELECT MIN(page_id) FROM pages WHERE space_id = "
+            "%(space)s AND page_id > q.id) END FROM unnest(%(ids)s::bigint[]) AS q(id)",
+            {"space": self.space_id, "ids": bigints(page_ids)},
         )
         found = {int(row[0]): (row[1], row[2]) for row in rows}
         return {pid: found[pid] for pid in page_ids}
@@ -294,6 +312,7 @@ class PostgresPageQueries(PostgresQueries):
         rows = self._all(
             "SELECT page_id, vector FROM pages WHERE space_id = %s AND page_id = ANY(%s) AND vector_seq <= %s",
             (self.space_id, list(page_ids), through_seq),
+            binary=True,
         )
         return [int(row[0]) for row in rows], from_blobs([bytes(row[1]) for row in rows], dim)
 
@@ -345,14 +364,10 @@ class PostgresPageQueries(PostgresQueries):
             (*values, self.space_id, list(page_ids)),
         )
 
-    def document_frequencies(
-        self,
-        terms: Sequence[str],
-        column: Literal["user_input", "agent_response"] | None = None,
-        at_most: int | None = None,
-    ) -> list[int]:
+    def document_frequencies(self, asks: Sequence[FrequencyAsk]) -> list[list[int]]:
+        """As `SqliteStore.document_frequencies`, every term of every ask in one statement."""
         with self._connection() as connection:
-            return lexical.document_frequencies(connection, self.space_id, terms, column, at_most)
+            return lexical.document_frequencies(connection, self.space_id, asks)
 
     def page_julian_days(self, page_ids: Sequence[int]) -> dict[int, float | None]:
         """Each page's timestamp as a Julian day number, read by SQLite's own `julianday` (`sqlite_dates.py`)."""

@@ -9,10 +9,12 @@ it, are erased again.
 
 from psycopg_pool import ConnectionPool
 
+from memoryos.storage.records.postgres.store_queries import borrowed
+
 
 def record(pool: ConnectionPool, digest: str, forgotten_at: float) -> None:
     """Note the forget of the space of `digest`, keeping a newer one already noted."""
-    with pool.connection() as connection:
+    with borrowed(pool) as connection:
         connection.execute(
             "INSERT INTO tombstones(digest, forgotten_at) VALUES (%s, %s) ON CONFLICT (digest) DO UPDATE "
             "SET forgotten_at = GREATEST(tombstones.forgotten_at, EXCLUDED.forgotten_at)",
@@ -21,7 +23,7 @@ def record(pool: ConnectionPool, digest: str, forgotten_at: float) -> None:
 
 
 def read_all(pool: ConnectionPool) -> dict[str, float]:
-    with pool.connection() as connection:
+    with borrowed(pool) as connection:
         rows = connection.execute("SELECT digest, forgotten_at FROM tombstones").fetchall()
     return {str(row[0]): float(row[1]) for row in rows}
 
@@ -31,7 +33,7 @@ def spaces_with_newest_write(
 ) -> list[tuple[str, str, str, float | None]]:
     """Every space the database holds, with when its newest write (an op of `write_kinds`) was planned
     (None: none): what a restore check compares with the tombstones."""
-    with pool.connection() as connection:
+    with borrowed(pool) as connection:
         rows = connection.execute(
             "SELECT s.tenant, s.user_id, s.assistant_id, (SELECT MAX(o.at) FROM op_log o "
             "WHERE o.space_id = s.space_id AND o.kind = ANY(%s)) FROM spaces s",
@@ -42,7 +44,7 @@ def spaces_with_newest_write(
 
 def spaces_held(pool: ConnectionPool, keys: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
     """Those of `keys` (tenant, user_id, assistant_id) the database holds a space for."""
-    with pool.connection() as connection:
+    with borrowed(pool) as connection:
         rows = connection.execute(
             "SELECT s.tenant, s.user_id, s.assistant_id FROM spaces s JOIN unnest(%s::text[], %s::text[], "
             "%s::text[]) AS k(tenant, user_id, assistant_id) USING (tenant, user_id, assistant_id)",

@@ -1,20 +1,15 @@
 """`SqliteStore`'s queries over long-term memory: the user's and assistant's facts, and the profile."""
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
+from memoryos.storage.records.store_rows import ENTRY_COLUMNS, entry_from_row
 from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import FactOrigin, KnowledgeEntry, KnowledgeKind
-
-_ENTRY_COLUMNS = (
-    "k.entry_id, k.kind, k.text, k.timestamp, k.created_at, k.updated_at, k.expires_at, k.origin, k.active, "
-    "k.replaced_by"
-)
 
 _LINES = (
     "line(root, e) AS (SELECT e, e FROM roots UNION "
@@ -22,22 +17,6 @@ _LINES = (
 )
 """`roots` and, for each, every version it replaced (and those replaced, recursively): the versions whose
 recorded sources support it. Walked through the `knowledge_by_replaced_by` index."""
-
-
-def _entry(row: sqlite3.Row, sources: list[int]) -> KnowledgeEntry:
-    return KnowledgeEntry(
-        entry_id=row[0],
-        kind=row[1],
-        knowledge=row[2],
-        timestamp=row[3],
-        created_at=row[4],
-        updated_at=row[5],
-        expires_at=row[6],
-        origin=row[7],
-        active=bool(row[8]),
-        replaced_by=row[9],
-        source_page_ids=sources,
-    )
 
 
 class KnowledgeQueries(StoreQueries):
@@ -85,19 +64,19 @@ class KnowledgeQueries(StoreQueries):
             return []
         marks = ",".join("?" * len(entry_ids))
         rows = self._db.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.entry_id IN ({marks})", entry_ids
+            f"SELECT {ENTRY_COLUMNS} FROM knowledge k WHERE k.entry_id IN ({marks})", entry_ids
         ).fetchall()
         support = self.fact_support([row[0] for row in rows])
-        by_id = {row[0]: _entry(row, support[row[0]]) for row in rows}
+        by_id = {row[0]: entry_from_row(row, support[row[0]]) for row in rows}
         return [by_id[i] for i in entry_ids if i in by_id]
 
     def active_entries(self, kind: KnowledgeKind) -> list[KnowledgeEntry]:
         rows = self._db.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM knowledge k WHERE k.kind = ? AND k.active = 1 ORDER BY k.entry_id",
+            f"SELECT {ENTRY_COLUMNS} FROM knowledge k WHERE k.kind = ? AND k.active = 1 ORDER BY k.entry_id",
             (kind,),
         ).fetchall()
         support = self.fact_support([row[0] for row in rows])
-        return [_entry(row, support[row[0]]) for row in rows]
+        return [entry_from_row(row, support[row[0]]) for row in rows]
 
     def fact_support(self, entry_ids: Sequence[int]) -> dict[int, list[int]]:
         """The pages each fact stands on, sorted: those recorded for it and for every version it replaced,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import Side
+from memoryos.storage.records.base import FrequencyAsk, Side
 from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
@@ -350,12 +350,12 @@ class PageQueries(StoreQueries):
             f"UPDATE pages SET {assignments} WHERE page_id = ?", [(*fields.values(), pid) for pid in page_ids]
         )
 
-    def document_frequencies(
-        self, terms: Sequence[str], column: Side | None = None, at_most: int | None = None
-    ) -> list[int]:
-        """Pages matching each of `terms` (in `column` only, when given), in order; with `at_most`,
-        counting stops there (a bounded cost for words found in most pages of a large space)."""
-        return [self._document_frequency(term, column, at_most) for term in terms]
+    def document_frequencies(self, asks: Sequence[FrequencyAsk]) -> list[list[int]]:
+        """For each ask, the pages matching each of its terms, in order (`FrequencyAsk`). Several asks
+        at once save a database its round trips; a local file answers each term as it comes."""
+        return [
+            [self._document_frequency(term, ask.column, ask.at_most) for term in ask.terms] for ask in asks
+        ]
 
     def _document_frequency(self, term: str, column: Side | None, at_most: int | None) -> int:
         expression = quoted(term) if column is None else f"{column} : {quoted(term)}"

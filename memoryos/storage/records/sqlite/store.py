@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from memoryos.errors import StorageError
-from memoryos.storage.records.base import logged_detail
+from memoryos.storage.records.base import (
+    KNOWLEDGE_KINDS,
+    ReadMarks,
+    RetrievalBasis,
+    RetrievedRows,
+    logged_detail,
+)
 from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
 from memoryos.storage.records.sqlite.page_queries import PageQueries
 from memoryos.storage.records.sqlite.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -195,6 +201,33 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         """Changes whenever another connection (another process) commits to this store: a cheap test of
         whether there is anything to catch up with before a read."""
         return int(self._one("PRAGMA data_version"))
+
+    def read_marks(self) -> ReadMarks:
+        """`max_page_id`, the oldest pending page and `data_version`, one after another in that order, as
+        a read asked them before (`ReadMarks`: a database answers them at once; a local file, each as it
+        comes). A page stored in between is then past the read's mark, never pending within it unseen."""
+        max_page_id = self.max_page_id()
+        pending = self.pending_page_ids(1)
+        return ReadMarks(max_page_id, pending[0] if pending else None, self.data_version())
+
+    def retrieval_basis(self, now: float) -> RetrievalBasis:
+        """`count_expired(now)`, the latest profile and its version, and every kind's active facts, one
+        after another (`RetrievalBasis`: a database sends them at once)."""
+        return RetrievalBasis(
+            self.count_expired(now),
+            self.latest_profile(),
+            self.latest_profile_version(),
+            {kind: self.active_knowledge(kind) for kind in KNOWLEDGE_KINDS},
+        )
+
+    def retrieved_rows(
+        self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
+    ) -> RetrievedRows:
+        """`pages(page_ids)`, the `short_term` newest short-term pages (`newest_in_tier`) and
+        `fact_support(entry_ids)`, one after another (`RetrievedRows`: a database sends them at once)."""
+        return RetrievedRows(
+            self.pages(page_ids), self.newest_in_tier("stm", short_term), self.fact_support(entry_ids)
+        )
 
     def log_op(self, kind: str, at: float, detail: dict[str, Any], op_id: str, write_id: str | None) -> None:
         """Audit trail of applied ops: kind, op and write ids, planned time and the ids the op touched or

@@ -1,0 +1,193 @@
+"""A retrieval's reads folded into few calls to the store (`RecordStore.read_marks`, `retrieval_basis`,
+`retrieved_rows`, `document_frequencies` of several asks) give what the single reads give, on both
+stores; a whole retrieval (pages, facts with their sources, short-term memory, profile) is the same on
+both; and on PostgreSQL a retrieval costs a bounded number of round trips."""
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from memoryos import MemoryConfig, Memoryos
+from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
+from memoryos.storage.records.postgres.connection import close_pools
+from tests.support.fakes import FakeClock, HashEmbedder
+
+pytestmark = pytest.mark.integration
+
+CONVERSATION = Path(__file__).parents[1] / "data" / "own_conversation.json"
+
+ROUND_TRIPS_PER_RETRIEVE = 6
+"""What a retrieval with nothing to wait for or catch up with costs on PostgreSQL: its marks, its words'
+page counts, its basis, the lexical search, the neighbours and the rows returned."""
+
+
+@contextmanager
+def remembered(data_dir: Path, settings: dict[str, Any]) -> Iterator[tuple[Memoryos, FakeClock]]:
+    """A space holding the repository's conversation, consolidated (facts, profile), with pages that
+    expired (TTL), a deleted page (a gap in the ids) and an edited one."""
+    conversation = json.loads(CONVERSATION.read_text())
+    config = MemoryConfig.model_validate(
+        {"faiss_use_gpu": "never", "ingest_mode": "inline", "short_term_capacity": 4, **settings}
+    )
+    clock = FakeClock()
+    memory = Memoryos.from_config(
+        "nadia", config.model_copy(update={"data_dir": data_dir}), embedder=HashEmbedder(), clock=clock
+    )
+    try:
+        pairs = conversation["pairs"]
+        for number, pair in enumerate(pairs):
+            memory.add_memory(
+                pair["user_input"],
+                pair["agent_response"],
+                timestamp=pair["timestamp"],
+                ttl_s=60.0 if number % 7 == 3 else None,
+            )
+        memory.flush()
+        memory.force_mid_term_analysis()  # facts and a profile (the offline LLM's)
+        memory.delete_page(5)
+        memory.update_page(8, user_input="I started a pottery class and a ceramics course.")
+        memory.flush()
+        clock.advance(120.0)  # the TTL pages expired, not yet swept
+        yield memory, clock
+    finally:
+        memory.close()
+        close_pools()
+
+
+def _single_reads(
+    store: RecordStore, now: float, page_ids: list[int], entry_ids: list[int]
+) -> dict[str, Any]:
+    pending = store.pending_page_ids(1)
+    return {
+        "marks": (store.max_page_id(), pending[0] if pending else None, store.data_version()),
+        "basis": (
+            store.count_expired(now),
+            store.latest_profile(),
+            store.latest_profile_version(),
+            {kind: store.active_knowledge(kind) for kind in KNOWLEDGE_KINDS},
+        ),
+        "rows": (store.pages(page_ids), store.newest_in_tier("stm", 6), store.fact_support(entry_ids)),
+    }
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+def test_folded_reads_give_what_the_single_reads_give(
+    tmp_path: Path, database_url: str, store_kind: str
+) -> None:
+    settings = {"database_url": database_url} if store_kind == "postgres" else {}
+    with remembered(tmp_path / store_kind, settings) as (memory, clock):
+        store = memory.space.store
+        now = clock()
+        max_page_id = store.max_page_id()
+        page_ids = [9, 2, 999, *range(max_page_id, 0, -3)]
+        facts = {kind: store.active_knowledge(kind) for kind in KNOWLEDGE_KINDS}
+        entry_ids = [*[row["entry_id"] for rows in facts.values() for row in rows][::2], 10_000]
+        assert entry_ids[:-1] and store.latest_profile() and store.count_expired(now) > 0
+
+        single = _single_reads(store, now, page_ids, entry_ids)
+        assert tuple(store.read_marks()) == single["marks"]
+        assert tuple(store.retrieval_basis(now)) == single["basis"]
+        assert tuple(store.retrieved_rows(page_ids, 6, entry_ids)) == single["rows"]
+        empty = store.retrieved_rows([], 0, [])
+        assert (empty.pages, empty.short_term, empty.support) == ([], [], {})
+
+        asks = [
+            FrequencyAsk(["pottery", "the", "zzzz", "ceramics"]),
+            FrequencyAsk(["pottery", "class"], "user_input", 2),
+            FrequencyAsk([]),
+            FrequencyAsk(["pottery", "class", "e-mail"], "agent_response"),
+            FrequencyAsk(["the"], None, 3),
+        ]
+        assert store.document_frequencies(asks) == [store.document_frequencies([ask])[0] for ask in asks]
+        assert store.document_frequencies(asks)[0][0] > 0
+
+        # Neighbours across the deleted page's gap and at both ends, as a walk over every id finds them.
+        every = sorted(page.page_id for page in store.pages(list(range(1, max_page_id + 1))))
+        assert 5 not in every
+        expected = {
+            pid: (
+                max((other for other in every if other < pid), default=None),
+                min((other for other in every if other > pid), default=None),
+            )
+            for pid in [every[0], 4, 6, every[-1], *every[::5]]
+        }
+        assert store.neighbour_ids(list(expected)) == expected
+
+
+def _retrievals(memory: Memoryos) -> list[Any]:
+    """Every question's whole retrieval, scores to 9 digits, and the score sample's vectors (every 4th
+    embedded page, and all of them), read in binary on PostgreSQL."""
+    conversation = json.loads(CONVERSATION.read_text())
+    store = memory.space.store
+    found: list[Any] = [
+        store.sample_page_vectors(5, memory.space.dim).tolist(),
+        store.sample_page_vectors(1024, memory.space.dim).tolist(),
+    ]
+    for qa in conversation["qa"]:
+        context = memory.retrieve(qa["question"]).model_dump()
+        for key in ("retrieved_pages", "retrieved_user_knowledge", "retrieved_assistant_knowledge"):
+            for item in context[key]:
+                item["score"] = round(item["score"], 9)
+        found.append(context)
+    return found
+
+
+def test_whole_retrievals_are_the_same_on_both_stores(tmp_path: Path, database_url: str) -> None:
+    with remembered(tmp_path / "sqlite", {}) as (memory, _):
+        on_sqlite = _retrievals(memory)
+    with remembered(tmp_path / "postgres", {"database_url": database_url}) as (memory, _):
+        on_postgres = _retrievals(memory)
+    assert on_sqlite == on_postgres
+    assert len(on_sqlite[0]) == 5 and len(on_sqlite[1]) > 20
+    contexts = on_sqlite[2:]
+    assert any(
+        c["retrieved_user_knowledge"] and c["retrieved_user_knowledge"][0]["source_page_ids"]
+        for c in contexts
+    )
+    assert all(c["user_profile"] and c["short_term_memory"] for c in contexts)
+
+
+@contextmanager
+def counted_round_trips() -> Iterator[list[int]]:
+    """Round trips psycopg makes on this thread: each statement sent outside a pipeline, and each
+    pipeline (however many statements it sends)."""
+    trips = [0]
+    execute, pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
+    depth = [0]
+
+    def counted_execute(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
+        if not depth[0]:
+            trips[0] += 1
+        return execute(self, *args, **kwargs)
+
+    @contextmanager
+    def counted_pipeline(self: psycopg.Connection) -> Iterator[Any]:
+        if not depth[0]:
+            trips[0] += 1
+        depth[0] += 1
+        try:
+            with pipeline(self) as opened:
+                yield opened
+        finally:
+            depth[0] -= 1
+
+    psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]
+    psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
+    try:
+        yield trips
+    finally:
+        psycopg.Connection.execute = execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
+
+
+def test_a_retrieval_costs_few_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        memory.retrieve("What class did I start?")  # anything left to catch up with is caught up
+        with counted_round_trips() as trips:
+            memory.retrieve("What did my sister say about the pottery class?")
+        assert trips[0] == ROUND_TRIPS_PER_RETRIEVE
