@@ -19,10 +19,11 @@ from memoryos import MemoryConfig
 from memoryos.cli.embedding_engine import serve_engine
 from memoryos.cli.session import config_of
 from memoryos.embedding.engine.client import EngineEmbedder
+from memoryos.errors import InvalidInputError
 from memoryos.portability.database_move import unmoved_spaces
 from memoryos.scheduler import shared_scheduler
 from memoryos.storage.network_fs import filesystem_type, is_network_fs
-from memoryos.storage.records.factory import record_store_exists, uses_database
+from memoryos.storage.records.factory import database_url, record_store_exists, uses_database
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
 from services.worker.health import serving_health
@@ -65,7 +66,10 @@ def runs_embedding_engine(settings: QueueSettings, config: MemoryConfig) -> bool
 def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = None) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`); one process, or
     `worker_processes` children under a supervisor, with an embedding engine child where it is on."""
-    refusal = unsafe_store(config_of(args))
+    try:
+        refusal = unsafe_store(config_of(args))
+    except InvalidInputError as error:  # a database URL libpq cannot read: one line, never the URL
+        raise SystemExit(f"memoryos worker: {error}") from None
     if refusal is not None:
         raise SystemExit(f"memoryos worker: {refusal}")
     settings = _settings(args)
@@ -111,6 +115,7 @@ def unsafe_store(config: MemoryConfig) -> str | None:
     database, spaces still in the data directory's files, which a worker serving from the database
     would not see (and a forget would not erase)."""
     if uses_database(config):
+        database_url(config)  # a URL libpq cannot read is refused here, in one line
         unmoved = unmoved_spaces(
             config.data_dir, lambda space: record_store_exists(config, config.data_dir.joinpath(*space))
         )

@@ -31,3 +31,11 @@ def test_sqlite_spaces_on_a_network_file_system_are_refused(
     message = str(refused.value)
     assert "network file system (nfs4)" in message and "MEMORYOS_DATABASE_URL" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("url", ["not a url at all", "postgresql://memoryos:s3cret@db:notaport/memoryos"])
+def test_a_database_url_libpq_cannot_read_is_one_line_naming_the_setting(tmp_path: Path, url: str) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run_worker_process(worker_args(tmp_path / "data", url))
+    message = str(refused.value)
+    assert "database_url" in message and "s3cret" not in message and "\n" not in message

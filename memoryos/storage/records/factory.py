@@ -38,13 +38,21 @@ def uses_database(config: MemoryConfig) -> bool:
     return config.database_url is not None
 
 
+def database_url(config: MemoryConfig) -> str:
+    """The configured database's URL; `InvalidInputError` naming `database_url` for one libpq cannot
+    read, before any connection is tried (a pool would retry a typo for its whole timeout)."""
+    from memoryos.storage.records.postgres.connection import checked_url
+
+    assert config.database_url is not None
+    return checked_url(config.database_url.get_secret_value())
+
+
 def database_pool(config: MemoryConfig) -> "ConnectionPool":
     """This process's pool for the configured database (the schema migrated on first use)."""
     from memoryos.storage.records.postgres.connection import database_pool as pool_for
 
-    assert config.database_url is not None
     return pool_for(
-        config.database_url.get_secret_value(),
+        database_url(config),
         config.database_pool_size,
         config.database_idle_in_transaction_timeout_s,
     )

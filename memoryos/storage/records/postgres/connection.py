@@ -14,9 +14,10 @@ import os
 import threading
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from memoryos.errors import DatabaseUnavailableError, StorageError
+from memoryos.errors import DatabaseUnavailableError, InvalidInputError, StorageError
 from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
 MIGRATION_LOCK = 0x6D656D6F72796F73
@@ -59,6 +60,22 @@ def database_pool(url: str, max_size: int, idle_in_transaction_timeout_s: float)
                 raise DatabaseUnavailableError(f"cannot use the database: {error}") from error
             _pools[key] = pool
         return pool
+
+
+def checked_url(url: str) -> str:
+    """`url` if libpq can read it as a connection string or URL with valid ports; else
+    `InvalidInputError` naming `database_url` (the message never repeats the URL: it may hold a
+    password)."""
+    try:
+        ports = conninfo_to_dict(url).get("port")
+    except psycopg.ProgrammingError:
+        raise InvalidInputError(
+            "database_url", "not a PostgreSQL URL (postgresql://user@host:5432/dbname) or key=value string"
+        ) from None
+    for port in str(ports or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise InvalidInputError("database_url", "a port is not a number from 1 to 65535")
+    return url
 
 
 def close_pools() -> None:
