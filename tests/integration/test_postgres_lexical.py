@@ -12,15 +12,16 @@ import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import psycopg
 import pytest
 
 from memoryos.planning.lexical import query_terms
+from memoryos.storage.records.base import FrequencyAsk
 from memoryos.storage.records.postgres.lexical import (
     MAX_TERM_CHARS,
-    document_frequency,
+    document_frequencies,
     lexical_search,
     page_terms,
     query_tokens,
@@ -193,6 +194,11 @@ def test_limit_keeps_the_best(stores: Stores) -> None:
     assert lexical_search(stores.conn, stores.space_id, [], 10, None) == []
 
 
+def counted(stores: "Stores", term: str, column: Any, at_most: int | None) -> int:
+    """The store's count of one term (`document_frequencies` with one ask)."""
+    return document_frequencies(stores.conn, stores.space_id, [FrequencyAsk([term], column, at_most)])[0][0]
+
+
 def test_document_frequency_is_fts5_count(stores: Stores) -> None:
     terms = {term for question in stores.questions for term in query_terms(question)}
     terms |= {term for query in EDGE_QUERIES for term in query}
@@ -201,11 +207,13 @@ def test_document_frequency_is_fts5_count(stores: Stores) -> None:
             match = quoted(term) if column is None else f"{column} : {quoted(term)}"
             for at_most in (None, 1, 3):
                 expected = stores.fts5_count(match, at_most)
-                found = document_frequency(stores.conn, stores.space_id, term, column, at_most)
+                found = document_frequencies(
+                    stores.conn, stores.space_id, [FrequencyAsk([term], column, at_most)]
+                )[0][0]
                 assert found == expected, (term, column, at_most)
-    assert document_frequency(stores.conn, stores.space_id, "everywhere", None, None) == len(
-        conversation_pages()[0]
-    ) + len(HAND_MADE)
+    assert document_frequencies(stores.conn, stores.space_id, [FrequencyAsk(["everywhere"], None, None)])[0][
+        0
+    ] == len(conversation_pages()[0]) + len(HAND_MADE)
 
 
 SYNTAX = ["NEAR", "near", "AND", "OR", "NOT", "pottery*", "^pottery", "pottery:", "(", ")", "*", '"']
@@ -222,9 +230,9 @@ def test_query_syntax_is_text(stores: Stores) -> None:
             stores.assert_same_search([term], weights)
         for column in COLUMNS:
             match = quoted(term) if column is None else f"{column} : {quoted(term)}"
-            assert document_frequency(stores.conn, stores.space_id, term, column, None) == stores.fts5_count(
-                match, None
-            )
+            assert document_frequencies(stores.conn, stores.space_id, [FrequencyAsk([term], column, None)])[
+                0
+            ][0] == stores.fts5_count(match, None)
     assert query_tokens("*") == []
     assert query_tokens("NEAR") == ["near"]
     for term in SYNTAX_PHRASES:
@@ -235,9 +243,9 @@ def test_query_syntax_is_text(stores: Stores) -> None:
         assert found >= stores.fts5_search([term], None).keys(), term  # OR of the tokens: no page lost
         for column in COLUMNS:
             match = quoted(term) if column is None else f"{column} : {quoted(term)}"
-            assert document_frequency(stores.conn, stores.space_id, term, column, None) >= stores.fts5_count(
-                match, None
-            )
+            assert document_frequencies(stores.conn, stores.space_id, [FrequencyAsk([term], column, None)])[
+                0
+            ][0] >= stores.fts5_count(match, None)
 
 
 def test_tokens_are_fts5s() -> None:

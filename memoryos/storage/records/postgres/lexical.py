@@ -34,7 +34,7 @@ are compared on their first `MAX_TERM_CHARS` characters, which PostgreSQL's b-tr
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import psycopg
 
@@ -126,7 +126,7 @@ def query_tokens(term: str) -> list[str]:
     skip the term. Several tokens ("e-mail", "mary jane"): FTS5 matches them as a phrase, adjacent and in
     order, which page_terms cannot check without positions. The approximation: in `lexical_search` the
     phrase's distinct tokens become phrases of their own, OR-ed (every page FTS5 would find, and some
-    more, each scored by its tokens); in `document_frequency` a page counts when it holds all of them
+    more, each scored by its tokens); in `document_frequencies` a page counts when it holds all of them
     (the fewest pages that surely include every one FTS5 counts)."""
     return _query_tokens([term])[0]
 
@@ -268,14 +268,3 @@ def document_frequencies(
 def _bounded(count: int, at_most: int | None) -> int:
     """A count stopped at `at_most` (None: not stopped) from one stopped at a bound at least as large."""
     return count if at_most is None else min(count, at_most)
-
-
-def document_frequency(
-    conn: psycopg.Connection,
-    space_id: int,
-    term: str,
-    column: Literal["user_input", "agent_response"] | None,
-    at_most: int | None,
-) -> int:
-    """`document_frequencies` of one term."""
-    return document_frequencies(conn, space_id, [FrequencyAsk([term], column, at_most)])[0][0]

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import SpaceNotFoundError, StorageError
@@ -43,7 +42,7 @@ from memoryos.storage.records.postgres.page_queries import (
     in_order,
 )
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import storage_error
+from memoryos.storage.records.postgres.store_queries import borrowed
 from memoryos.storage.records.store_rows import page_from_row
 from memoryos.types import KnowledgeKind
 
@@ -91,27 +90,24 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         """Insert the space's row and its first meta rows in one transaction; of two processes creating
         the same space at once, one row wins and both use it."""
         meta = new_store_meta()
-        try:
-            with self._pool.connection() as connection, connection.transaction():
-                row = connection.execute(
-                    "INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
-                    "RETURNING space_id, incarnation",
-                    (*self.space, uuid.uuid4().hex, time.time()),
-                ).fetchone()
-                if row is None:
-                    found = self._find()
-                    if found is None:
-                        raise StorageError("the memory space was erased while it was being created")
-                    return found
-                with connection.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s)",
-                        [(row[0], key, value) for key, value in sorted(meta.items())],
-                    )
-                return int(row[0]), str(row[1])
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            raise storage_error(error) from error
+        with borrowed(self._pool) as connection, connection.transaction():
+            row = connection.execute(
+                "INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
+                "RETURNING space_id, incarnation",
+                (*self.space, uuid.uuid4().hex, time.time()),
+            ).fetchone()
+            if row is None:
+                found = self._find()
+                if found is None:
+                    raise StorageError("the memory space was erased while it was being created")
+                return found
+            with connection.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s)",
+                    [(row[0], key, value) for key, value in sorted(meta.items())],
+                )
+            return int(row[0]), str(row[1])
 
     def close(self) -> None:
         """Nothing to release: the store holds no connection between calls."""

@@ -136,7 +136,7 @@ class PostgresQueries:
     def _connection(self, flush: bool = True) -> Iterator[psycopg.Connection]:
         """The open transaction's connection on this thread (its waiting writes sent first, so a read sees
         them; `flush` False for a read they cannot change), else one borrowed for the caller's block."""
-        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        transaction = self._current()
         if transaction is not None:
             if flush:
                 transaction.flush()
@@ -187,7 +187,7 @@ class PostgresQueries:
         return getattr(self._local, "transaction", None)
 
     def _open_transaction(self) -> _Transaction:
-        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        transaction = self._current()
         if transaction is None:
             raise StorageError("a write to the memory database outside a transaction")
         return transaction
@@ -206,7 +206,7 @@ class PostgresQueries:
         transaction.tokens_added += tokens
 
     def _counter(self, counter: str) -> int:
-        transaction: _Transaction | None = getattr(self._local, "transaction", None)
+        transaction = self._current()
         if transaction is not None:
             return transaction.counters[counter]
         return int(self._one(f"SELECT {counter} FROM spaces WHERE space_id = %s", (self.space_id,)))
@@ -220,7 +220,7 @@ class PostgresQueries:
         `StoreBusyError` at once, nothing begun. In a fenced shard, `FencedOutError` when this process's
         fencing number is no longer the shard's (another worker took it over). A database that cannot
         be reached, restarts or is full raises `StorageError` with nothing of the transaction stored."""
-        if getattr(self._local, "transaction", None) is not None:
+        if self._current() is not None:
             raise StorageError("transactions of a memory space do not nest")
         try:
             with self._pool.connection() as connection, connection.transaction():
