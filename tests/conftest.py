@@ -7,6 +7,7 @@ import tempfile
 pytest_plugins = [
     "tests.support.postgres_server",  # fixtures postgres_server, database_url
     "tests.support.record_stores",  # both_record_stores: a test once per record store
+    "tests.support.locomo_data",  # fails a test that reads LoCoMo without @pytest.mark.locomo
 ]
 
 _MODEL_CACHE = tempfile.mkdtemp(prefix="memoryos-model-cache-")

@@ -27,8 +27,16 @@ from typing import Any
 import numpy as np
 
 ARCHITECTURE_NOTE = "architecture only, random weights; token counts from the MiniLM tokenizer"
-LOCOMO_PAIRS = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "pairs"
-"""The dev conversations beside the checkout; a machine without them takes `--locomo FILE`."""
+
+
+def locomo_pairs_found() -> Path | None:
+    """The `pairs/` conversion beside the raw LoCoMo file the one lookup finds (`find_locomo_raw`, so
+    `$MEMORYOS_LOCOMO` pointed at nothing means none); a machine without them takes `--locomo FILE`."""
+    from memoryos.eval.locomo import find_locomo_raw
+
+    raw = find_locomo_raw()
+    return raw.parent / "pairs" if raw is not None else None
+
 
 _FALLBACK_TEXT = (
     "the user said they went hiking with their family last weekend and the assistant asked about the "
@@ -211,8 +219,8 @@ def model_loaders(
 def load_locomo_pairs(source: Path | None) -> list[tuple[str, str]]:
     """(user_input, agent_response) of every exchange in a `pairs/` directory or a JSON file of pairs
     (`{"pairs": [...]}` or a list); empty when there is no such data here."""
-    path = source or LOCOMO_PAIRS
-    if not path.exists():
+    path = source or locomo_pairs_found()
+    if path is None or not path.exists():
         if source is not None:
             raise FileNotFoundError(f"--locomo: {path} does not exist")
         return []

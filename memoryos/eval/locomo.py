@@ -215,13 +215,19 @@ LOCOMO_FETCH = (
 
 
 def find_locomo_raw() -> Path | None:
-    """The raw upstream LoCoMo file benchmarks and tests read, or None: `$MEMORYOS_LOCOMO` (a raw file), the
-    workplace's `../shared/data/locomo/locomo_dev.json` beside a checkout, or `data/locomo10.json` in the
-    working directory (where `LOCOMO_FETCH` puts it). Callers select `DEV_SAMPLE_IDS` from it."""
+    """The raw upstream LoCoMo file benchmarks and tests read, or None. `$MEMORYOS_LOCOMO`, when set, is the
+    only place looked: a raw file, or a folder holding `locomo_dev.json` or `locomo10.json`; anything else
+    (an empty folder, a missing path) means no data, so CI can run the LoCoMo tests as a fresh clone sees
+    them. Unset: the workplace's `../shared/data/locomo/locomo_dev.json` beside a checkout, then
+    `data/locomo10.json` in the working directory (where `LOCOMO_FETCH` puts it). Callers select
+    `DEV_SAMPLE_IDS` from it."""
     configured = os.environ.get("MEMORYOS_LOCOMO")
-    candidates = [
-        Path(configured) if configured else None,
-        Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev.json",
-        Path("data") / "locomo10.json",
-    ]
-    return next((path for path in candidates if path is not None and path.is_file()), None)
+    if configured:
+        named = Path(configured)
+        candidates = [named, named / "locomo_dev.json", named / "locomo10.json"]
+    else:
+        candidates = [
+            Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev.json",
+            Path("data") / "locomo10.json",
+        ]
+    return next((path for path in candidates if path.is_file()), None)

@@ -36,6 +36,7 @@ def test_our_own_conversation_runs_the_whole_pipeline_everywhere(tmp_path: Path)
     assert result.recall.overall[10] >= 0.95
 
 
+@pytest.mark.locomo
 @pytest.mark.skipif(locomo_source() is None, reason=SKIP_REASON)
 def test_conv26_evidence_recall_beats_flat_cosine(tmp_path: Path) -> None:
     """Every pair of conv-26 ingested; recall@10 must clear 0.60 (reference 0.44, plain cosine 0.64), and

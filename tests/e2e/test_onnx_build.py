@@ -108,6 +108,7 @@ def pytorch(tmp_path_factory) -> SentenceTransformerEmbedder:
     return embedder(tmp_path_factory.mktemp("torch"), embedding_runtime="torch")
 
 
+@pytest.mark.locomo  # conversation_texts() adds LoCoMo's texts when found
 def test_the_built_graph_gives_pytorchs_vectors(built, pytorch):
     manifest, directory = built
     assert manifest.verified and manifest.checked_against.startswith("reference ")
@@ -183,6 +184,7 @@ print(json.dumps({"pages": pages, "queries": queries, "torch_free": e.torch_free
 """
 
 
+@pytest.mark.locomo  # conversation_texts() adds LoCoMo's texts when found
 def test_a_process_without_torch_builds_from_an_empty_cache_and_the_next_reuses_it(tmp_path, pytorch):
     pages, queries = conversation_texts()
     pages, queries = pages[:40], queries[:10]

@@ -95,6 +95,7 @@ def test_the_gpu_busy_share_is_the_mean_of_nvidia_smis_samples(
     }
 
 
+@pytest.mark.locomo
 @pytest.mark.skipif(locomo_source() is None, reason=SKIP_REASON)  # the ingest bench writes LoCoMo's turns
 def test_an_ingest_with_the_engine_on_reports_the_engines_rates(tmp_path: Path) -> None:
     """The real worker tree (two applying processes and the engine, the hash embedder in it): the bench

@@ -34,6 +34,7 @@ from services.api.settings import ApiSettings
 from services.queue.settings import QueueSettings
 from tests.support.api_server import RunningApi, running_api
 from tests.support.fakes import HashEmbedder
+from tests.support.locomo_data import SKIP_REASON, locomo_source
 from tests.support.mcp_session import http_session
 from tests.support.queue_worker import Running
 from tests.support.recording_llm_proxy import Exchange, RecordingProxy
@@ -48,9 +49,8 @@ if not URL:
         allow_module_level=True,
     )
 
-pytestmark = [pytest.mark.integration, pytest.mark.real_llm]
+pytestmark = [pytest.mark.integration, pytest.mark.real_llm, pytest.mark.locomo]
 
-LOCOMO = Path(__file__).parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 TURNS = 6
 """LoCoMo turns written per test: with short-term memory of 2, four are filed and analysed."""
 MEMORY_CAP = 512
@@ -65,7 +65,9 @@ FIGURES: list[dict[str, Any]] = []
 
 
 def turns() -> list[tuple[str, str, str]]:
-    source = LOCOMO if LOCOMO.exists() else Path("/work/shared/data/locomo/locomo_dev.json")
+    source = locomo_source()
+    if source is None:
+        pytest.skip(SKIP_REASON)
     pairs = load_conversations(source, ["conv-26"])[0].pairs[:TURNS]
     return [(p.user_input, p.agent_response, p.timestamp) for p in pairs]
 

@@ -125,6 +125,7 @@ def test_answers_are_scored_and_questions_are_not_stored(tmp_path: Path) -> None
     assert result.answer_ms is not None and result.answer_ms.count == 2
 
 
+@pytest.mark.locomo
 @pytest.mark.skipif(locomo_source() is None, reason=SKIP_REASON)
 def test_a_slice_of_conv26_has_the_full_schema(tmp_path: Path) -> None:
     source = locomo_source()

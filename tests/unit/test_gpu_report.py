@@ -27,6 +27,7 @@ def _small_sizes() -> gpu_report.Sizes:
 PAIRS = [(f"I walked my dog Pico {i} times today.", f"That is a lot of walks, {i}!") for i in range(8)]
 
 
+@pytest.mark.locomo  # the embedding section encodes LoCoMo's exchanges when found, its own text else
 def test_tiny_report_measures_ceilings_and_fractions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,5 +1,4 @@
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +12,17 @@ from memoryos.eval.locomo import (
     conversation_from_raw,
     load_conversations,
 )
+from tests.support.locomo_data import locomo_source
 
-LOCOMO_DIR = Path(
-    os.environ.get("MEMORYOS_LOCOMO_DIR") or Path(__file__).resolve().parents[2].parent / "shared/data/locomo"
-)
-"""A folder with LoCoMo's raw `locomo_dev.json` and its `pairs/` conversion (the workplace keeps one beside
-the repository)."""
+LOCOMO_RAW = locomo_source()
+LOCOMO_DIR = LOCOMO_RAW.parent if LOCOMO_RAW is not None else Path("no-locomo")
+"""The folder of LoCoMo's raw `locomo_dev.json` and its `pairs/` conversion (the workplace keeps one beside
+the repository; `$MEMORYOS_LOCOMO` may name another)."""
 DEV_SAMPLE_IDS = ["conv-26", "conv-30", "conv-41"]
 
 needs_locomo = pytest.mark.skipif(
-    not (LOCOMO_DIR / "locomo_dev.json").exists(),
-    reason="set MEMORYOS_LOCOMO_DIR to a folder with LoCoMo's locomo_dev.json and pairs/ to check the "
+    not ((LOCOMO_DIR / "locomo_dev.json").is_file() and (LOCOMO_DIR / "pairs").is_dir()),
+    reason="set MEMORYOS_LOCOMO to a folder with LoCoMo's locomo_dev.json and pairs/ to check the "
     "raw-to-pairs conversion against both (LoCoMo is CC BY-NC, not in the repository); the converter's "
     "rules are tested above on a hand-made sample",
 )
@@ -134,6 +133,7 @@ def test_unrecognised_document_is_rejected(tmp_path: Path) -> None:
         load_conversations(odd)
 
 
+@pytest.mark.locomo
 @needs_locomo
 def test_raw_dev_file_reproduces_the_shipped_pairs_files_exactly() -> None:
     converted = load_conversations(LOCOMO_DIR / "locomo_dev.json")
@@ -166,6 +166,7 @@ def test_raw_dev_file_reproduces_the_shipped_pairs_files_exactly() -> None:
                 )
 
 
+@pytest.mark.locomo
 @needs_locomo
 def test_pairs_directory_and_raw_file_load_the_same_conversations() -> None:
     from_pairs = load_conversations(LOCOMO_DIR / "pairs")
@@ -174,6 +175,7 @@ def test_pairs_directory_and_raw_file_load_the_same_conversations() -> None:
     assert all(isinstance(c, LocomoConversation) for c in from_pairs)
 
 
+@pytest.mark.locomo
 @needs_locomo
 def test_sample_ids_select_conversations_and_missing_ones_fail() -> None:
     selected = load_conversations(LOCOMO_DIR / "pairs", sample_ids=["conv-30"])
