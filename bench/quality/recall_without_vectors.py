@@ -29,6 +29,7 @@ from memoryos.eval.locomo import LocomoQuestion
 from memoryos.eval.metrics import RecallReport, ranked_dia_ids
 from memoryos.planning.retrieval import dense_query_text, rank_pages
 from memoryos.space.memory_space import MemorySpace
+from memoryos.storage.records.base import RankingRows
 from memoryos.storage.vectors.vector_index import SearchResult
 
 NEWEST = (4, 64)
@@ -61,18 +62,21 @@ def without_vectors(space: MemorySpace, page_ids: Sequence[int]) -> Iterator[Non
     """`space` ranked as if `page_ids` had no vector yet (restored after)."""
     missing = frozenset(page_ids)
     pages = space._pages  # the space's own index holder: retrieval reads `space.page_index` from it
-    index, lookup = pages.index, space.embedded_page_vectors
+    index, store = pages.index, space.store
+    rows_of = store.ranking_rows
 
-    def embedded_only(ids: list[int]) -> tuple[list[int], np.ndarray]:
-        return lookup([pid for pid in ids if pid not in missing])
+    def embedded_only(*args: Any, **kwargs: Any) -> RankingRows:
+        rows = rows_of(*args, **kwargs)
+        kept = [i for i, pid in enumerate(rows.vector_ids) if pid not in missing]
+        return rows._replace(vector_ids=[rows.vector_ids[i] for i in kept], vectors=rows.vectors[kept])
 
     pages.index = _IndexWithout(index, missing)  # type: ignore[assignment]
-    space.embedded_page_vectors = embedded_only  # type: ignore[method-assign]
+    store.ranking_rows = embedded_only  # type: ignore[method-assign]
     try:
         yield
     finally:
         pages.index = index
-        del space.embedded_page_vectors  # the class's method again
+        del store.ranking_rows  # the class's method again
 
 
 def _evidence_pages(stored: StoredConversation, question: LocomoQuestion) -> list[int]:

@@ -27,7 +27,7 @@ from memoryos.planning.speaker import (
 )
 from memoryos.planning.temporal import date_proximity, julian_to_epoch_days, query_date_windows
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.records.base import FrequencyAsk
+from memoryos.storage.records.base import FrequencyAsk, needed_pages, ranking_candidates
 from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import KnowledgeKind, Page, RetrievedContext, RetrievedKnowledge, RetrievedPage
 from memoryos.validation import format_unix_timestamp
@@ -182,26 +182,29 @@ def page_signals(
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
     words = words if words is not None else query_words(space, query)
-    lexical = space.store.lexical_search(
-        words.lexical_terms, pool * LEXICAL_FETCH_FACTOR, words.column_weights
+    # The lexical hits, the candidates' neighbours and the vectors of needed pages outside the dense
+    # hits, asked at once (one statement on a database). A page written a moment ago by another thread or
+    # process may have no vector yet: it is left to the lexical side (a dense z-score of 0) rather than
+    # scored from a vector it does not have.
+    rows = space.store.ranking_rows(
+        list(dense_hits),
+        words.lexical_terms,
+        pool * LEXICAL_FETCH_FACTOR,
+        pool,
+        words.column_weights,
+        space.dim,
     )
+    lexical = rows.lexical
     lexical_scores = dict(lexical)
     raw = np.array([score for _, score in lexical], dtype=np.float64)
     lexical_mean = float(raw.sum()) / total
     lexical_std = float(np.sqrt(max(float((raw**2).sum()) / total - lexical_mean**2, 0.0)))
 
-    candidates = list(dict.fromkeys([*dense_hits, *(pid for pid, _ in lexical[:pool])]))
-    neighbours = space.store.neighbour_ids(candidates)
-    needed = list(
-        dict.fromkeys([*candidates, *(n for pair in neighbours.values() for n in pair if n is not None)])
-    )
-    missing_dense = [pid for pid in needed if pid not in dense_hits]
+    candidates = ranking_candidates(list(dense_hits), lexical, pool)
+    neighbours = rows.neighbours
+    needed = needed_pages(candidates, neighbours)
     dense = dict(dense_hits)
-    if missing_dense:
-        # A page written a moment ago by another thread or process may have no vector yet: it is left to
-        # the lexical side (a dense z-score of 0) rather than scored from a vector it does not have.
-        embedded, vectors = space.embedded_page_vectors(missing_dense)
-        dense.update(zip(embedded, (vectors @ query_vector).tolist(), strict=True))
+    dense.update(zip(rows.vector_ids, (rows.vectors @ query_vector).tolist(), strict=True))
 
     windows = query_date_windows(query)
     date = np.zeros(len(needed))

@@ -382,15 +382,18 @@ def _pages_with_lengths(
     done: list[tuple[Any, ...]] = []
     with (
         connection.cursor() as cursor,
-        cursor.copy(b"COPY page_terms (space_id, term, page_id, user_tf, agent_tf) FROM STDIN") as copy,
+        cursor.copy(
+            b"COPY page_terms (space_id, term, page_id, user_tf, agent_tf, length) FROM STDIN"
+        ) as copy,
     ):
         for start in range(0, len(pages), TERMS_BATCH):
             batch = pages[start : start + TERMS_BATCH]
             for page, terms in zip(
                 batch, lexical.page_terms([(row[1], row[2]) for row in batch]), strict=True
             ):
+                length = terms.user_len + terms.agent_len
                 for term, (user_tf, agent_tf) in terms.terms.items():
-                    copy.write_row((space_id, term, page[0], user_tf, agent_tf))
+                    copy.write_row((space_id, term, page[0], user_tf, agent_tf, length))
                 done.append((*page, terms.user_len, terms.agent_len))
     return done
 

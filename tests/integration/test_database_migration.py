@@ -1,5 +1,6 @@
 """The PostgreSQL store's schema: created in an empty database, migrated once when two processes start
-together, left alone at its version, and a database newer than the code refused untouched."""
+together, left alone at its version, a database of the previous version migrated with its spaces, and a
+database newer than the code refused untouched."""
 
 import threading
 
@@ -7,8 +8,15 @@ import psycopg
 import pytest
 
 from memoryos.errors import StorageError
+from memoryos.storage.records.base import FrequencyAsk
 from memoryos.storage.records.postgres.connection import migrate, schema_version
-from memoryos.storage.records.postgres.schema import SCHEMA_VERSION
+from memoryos.storage.records.postgres.lexical import (
+    PageTerms,
+    document_frequencies,
+    lexical_search,
+    page_terms,
+)
+from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def tables(url: str) -> set[str]:
@@ -57,3 +65,93 @@ def test_a_newer_database_is_refused_untouched(database_url: str) -> None:
         with pytest.raises(StorageError, match="newer than this MemoryOS reads"):
             migrate(connection)
         assert schema_version(connection) == SCHEMA_VERSION + 1
+
+
+def test_a_version_1_database_is_migrated_with_its_spaces(database_url: str) -> None:
+    """A database of schema version 1 (as the first release left it, with a space in it) migrates to the
+    current version on start: each term row gets its page's length, the counts move into the primary key
+    and the vectors stay in their rows, and lexical search then scores the migrated space exactly as it
+    scores the same pages stored at the current version."""
+    pages = [
+        ("I ran a marathon in Boston", "Running that far is hard."),
+        ("My sister paints pottery", "Pottery painting with your sister sounds fun."),
+        ("We adopted a dog named Pixel", "Pixel is a great name for a dog."),
+        ("The marathon was in April", "April marathons are cool and fast."),
+    ]
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(MIGRATIONS[0].encode())
+        connection.execute("INSERT INTO memoryos_schema(version) VALUES (1)")
+        before = version_1_space(connection, "migrated", pages)
+
+        assert migrate(connection) == 1
+        assert schema_version(connection) == SCHEMA_VERSION
+        after = current_space(connection, "stored-now", pages)
+        unmatched = connection.execute(
+            "SELECT COUNT(*) FROM page_terms t JOIN pages p USING (space_id, page_id) "
+            "WHERE t.length <> p.user_len + p.agent_len"
+        ).fetchone()
+        assert unmatched == (0,)
+        storage = connection.execute(
+            "SELECT attrelid::regclass::text, attstorage FROM pg_attribute "
+            "WHERE attname = 'vector' AND attrelid IN ('pages'::regclass, 'segments'::regclass, "
+            "'knowledge'::regclass) ORDER BY 1"
+        ).fetchall()
+        assert storage == [("knowledge", "m"), ("pages", "m"), ("segments", "m")]
+        for terms in (["marathon"], ["pottery", "sister"], ["dog", "april", "boston"]):
+            migrated = lexical_search(connection, before, terms, 10, None)
+            assert migrated, terms
+            assert migrated == lexical_search(connection, after, terms, 10, None)
+            asks = [FrequencyAsk(terms, at_most=None)]
+            assert document_frequencies(connection, before, asks) == document_frequencies(
+                connection, after, asks
+            )
+
+
+def _space_row(connection: psycopg.Connection, user_id: str, terms: list[PageTerms]) -> int:
+    row = connection.execute(
+        "INSERT INTO spaces (tenant, user_id, assistant_id, incarnation, created_at, page_count, token_count) "
+        "VALUES ('t', %s, 'a', 'i', 0, %s, %s) RETURNING space_id",
+        (user_id, len(terms), sum(page.user_len + page.agent_len for page in terms)),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _pages(
+    connection: psycopg.Connection, space_id: int, pages: list[tuple[str, str]], terms: list[PageTerms]
+) -> None:
+    for page_id, ((user, agent), page) in enumerate(zip(pages, terms, strict=True), start=1):
+        connection.execute(
+            "INSERT INTO pages (space_id, page_id, user_input, agent_response, timestamp, user_len, agent_len) "
+            "VALUES (%s, %s, %s, %s, '2024-03-02 18:20:00', %s, %s)",
+            (space_id, page_id, user, agent, page.user_len, page.agent_len),
+        )
+
+
+def version_1_space(connection: psycopg.Connection, user_id: str, pages: list[tuple[str, str]]) -> int:
+    """A space written as version 1 wrote it: term rows without the page's length."""
+    terms = page_terms(pages)
+    space_id = _space_row(connection, user_id, terms)
+    _pages(connection, space_id, pages, terms)
+    for page_id, page in enumerate(terms, start=1):
+        for term, (user_tf, agent_tf) in page.terms.items():
+            connection.execute(
+                "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf) VALUES (%s, %s, %s, %s, %s)",
+                (space_id, term, page_id, user_tf, agent_tf),
+            )
+    return space_id
+
+
+def current_space(connection: psycopg.Connection, user_id: str, pages: list[tuple[str, str]]) -> int:
+    """The same pages written as the current version writes them."""
+    terms = page_terms(pages)
+    space_id = _space_row(connection, user_id, terms)
+    _pages(connection, space_id, pages, terms)
+    for page_id, page in enumerate(terms, start=1):
+        for term, (user_tf, agent_tf) in page.terms.items():
+            connection.execute(
+                "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf, length) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (space_id, term, page_id, user_tf, agent_tf, page.user_len + page.agent_len),
+            )
+    return space_id

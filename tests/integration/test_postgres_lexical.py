@@ -19,6 +19,7 @@ import pytest
 
 from memoryos.planning.lexical import query_terms
 from memoryos.storage.records.base import FrequencyAsk
+from memoryos.storage.records.postgres.connection import migrate
 from memoryos.storage.records.postgres.lexical import (
     MAX_TERM_CHARS,
     document_frequencies,
@@ -26,7 +27,6 @@ from memoryos.storage.records.postgres.lexical import (
     page_terms,
     query_tokens,
 )
-from memoryos.storage.records.postgres.schema import MIGRATIONS
 from memoryos.storage.records.sqlite.page_queries import quoted
 
 pytestmark = pytest.mark.integration
@@ -103,9 +103,10 @@ def store_space(
             ],
         )
         cursor.executemany(
-            "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf) VALUES (%s, %s, %s, %s, %s)",
+            "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf, length) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
             [
-                (space_id, term, page_id, user_tf, agent_tf)
+                (space_id, term, page_id, user_tf, agent_tf, terms.user_len + terms.agent_len)
                 for page_id, terms in zip(page_ids, tokenized, strict=True)
                 for term, (user_tf, agent_tf) in terms.terms.items()
             ],
@@ -157,7 +158,7 @@ def stores(database_url: str) -> Iterator[Stores]:
     pages, questions = conversation_pages()
     pages += HAND_MADE
     with psycopg.connect(database_url) as conn:
-        conn.execute(MIGRATIONS[0])
+        migrate(conn)
         space_id, page_ids = store_space(conn, "u1", pages)
         store_space(conn, "u2", OTHER_SPACE)
         conn.commit()

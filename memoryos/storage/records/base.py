@@ -93,6 +93,37 @@ class RetrievedRows(NamedTuple):
     """The pages each retrieved fact stands on, as `fact_support`."""
 
 
+class RankingRows(NamedTuple):
+    """What ranking a query's pages reads from the store, read together (`RecordStore.ranking_rows`): one
+    round trip to a database instead of three that each waited for the one before."""
+
+    lexical: list[tuple[int, float]]
+    """(page_id, BM25 score) best first, as `lexical_search`."""
+    neighbours: dict[int, tuple[int | None, int | None]]
+    """For each candidate (`ranking_candidates`), as `neighbour_ids`."""
+    vector_ids: list[int]
+    """The pages needed for ranking (`needed_pages`) that have a vector and are not among the dense hits."""
+    vectors: np.ndarray
+    """Their vectors, in the order of `vector_ids`."""
+
+
+def ranking_candidates(
+    dense_ids: Sequence[int], lexical: Sequence[tuple[int, float]], pool: int
+) -> list[int]:
+    """The pages a query's ranking scores: the dense hits, then the `pool` best lexical hits not among
+    them. A store that reads the neighbours in the statement that searches computes the same set."""
+    return list(dict.fromkeys([*dense_ids, *(pid for pid, _ in lexical[:pool])]))
+
+
+def needed_pages(
+    candidates: Sequence[int], neighbours: dict[int, tuple[int | None, int | None]]
+) -> list[int]:
+    """The candidates, then their neighbours: every page whose scores ranking the candidates reads."""
+    return list(
+        dict.fromkeys([*candidates, *(n for pid in candidates for n in neighbours[pid] if n is not None)])
+    )
+
+
 class RetrievalBasis(NamedTuple):
     """What every retrieval reads besides its ranking, read together (`RecordStore.retrieval_basis`):
     one round trip to a database instead of five."""
@@ -206,6 +237,15 @@ class RecordStore(Protocol):
     def pending_among(self, page_ids: Sequence[int]) -> list[int]: ...
     def pending_page_ids(self, limit: int) -> list[int]: ...
     def profile_version_count(self) -> int: ...
+    def ranking_rows(
+        self,
+        dense_ids: Sequence[int],
+        terms: Sequence[str],
+        limit: int,
+        pool: int,
+        column_weights: tuple[float, float] | None,
+        dim: int,
+    ) -> RankingRows: ...
     def read_marks(self) -> ReadMarks: ...
     def remove_knowledge_sources(self, page_ids: Sequence[int]) -> None: ...
     def replace_page_text(

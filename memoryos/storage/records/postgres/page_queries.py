@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import FrequencyAsk
+from memoryos.storage.records.base import FrequencyAsk, RankingRows, needed_pages, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
 from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
@@ -23,6 +23,47 @@ NEWEST_IN_TIER = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = %s ORDER BY p.page_id DESC "
     "LIMIT %s"
 )
+
+
+NEIGHBOURS = (
+    "q.id, COALESCE((SELECT page_id FROM pages WHERE space_id = %(space_id)s AND page_id = q.id - 1), "
+    "(SELECT MAX(page_id) FROM pages WHERE space_id = %(space_id)s AND page_id < q.id)), "
+    "COALESCE((SELECT page_id FROM pages WHERE space_id = %(space_id)s AND page_id = q.id + 1), "
+    "(SELECT MIN(page_id) FROM pages WHERE space_id = %(space_id)s AND page_id > q.id))"
+)
+"""The columns (id, the id stored before it, the id after it) of the pages `q.id`: id±1 is probed first (one
+primary-key lookup each), and only a gap is walked to the nearest id, as the SQLite store does. Scalar
+subqueries, each a primary-key probe whatever the statistics: as `EXISTS`, a plan made before the space
+was analyzed hashed every page of the space instead."""
+
+
+RANKING_ROWS = f"""
+WITH lexical AS MATERIALIZED ({lexical.LEXICAL_SEARCH}),
+candidates AS MATERIALIZED (
+    SELECT d.id FROM unnest(%(dense)s::bigint[]) AS d(id)
+    UNION
+    SELECT best.page_id FROM (SELECT page_id FROM lexical ORDER BY score DESC, page_id LIMIT %(pool)s) AS best
+),
+around(id, before, after) AS MATERIALIZED (SELECT {NEIGHBOURS} FROM candidates q),
+needed AS (
+    SELECT id FROM around
+    UNION SELECT before FROM around WHERE before IS NOT NULL
+    UNION SELECT after FROM around WHERE after IS NOT NULL
+)
+SELECT 0, page_id, score, NULL::bigint, NULL::bigint, NULL::bytea FROM lexical
+UNION ALL
+SELECT 1, id, NULL::float8, before, after, NULL::bytea FROM around
+UNION ALL
+SELECT 2, n.id, NULL::float8, NULL::bigint, NULL::bigint,
+       (SELECT p.vector FROM pages p WHERE p.space_id = %(space_id)s AND p.page_id = n.id)
+FROM needed n WHERE n.id <> ALL(%(dense)s::bigint[])
+"""
+"""`ranking_rows` in one statement, each row tagged with its part: 0 a lexical hit (page, score), 1 a
+candidate's neighbours (page, before, after), 2 a vector (page, vector). The candidates are
+`ranking_candidates`' set: the dense hits and the `pool` best lexical hits, in the lexical search's order
+(score, then id), so the set is the one the engine makes of the hits. A needed page without a vector comes
+with a NULL one. Each page is read by a primary-key probe (scalar subqueries), never by a join whose plan
+depends on statistics a database just filled does not have."""
 
 
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
@@ -76,13 +117,13 @@ class PostgresPageQueries(PostgresQueries):
 
     def _insert_terms(self, page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> None:
         rows = [
-            (term, page_id, user_tf, agent_tf)
+            (term, page_id, user_tf, agent_tf, page_terms.user_len + page_terms.agent_len)
             for page_id, page_terms in zip(page_ids, terms, strict=True)
             for term, (user_tf, agent_tf) in page_terms.terms.items()
         ]
         self._write_rows(
-            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf) SELECT %s, r.* FROM "
-            "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[]) AS r",
+            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf, length) SELECT %s, r.* FROM "
+            "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[], %s::int[]) AS r",
             (self.space_id,),
             rows,
         )
@@ -123,6 +164,35 @@ class PostgresPageQueries(PostgresQueries):
 
     def page_vectors(self, page_ids: Sequence[int], dim: int) -> np.ndarray:
         return self._vectors_by_id("pages", "page_id", page_ids, dim)
+
+    def ranking_rows(
+        self,
+        dense_ids: Sequence[int],
+        terms: Sequence[str],
+        limit: int,
+        pool: int,
+        column_weights: tuple[float, float] | None,
+        dim: int,
+    ) -> RankingRows:
+        """As `SqliteStore.ranking_rows`, in one statement (`RANKING_ROWS`): the lexical search, the
+        neighbours of the candidates it makes and the vectors ranking needs, where each waited for the
+        one before. Vectors come in binary."""
+        params = lexical.search_params(self.space_id, terms, limit, column_weights)
+        rows = self._all(RANKING_ROWS, {**params, "dense": bigints(dense_ids), "pool": pool}, binary=True)
+        hits: list[tuple[int, float]] = []
+        neighbours: dict[int, tuple[int | None, int | None]] = {}
+        vectors: dict[int, bytes] = {}
+        for part, page_id, score, before, after, vector in rows:
+            if part == 0:
+                hits.append((int(page_id), float(score)))
+            elif part == 1:
+                neighbours[int(page_id)] = (before, after)
+            elif vector is not None:
+                vectors[int(page_id)] = bytes(vector)
+        hits.sort(key=lambda hit: (-hit[1], hit[0]))
+        candidates = ranking_candidates(dense_ids, hits, pool)
+        ids = [pid for pid in needed_pages(candidates, neighbours) if pid in vectors]
+        return RankingRows(hits, neighbours, ids, from_blobs([vectors[pid] for pid in ids], dim))
 
     def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
         found = dict(
@@ -231,12 +301,8 @@ class PostgresPageQueries(PostgresQueries):
         if not page_ids:
             return {}
         rows = self._all(
-            "SELECT q.id, CASE WHEN EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND page_id = "
-            "q.id - 1) THEN q.id - 1 ELSE (SELECT MAX(page_id) FROM pages WHERE space_id = %(space)s AND "
-            "page_id < q.id) END, CASE WHEN EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND "
-            "page_id = q.id + 1) THEN q.id + 1 ELSE (SELECT MIN(page_id) FROM pages WHERE space_id = "
-            "%(space)s AND page_id > q.id) END FROM unnest(%(ids)s::bigint[]) AS q(id)",
-            {"space": self.space_id, "ids": bigints(page_ids)},
+            f"SELECT {NEIGHBOURS} FROM unnest(%(ids)s::bigint[]) AS q(id)",
+            {"space_id": self.space_id, "ids": bigints(page_ids)},
         )
         found = {int(row[0]): (row[1], row[2]) for row in rows}
         return {pid: found[pid] for pid in page_ids}

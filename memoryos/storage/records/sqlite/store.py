@@ -21,10 +21,13 @@ from typing import Any
 from memoryos.errors import StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
+    RankingRows,
     ReadMarks,
     RetrievalBasis,
     RetrievedRows,
     logged_detail,
+    needed_pages,
+    ranking_candidates,
 )
 from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
 from memoryos.storage.records.sqlite.page_queries import PageQueries
@@ -219,6 +222,28 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             self.latest_profile_version(),
             {kind: self.active_knowledge(kind) for kind in KNOWLEDGE_KINDS},
         )
+
+    def ranking_rows(
+        self,
+        dense_ids: Sequence[int],
+        terms: Sequence[str],
+        limit: int,
+        pool: int,
+        column_weights: tuple[float, float] | None,
+        dim: int,
+    ) -> RankingRows:
+        """`lexical_search(terms, limit, column_weights)`, the `neighbour_ids` of the candidates it makes
+        with `dense_ids` (`ranking_candidates`, `pool` lexical hits) and the vectors of the pages needed
+        (`needed_pages`) outside `dense_ids`, one after another (`RankingRows`: a database sends them as one
+        statement)."""
+        lexical = self.lexical_search(terms, limit, column_weights)
+        candidates = ranking_candidates(dense_ids, lexical, pool)
+        neighbours = self.neighbour_ids(candidates)
+        dense = set(dense_ids)
+        ids, vectors = self.embedded_page_vectors(
+            [pid for pid in needed_pages(candidates, neighbours) if pid not in dense], dim
+        )
+        return RankingRows(lexical, neighbours, ids, vectors)
 
     def retrieved_rows(
         self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
