@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from memoryos.storage.records.factory import STORE_FILE, space_of
 
@@ -72,3 +73,26 @@ def table_rows(
         names = [column.name for column in cursor.description or ()]
         keep = [i for i, name in enumerate(names) if name != "space_id"]
         return [tuple(row[i] for i in keep) for row in cursor.fetchall()]
+
+
+def database_tables_holding(needle: str) -> list[str]:
+    """The tables of the current test's database with a row whose text holds `needle` (any column, the
+    row cast to text; bytea as hex, so texts only); [] on the SQLite store, whose bytes are files."""
+    if _database_url is None:
+        return []
+    with psycopg.connect(_database_url) as connection:
+        tables = [
+            row[0]
+            for row in connection.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        return [
+            table
+            for table in sorted(tables)
+            if connection.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} t WHERE t::text LIKE %s)").format(
+                    sql.Identifier(table)
+                ),
+                (f"%{needle}%",),
+            ).fetchone()
+            == (True,)
+        ]

@@ -19,6 +19,7 @@ from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.space.memory_space import STORE_FILE
 from tests.support.committed import committed_rows
 from tests.support.fakes import FAKE_DIM, FAKE_MODEL_NAME, FakeClock, HashEmbedder, ScriptedLLM
+from tests.support.record_stores import store_settings
 
 NURSE = ("I work as a nurse in Lyon.", "Nursing in Lyon must keep you busy.")
 CAT = ("I have a cat named Miso.", "Miso is a lovely name for a cat.")
@@ -42,13 +43,16 @@ def make(
     **kwargs: Any,
 ) -> Memoryos:
     """Inline ingest by default: these tests inspect the space right after a write.
-    tests/unit/test_background_ingest.py covers the background mode."""
+    tests/unit/test_background_ingest.py covers the background mode. On the store of the test
+    (`store_settings`): SQLite files unless the module runs on both stores."""
     return Memoryos(
         user_id,
         None,
         root,
         assistant_id=assistant_id,
-        config=MemoryConfig(faiss_use_gpu="never", max_text_chars=max_text_chars, ingest_mode=ingest_mode),
+        config=MemoryConfig(
+            faiss_use_gpu="never", max_text_chars=max_text_chars, ingest_mode=ingest_mode, **store_settings()
+        ),
         embedder=embedder or HashEmbedder(),
         llm=llm or OfflineLLM(),
         clock=clock or FakeClock(),

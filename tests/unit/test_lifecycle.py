@@ -1,6 +1,7 @@
 """The memory lifecycle through the facade: ids and provenance, edit and delete of pages and facts,
-fact history, expiry with a controlled clock, and the files after a delete (hashed fake embedder, the
-offline LLM, inline ingest)."""
+fact history, expiry with a controlled clock, and what is stored after a delete (hashed fake embedder,
+the offline LLM, inline ingest). The store's tests run on both record stores (`both_record_stores`);
+those of files, caches and the Chroma index on SQLite only."""
 
 import subprocess
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from memoryos.errors import InvalidInputError, ItemNotFoundError
 from memoryos.space.ops import DeletePages, op_from_json, op_to_json
 from memoryos.types import exchange_text
 from tests.support.fakes import FakeClock, HashEmbedder
+from tests.support.record_stores import database_tables_holding, store_settings
 from tests.unit.test_facade import CAT, GUITAR, HIKING, MUSEUM, NURSE, PORTO, add_all, make
 
 SECRET = ("My locker code is zanzibar4471.", "I will remember zanzibar4471 for you.")
@@ -28,11 +30,16 @@ def analyzed(memory: Memoryos) -> Memoryos:
 
 
 def grep_data_dir(root: Path, needle: str) -> list[str]:
-    """Files under `root` whose bytes contain `needle` (grep -rl, binary files included)."""
+    """Files under `root` whose bytes contain `needle` (grep -rl, binary files included), and the
+    database's tables with a row holding it on the PostgreSQL store."""
     found = subprocess.run(["grep", "-rla", needle, str(root)], capture_output=True, text=True)
-    return found.stdout.split()
+    return found.stdout.split() + database_tables_holding(needle)
 
 
+both_stores = pytest.mark.usefixtures("both_record_stores")
+
+
+@both_stores
 def test_every_item_has_an_id_times_and_provenance(tmp_path: Path) -> None:
     clock = FakeClock()
     memory = make(tmp_path, clock=clock, short_term_capacity=2)
@@ -50,6 +57,7 @@ def test_every_item_has_an_id_times_and_provenance(tmp_path: Path) -> None:
     assert [p.page_id for p in listed.pages] == page_ids[1:3] and listed.total == 4
 
 
+@both_stores
 def test_deleting_a_page_removes_its_text_vector_and_the_facts_it_alone_supported(tmp_path: Path) -> None:
     memory = make(tmp_path, short_term_capacity=2, max_text_chars=400)
     ids = add_all(memory, [NURSE, SECRET, CAT, HIKING, GUITAR])
@@ -70,6 +78,7 @@ def test_deleting_a_page_removes_its_text_vector_and_the_facts_it_alone_supporte
         make(tmp_path).get_page(ids[1])
 
 
+@both_stores
 def test_a_page_delete_survives_a_reopen_whose_snapshot_still_holds_the_vector(tmp_path: Path) -> None:
     memory = make(tmp_path)
     ids = add_all(memory, [NURSE, CAT, HIKING])
@@ -84,6 +93,7 @@ def test_a_page_delete_survives_a_reopen_whose_snapshot_still_holds_the_vector(t
     memory.close()
 
 
+@both_stores
 def test_editing_a_page_keeps_its_id_reembeds_it_and_drops_what_its_old_text_gave(tmp_path: Path) -> None:
     memory = make(tmp_path, short_term_capacity=2)
     ids = add_all(memory, [NURSE, CAT, HIKING, GUITAR])
@@ -98,6 +108,7 @@ def test_editing_a_page_keeps_its_id_reembeds_it_and_drops_what_its_old_text_gav
     assert all("nurse" not in f.knowledge.lower() for f in memory.list_facts("user"))
 
 
+@both_stores
 def test_a_fact_edit_is_a_new_version_and_history_leads_back_to_the_turns(tmp_path: Path) -> None:
     memory = make(tmp_path, short_term_capacity=2)
     ids = add_all(memory, [NURSE, CAT, HIKING, GUITAR])
@@ -118,6 +129,7 @@ def test_a_fact_edit_is_a_new_version_and_history_leads_back_to_the_turns(tmp_pa
         memory.fact_history(fact.entry_id)
 
 
+@both_stores
 def test_expired_pages_are_never_returned_and_the_sweep_erases_them(tmp_path: Path) -> None:
     clock = FakeClock()
     memory = make(tmp_path, clock=clock)
@@ -143,6 +155,7 @@ def test_expired_pages_are_never_returned_and_the_sweep_erases_them(tmp_path: Pa
     assert memory.get_page(memory.add_memory(*GUITAR)).expires_at is None
 
 
+@both_stores
 def test_bad_lifecycle_input_names_the_field_and_changes_nothing(tmp_path: Path) -> None:
     memory = make(tmp_path)
     (page_id,) = add_all(memory, [NURSE])
@@ -162,6 +175,7 @@ def test_bad_lifecycle_input_names_the_field_and_changes_nothing(tmp_path: Path)
     assert [p.page_id for p in memory.list_pages().pages] == [page_id]
 
 
+@both_stores
 def test_a_delete_in_one_tenant_or_space_never_touches_another(tmp_path: Path) -> None:
     from memoryos import MemoryConfig
 
@@ -171,7 +185,7 @@ def test_a_delete_in_one_tenant_or_space_never_touches_another(tmp_path: Path) -
         None,
         tmp_path,
         assistant_id="helper",
-        config=MemoryConfig(faiss_use_gpu="never", tenant="acme", ingest_mode="inline"),
+        config=MemoryConfig(faiss_use_gpu="never", tenant="acme", ingest_mode="inline", **store_settings()),
         embedder=spaces[0].embedder,
         llm=spaces[0].llm,
         clock=FakeClock(),
@@ -183,6 +197,7 @@ def test_a_delete_in_one_tenant_or_space_never_touches_another(tmp_path: Path) -
     assert [p.page_id for p in other_tenant.list_pages().pages] == ids[2]
 
 
+@both_stores
 def test_lifecycle_ops_travel_and_apply_once(tmp_path: Path) -> None:
     memory = make(tmp_path)
     ids = add_all(memory, [NURSE, CAT])
@@ -227,6 +242,7 @@ def test_forget_is_an_op_that_empties_the_store_before_the_files_go(
     assert not directory.exists()
 
 
+@both_stores
 def test_forget_empties_the_process_embedding_cache(tmp_path: Path) -> None:
     embedder = RecordingForgetEmbedder()
     memory = make(tmp_path, embedder=embedder)
