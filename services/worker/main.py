@@ -192,6 +192,20 @@ class Worker:
         if time.monotonic() - self._renewed_at >= self.period_s:
             self._keep_leases()
 
+    def _renew_until(self, closed: threading.Event) -> None:
+        """While a drain closes the spaces: keep the leases every period, so that no other worker takes a
+        shard whose spaces are still finishing their background work here (closing waits for a
+        consolidation pass, which can outlast the TTL). A lease lost meanwhile is not fought for: its
+        fencing number already refuses this worker's commits."""
+        while not closed.wait(self.period_s):
+            try:
+                self.leases.heartbeat()
+                self.leases.renew()
+            except REDIS_UNAVAILABLE:
+                log.warning(
+                    "worker draining while Redis is away: its leases may lapse before its spaces close"
+                )
+
     def _trusted(self) -> bool:
         """Whether the last renewal, counted from when it was sent, still vouches for the leases."""
         return time.monotonic() - self._renewed_at < self.trusted_s
@@ -272,10 +286,20 @@ class Worker:
                 self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
             # Drain: no more reads or writes, every space closed (its background work done, its numbers
-            # still valid), and only then the leases go, so the next owner finds nothing running here.
+            # still valid), and only then the leases go, so the next owner finds nothing running here. They
+            # are renewed meanwhile: the owner-call thread's last wait and the closes can outlast the TTL.
             self._owned_snapshot = []
-            owner_calls.join(timeout=5)
-            self.spaces.close()
+            closed = threading.Event()
+            renewing = threading.Thread(
+                target=self._renew_until, args=(closed,), name="memoryos-drain-leases", daemon=True
+            )
+            renewing.start()
+            try:
+                owner_calls.join(timeout=5)
+                self.spaces.close()
+            finally:
+                closed.set()
+                renewing.join(timeout=self.period_s + 5)
             self.fences.clear()
             try:
                 self.leases.release_all()

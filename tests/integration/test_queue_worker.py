@@ -4,6 +4,7 @@ released. Workers run in threads here (hashed fake embedder, offline LLM); `test
 runs the real `memoryos worker` process."""
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -513,3 +514,37 @@ def test_a_read_waiting_for_its_writes_gets_them_applied_while_the_worker_holds_
     finally:
         embedder.release.set()
         worker.stop()
+
+
+def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a space on drain waits for its background work, which can outlast the lease TTL (1 s
+    here; the close takes 3): the worker renews while it closes, so the shard is never free for another
+    worker while its spaces are still open here, and the leases go only after."""
+    client = redis.Redis.from_url(settings.redis_url)
+    lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))
+    worker = Running(settings, config, "w-drain")
+    wait_for(lambda: shard_of(MAYA, 8) in worker.worker.leases.owned)
+    write(WriteQueue(client, settings), MAYA, "Open the space before the drain.")
+    assert OwnerCallClient(client, settings).ask(MAYA, LIST_PAGES, {}).total == 1
+    closing, closed = threading.Event(), threading.Event()
+    close = Memoryos.close
+
+    def slow_close(self: Memoryos) -> None:
+        closing.set()
+        time.sleep(3 * settings.lease_ttl_s)
+        close(self)
+        closed.set()
+
+    monkeypatch.setattr(Memoryos, "close", slow_close)
+    stopping = threading.Thread(target=worker.stop)
+    stopping.start()
+    assert closing.wait(10)
+    owners_seen = []
+    while not closed.is_set():
+        owners_seen.append(client.get(lease))
+        time.sleep(0.1)
+    stopping.join(30)
+    assert len(owners_seen) >= 20 and set(owners_seen) == {b"w-drain"}
+    assert client.get(lease) is None  # and given back once closed
