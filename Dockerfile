@@ -167,7 +167,9 @@ CMD []
 # PyTorch's index: the Python base, torch 2.10.0 from PyPI (its last CUDA 12 build; the `torch` extra's
 # 2.13.0 is CUDA 13 there, and no faiss GPU wheel is) and faiss-gpu-cu12, whose CUDA 12 user-space
 # libraries are the nvidia-*-cu12 wheels in the venv. The NVIDIA container toolkit supplies the driver
-# (CUDA 12.8: driver 570 or later). docs/deploy.md, "The GPU image from PyPI alone".
+# (CUDA 12.8: driver 570 or later). docs/deploy.md, "The GPU image from PyPI alone". Like every image
+# here it names no GPU (no NVIDIA_VISIBLE_DEVICES): whoever runs it gives one, Kubernetes' NVIDIA device
+# plugin to a pod that requests nvidia.com/gpu, `docker run --gpus` / compose's device reservation.
 FROM python-base AS worker-gpu-pypi
 RUN groupadd --system --gid 10001 memoryos \
     && useradd --system --uid 10001 --gid memoryos --home-dir /home/memoryos --create-home memoryos \
@@ -182,7 +184,6 @@ ENV MEMORYOS_DATA_DIR=/data \
     HF_HOME=/models/hf \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
@@ -194,7 +195,11 @@ CMD ["worker"]
 # The worker on a GPU (the default target). CUDA 12.6 runtime base: torch +cu126 and faiss-gpu-cu12 load
 # the same CUDA major; the NVIDIA container toolkit supplies the driver. Python 3.11 (the version the
 # requirement sets are resolved for) is copied from the official image, with the shared libraries its
-# standard modules link against.
+# standard modules link against. NVIDIA_VISIBLE_DEVICES=void undoes the CUDA base's `all`: with it, a
+# container of this image on a node whose default runtime is NVIDIA's would see every GPU of the node
+# without requesting one (past the device plugin's accounting). The device plugin sets the GPU it gives
+# a pod that requests nvidia.com/gpu, and Docker's --gpus / compose's device reservation set theirs;
+# both come after the image's value, so they win.
 FROM ${PYTHON_IMAGE} AS python-dist
 FROM ${CUDA_IMAGE} AS worker-gpu
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -221,7 +226,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HOME=/models/hf \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_VISIBLE_DEVICES=void \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 EXPOSE 9400
 HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \

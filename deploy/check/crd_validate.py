@@ -8,7 +8,8 @@ resource (its apiVersion's group is a vendored CRD's) is checked as the API serv
 validation, kubectl's default: its CRD version's openAPIV3Schema, where an object with `properties` takes
 no other field (unless `x-kubernetes-preserve-unknown-fields`), so a misspelled field fails as kubectl
 apply would refuse it; its `metadata` against Kubernetes' own ObjectMeta (kubernetes-validate's strict
-schema). Vendored: KEDA's ScaledObject CRD, CloudNativePG's Cluster CRD. Not evaluated: the CRDs' CEL rules (`x-kubernetes-validations`) and what a scaler does with its
+schema). Vendored: KEDA's ScaledObject CRD, CloudNativePG's Cluster CRD, the Prometheus Operator's PodMonitor
+CRD. Not evaluated: the CRDs' CEL rules (`x-kubernetes-validations`) and what a scaler does with its
 trigger's `metadata` (a map of strings in the CRD; KEDA reads it at run time). Every other document goes to
 BUILTIN_OUT as kubectl printed it.
 """

@@ -6,7 +6,10 @@ The keys file is JSON:
               {"key_sha256": "<hex digest of a key>", "tenant": "globex", "name": "ci"},
               {"key": "mk_agent_...", "tenant": "acme", "user_id": "maya"}]}
 
-A key may be stored as its SHA-256 digest only, so the file need not hold secrets. A key with a `user_id`
+A key may be stored as its SHA-256 digest only, so the file need not hold secrets. A key in the file is held
+to the rule of `MEMORYOS_API_KEYS` (`weak_key_problem`: not the examples' placeholder, 16 characters or
+more), and a file that is missing, empty or not this shape stops the API at start with one line naming
+the file and what to put there. A key with a `user_id`
 is bound to that user: it reaches that user's spaces only (REST answers 403 for any other user, MCP
 calls are refused), so an agent holding it cannot be talked into reading someone else's memory. Rotation: add the new
 key, deploy it to clients, remove the old one; revocation: remove it. The file is checked (one `stat`) at
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memoryos.validation import validate_id
+from services.api.settings import MAKE_A_KEY, PLACEHOLDER_API_KEY, weak_key_problem
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +67,32 @@ class KeysFileError(ValueError):
     """The keys file cannot be read or is not the documented JSON; the message never quotes a key."""
 
 
+KEYS_FILE_SHAPE = (
+    '{"keys": [{"key": "<a random key of 16+ characters>", "tenant": "<tenant>"}, ...]} '
+    f"(a key: {MAKE_A_KEY}; docs/deploy.md, Secrets)"
+)
+"""What a keys file holds, for the message that says one is missing, empty or of another shape."""
+
+
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
+PLACEHOLDER_DIGEST = _digest(PLACEHOLDER_API_KEY)
+"""The placeholder's digest: refused as `key_sha256` too, as the key itself is."""
+
+
 def parse_keys_file(text: str, path: Path) -> dict[bytes, KeyOwner]:
     """Digest -> owner from the keys file's JSON; `KeysFileError` naming the entry at fault."""
+    if not text.strip():
+        raise KeysFileError(f"{path}: empty; write {KEYS_FILE_SHAPE}")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise KeysFileError(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
     entries = data.get("keys") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise KeysFileError(f'{path}: expected {{"keys": [{{"key": ..., "tenant": ...}}, ...]}}')
+        raise KeysFileError(f"{path}: no list of keys; write {KEYS_FILE_SHAPE}")
     found: dict[bytes, KeyOwner] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -87,7 +104,8 @@ def parse_keys_file(text: str, path: Path) -> dict[bytes, KeyOwner]:
         except ValueError as error:
             raise KeysFileError(f"{path}: {error}") from None
         if isinstance(entry.get("key"), str) and entry["key"]:
-            found[_digest(entry["key"])] = owner
+            problem = weak_key_problem(entry["key"])
+            digest = _digest(entry["key"])
         elif isinstance(entry.get("key_sha256"), str):
             try:
                 digest = bytes.fromhex(entry["key_sha256"])
@@ -95,9 +113,12 @@ def parse_keys_file(text: str, path: Path) -> dict[bytes, KeyOwner]:
                 digest = b""
             if len(digest) != 32:
                 raise KeysFileError(f"{path}: keys[{i}].key_sha256 is not 64 hex digits")
-            found[digest] = owner
+            problem = weak_key_problem(PLACEHOLDER_API_KEY) if digest == PLACEHOLDER_DIGEST else None
         else:
             raise KeysFileError(f"{path}: keys[{i}] needs a non-empty 'key' or 'key_sha256'")
+        if problem is not None:
+            raise KeysFileError(f"{path}: keys[{i}] {problem}: set long random keys ({MAKE_A_KEY})")
+        found[digest] = owner
     return found
 
 
@@ -160,12 +181,31 @@ class KeyStore:
             if stamp == self._file_stamp:
                 return
             keys = parse_keys_file(self._file.read_text(encoding="utf-8"), self._file)
-        except (OSError, UnicodeDecodeError, KeysFileError) as error:
-            if initial:
-                raise KeysFileError(str(error)) from None
-            log.error("keys file not reloaded; the previous keys stay in force (%s)", error)
+        except OSError as error:
+            self._refuse(
+                f"{self._file}: {(error.strerror or str(error)).lower()}; write {KEYS_FILE_SHAPE}", initial
+            )
+            return
+        except UnicodeDecodeError:
+            self._refuse(f"{self._file}: not UTF-8 text; write {KEYS_FILE_SHAPE}", initial)
+            return
+        except KeysFileError as error:
+            self._refuse(str(error), initial)
             return
         with self._lock:
             self._from_file, self._file_stamp = keys, stamp
         tenants = {owner.tenant for owner in keys.values()}
         log.info("keys file loaded", extra={"keys": len(keys), "tenants": len(tenants)})
+        if not keys:
+            log.warning(
+                "keys file %s lists no key: every call is refused (401) until one is added", self._file
+            )
+
+    @staticmethod
+    def _refuse(reason: str, initial: bool) -> None:
+        """A keys file that cannot be used: at start, the API does not start (`KeysFileError`, one line
+        with the file and what to write there); later, the previous keys stay in force, so a typo
+        locks no client out."""
+        if initial:
+            raise KeysFileError(reason)
+        log.error("keys file not reloaded; the previous keys stay in force (%s)", reason)

@@ -162,25 +162,30 @@ def check_bind(settings: ApiSettings) -> None:
 
 
 PLACEHOLDER_API_KEY = "change-me-to-a-long-random-key"
-"""The key `.env.api.example` ships: a deployment copying the example as it is would be open to anyone."""
+"""The key `.env.api.example` and `deploy/base/api-keys.example.json` ship: a deployment copying either as it
+is would be open to anyone."""
 MIN_API_KEY_LENGTH = 16
 """Shorter keys are guessable; `secrets.token_urlsafe(32)` gives 43 characters."""
+MAKE_A_KEY = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class WeakApiKeyError(ValueError):
     """A configured key that is the shipped placeholder or too short to be secret."""
 
 
+def weak_key_problem(key: str) -> str | None:
+    """What makes `key` guessable (the examples' placeholder, or too short), said without quoting it, or
+    None. One rule for every place a key comes from: MEMORYOS_API_KEYS and the keys file."""
+    if key == PLACEHOLDER_API_KEY:
+        return "holds the examples' placeholder key"
+    if len(key) < MIN_API_KEY_LENGTH:
+        return f"holds a key of {len(key)} characters (at least {MIN_API_KEY_LENGTH})"
+    return None
+
+
 def check_keys(settings: ApiSettings) -> None:
     """Refuse to start with a key anyone could guess. Names the setting, never the key."""
     for key in settings.keys:
-        if key == PLACEHOLDER_API_KEY:
-            problem = "holds the placeholder key of .env.api.example"
-        elif len(key) < MIN_API_KEY_LENGTH:
-            problem = f"holds a key of {len(key)} characters (at least {MIN_API_KEY_LENGTH})"
-        else:
-            continue
-        raise WeakApiKeyError(
-            f"MEMORYOS_API_KEYS {problem}: set long random keys "
-            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
-        )
+        problem = weak_key_problem(key)
+        if problem is not None:
+            raise WeakApiKeyError(f"MEMORYOS_API_KEYS {problem}: set long random keys ({MAKE_A_KEY})")

@@ -1,8 +1,13 @@
 """API keys over real HTTP: every route needs one, a key reaches only its tenant, the keys file is
-re-read without a restart (rotation, revocation), and each key has a request rate."""
+re-read without a restart (rotation, revocation), and each key has a request rate. The keys file is held
+to the environment keys' rules (issue 57), and a missing, empty or shapeless one stops `memoryos serve`
+with one line naming the file and what to write there."""
 
+import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -11,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.api.auth import KeysFileError, parse_keys_file
-from services.api.settings import ApiSettings
+from services.api.auth import KeysFileError, KeyStore, parse_keys_file
+from services.api.settings import PLACEHOLDER_API_KEY, ApiSettings, WeakApiKeyError, check_keys
 from tests.integration.test_mcp_http import connect, ok
 from tests.support.api_server import RunningApi, offline_config, running_api
 from tests.support.fakes import HashEmbedder
@@ -162,3 +167,71 @@ def test_a_bound_key_names_a_valid_user(tmp_path: Path) -> None:
     bad = '{"keys": [{"key": "k", "tenant": "t", "user_id": "../x"}]}'
     with pytest.raises(KeysFileError, match=r"keys\[0\]\.user_id"):
         parse_keys_file(bad, tmp_path / "keys.json")
+
+
+@pytest.mark.parametrize(
+    ("key", "stored_as"),
+    [
+        ("x", "key"),
+        ("fifteen-chars-x", "key"),
+        (PLACEHOLDER_API_KEY, "key"),
+        (PLACEHOLDER_API_KEY, "key_sha256"),
+    ],
+)
+def test_the_keys_file_refuses_what_the_environment_refuses(tmp_path: Path, key: str, stored_as: str) -> None:
+    """A 1-character key, one a character short, and the examples' placeholder (as the key or its
+    digest): refused by the keys file with the phrase MEMORYOS_API_KEYS gets, naming the entry and never
+    the key; a key of 16 characters passes both."""
+    path = tmp_path / "keys.json"
+    entry = {"key": key} if stored_as == "key" else {"key_sha256": hashlib.sha256(key.encode()).hexdigest()}
+    text = json.dumps({"keys": [{"key": KEY_A, "tenant": "a"}, {**entry, "tenant": "b"}]})
+    with pytest.raises(KeysFileError) as refused:
+        parse_keys_file(text, path)
+    with pytest.raises(WeakApiKeyError) as refused_in_env:
+        check_keys(ApiSettings(keys={key: "b"}))
+    phrase = str(refused_in_env.value).removeprefix("MEMORYOS_API_KEYS ").partition(":")[0]
+    assert str(refused.value).startswith(f"{path}: keys[1] {phrase}: "), str(refused.value)
+    assert len(key) == 1 or key not in str(refused.value)
+    path.write_text(text)
+    with pytest.raises(KeysFileError):
+        KeyStore({}, path)
+    sixteen = "sixteen-chars-xx"
+    check_keys(ApiSettings(keys={sixteen: "b"}))
+    assert parse_keys_file(json.dumps({"keys": [{"key": sixteen, "tenant": "b"}]}), path)
+
+
+def test_a_reload_with_a_weak_key_keeps_the_keys_in_force(tmp_path: Path) -> None:
+    """A keys file edited to hold a 1-character key is refused as a file that no longer parses is: the
+    previous keys stay in force (no client locked out), and the weak key opens nothing."""
+    path = tmp_path / "keys.json"
+    write_keys(path, {KEY_A: "tenant-a"})
+    settings = ApiSettings(port=0, keys_file=path, keys_reload_interval_s=0)
+    with running_api(settings, offline_config(tmp_path / "data"), embedder=HashEmbedder()) as api:
+        url = f"{api.space_url('maya')}/memories"
+        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404  # a valid key: no such space yet
+        write_keys(path, {KEY_B: "tenant-b", "k": "tenant-b"})
+        assert httpx.get(url, headers=as_key("k")).status_code == 401
+        assert httpx.get(url, headers=as_key(KEY_B)).status_code == 401, "the whole file is refused"
+        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "no such file or directory"), ("", "empty"), ("{}", "no list of keys"), ("  \n", "empty")],
+    ids=["missing", "empty", "empty-object", "blank"],
+)
+def test_serve_without_usable_keys_stops_with_one_line(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    """What a Kubernetes Secret with no keys file, or an empty one, gives the API: exit 2 and one line on
+    stderr naming the file and the JSON to write there, no traceback."""
+    path = tmp_path / "api-keys.json"
+    if content is not None:
+        path.write_text(content)
+    env = {**os.environ, "MEMORYOS_API_KEYS_FILE": str(path), "MEMORYOS_DATA_DIR": str(tmp_path / "data")}
+    code = "import sys; from memoryos.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "serve", "--host", "0.0.0.0", "--redis-url", "redis://127.0.0.1:1/0"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: {problem}; write ") and '{"keys": [{"key": ' in line, line

@@ -30,8 +30,11 @@ from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
 
-KEYS = {"key-acme": "acme", "key-globex": "globex"}
-ACME, GLOBEX = {"Authorization": "Bearer key-acme"}, {"Authorization": "Bearer key-globex"}
+KEYS = {"key-acme-0123456789": "acme", "key-globex-0123456789": "globex"}
+ACME, GLOBEX = (
+    {"Authorization": "Bearer key-acme-0123456789"},
+    {"Authorization": "Bearer key-globex-0123456789"},
+)
 MODEL = "fake-hash-embedder"  # the model the test workers serve
 ASSISTANT = "default_assistant_profile"
 
@@ -71,7 +74,7 @@ def api(queue: QueueSettings, tmp_path: Path) -> Iterator[RunningApi]:
     never open the workers' data directory."""
     keys_file = tmp_path / "keys.json"
     entries = [{"key": key, "tenant": tenant} for key, tenant in KEYS.items()]
-    entries.append({"key": "key-acme-ann", "tenant": "acme", "user_id": "ann"})
+    entries.append({"key": "key-acme-ann-0123456789", "tenant": "acme", "user_id": "ann"})
     keys_file.write_text(json.dumps({"keys": entries}))
     settings = ApiSettings(keys_file=keys_file, port=0)
     with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as up:
@@ -102,12 +105,12 @@ def bundle_keys(queue: QueueSettings) -> list[bytes]:
 
 
 def write_turns(api: RunningApi, user: str, texts: list[str]) -> None:
-    with MemoryClient(api.url, api_key="key-acme", timeout_s=30) as memory:
+    with MemoryClient(api.url, api_key="key-acme-0123456789", timeout_s=30) as memory:
         memory.add_batch(user, [{"user_input": text, "agent_response": "Noted."} for text in texts])
 
 
 def pages_of(api: RunningApi, user: str) -> list[str]:
-    with MemoryClient(api.url, api_key="key-acme", timeout_s=30) as memory:
+    with MemoryClient(api.url, api_key="key-acme-0123456789", timeout_s=30) as memory:
         return [page.user_input for page in memory.list_pages(user).pages]
 
 
@@ -139,7 +142,7 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
 
     # Another tenant's key, a key bound to another user, or an id that is not one, learn nothing of it.
     for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/bundle"):
-        for headers in (GLOBEX, {"Authorization": "Bearer key-acme-ann"}):
+        for headers in (GLOBEX, {"Authorization": "Bearer key-acme-ann-0123456789"}):
             other = httpx.get(f"{api.url}{path}", headers=headers)
             assert (other.status_code, other.json()["error"]) == (404, "job_not_found"), path
     malformed = httpx.get(f"{api.url}/v1/jobs/..%2F..%2Fetc", headers=ACME)
@@ -172,7 +175,7 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         assert httpx.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=GLOBEX).status_code == 404
 
         # The bundle back, into another user's empty space, through an import job (the typed client).
-        with MemoryClient(api.url, api_key="key-acme", timeout_s=30) as acme:
+        with MemoryClient(api.url, api_key="key-acme-0123456789", timeout_s=30) as acme:
             assert acme.job_bundle(job_id) == downloaded.content
             import_id = acme.import_job("rui-copy", downloaded.content).job_id
             assert len(bundle_keys(queue)) == 2  # the export's, and the upload waiting for its job
@@ -271,7 +274,7 @@ def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     write_turns(api, "rui", ["I keep my bike in the blue shed.", "My sister lives in Lisbon."])
-    with MemoryClient(api.url, api_key="key-globex", timeout_s=30) as globex:
+    with MemoryClient(api.url, api_key="key-globex-0123456789", timeout_s=30) as globex:
         globex.add("gil", "I collect stamps.", "Nice.")
     worker = Running(queue, config, "w-reindex")
     try:

@@ -142,11 +142,20 @@ def configmap_literals() -> dict[str, str]:
 def kubernetes_containers() -> list[Container]:
     """The MemoryOS containers of deploy/ with their argv (`$(VAR)` kept) and the names of their env."""
     config = configmap_literals()
+    specs = pod_specs()
+    # A patch (an overlay's, a component's) may leave out the image: its container is the one of that
+    # workload and name that sets one.
+    images = {
+        (name, container["name"]): str(container["image"])
+        for _, name, spec in specs
+        for container in spec.get("containers", [])
+        if container.get("image")
+    }
     containers = []
-    for path, name, spec in pod_specs():
+    for path, name, spec in specs:
         for container in spec.get("containers", []):
             image = str(container.get("image", ""))
-            if image and "memoryos" not in image:
+            if "memoryos" not in (image or images.get((name, container["name"]), "memoryos")):
                 continue
             env_names = {item["name"] for item in container.get("env", [])}
             environment = {

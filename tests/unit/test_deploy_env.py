@@ -37,7 +37,11 @@ OTHER_NAMES = {
     "PIP_DISABLE_PIP_VERSION_CHECK": "pip, at image build",
     "PIP_CONFIG_FILE": "pip, at image build: the `pipconf` build secret (build stages only)",
     "PATH": "the venv's bin first",
-    "NVIDIA_VISIBLE_DEVICES": "NVIDIA container toolkit",
+    "NVIDIA_VISIBLE_DEVICES": "NVIDIA container toolkit (the CUDA worker image: void, none of its own)",
+    "REDIS_SCHEME": "Kubernetes: MEMORYOS_REDIS_URL's scheme, $(REDIS_SCHEME) in its value (redis, rediss)",
+    "REDIS_USER": "Kubernetes: MEMORYOS_REDIS_URL's ACL user, $(REDIS_USER) in its value",
+    "REDIS_ADDRESS": "Kubernetes: MEMORYOS_REDIS_URL's host:port/db?options, $(REDIS_ADDRESS) in its value",
+    "REDIS_PASSWORD": "Kubernetes: the Secret memoryos-redis's password, $(REDIS_PASSWORD) in the URL",
     "NVIDIA_DRIVER_CAPABILITIES": "NVIDIA container toolkit",
 }
 # Compose-only knobs (interpolation into the compose files, never read by MemoryOS).
@@ -123,6 +127,24 @@ def test_kubernetes_sets_only_settings() -> None:
         # $(VAR) in args expands only from the container's own env: a missing name stays literal.
         for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", " ".join(container.argv)):
             assert var in container.env_names, f"{container.source}: $({var}) is not in its env"
+
+
+def test_every_variable_an_env_value_names_is_defined_before_it() -> None:
+    """Kubernetes expands $(VAR) in an env value from envFrom and the env entries above it only; any other
+    name stays literal, and MEMORYOS_REDIS_URL would be `$(REDIS_SCHEME)://...`, which no client reads."""
+    config = set(configmap_literals())
+    composed = 0
+    for path, name, spec in pod_specs():
+        for container in spec.get("containers", []):
+            defined = set(config) if container.get("envFrom") else set()
+            for item in container.get("env", []):
+                for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", str(item.get("value", ""))):
+                    assert var in defined, (
+                        f"{path.name}:{name}/{container['name']}: $({var}) in {item['name']}"
+                    )
+                    composed += 1
+                defined.add(item["name"])
+    assert composed >= 4 * 4, "the four parts of MEMORYOS_REDIS_URL in api, worker, rq worker and rq cron"
 
 
 def test_no_pod_gets_service_link_variables() -> None:

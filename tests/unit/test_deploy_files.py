@@ -284,6 +284,39 @@ def test_kubernetes_redis_is_durable() -> None:
     assert statefulset["spec"]["volumeClaimTemplates"]
 
 
+REDIS_UNITS = {"b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+KUBERNETES_UNITS = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "K": 1000, "M": 1000**2, "G": 1000**3}
+
+
+def redis_bytes(value: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([a-z]*)", value.lower()).groups()  # type: ignore[union-attr]
+    return int(number) * REDIS_UNITS[unit or "b"]
+
+
+def kubernetes_bytes(value: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([KMG]i?|)", value).groups()  # type: ignore[union-attr]
+    return int(number) * KUBERNETES_UNITS[unit]
+
+
+def test_kubernetes_redis_has_room_to_rewrite_its_aof_at_maxmemory() -> None:
+    """An AOF rewrite forks Redis; the pages the parent changes meanwhile are copied, and the container is
+    charged for both copies. At worst every page: 2 x maxmemory x ~1.25 (the allocator's fragmentation)
+    plus ~256 MiB (client buffers, Redis itself) must fit under the limit, or a rewrite at a full Redis is
+    OOM-killed instead of Redis refusing writes. Requests = limits: Guaranteed QoS for the queue."""
+    conf = (DEPLOY / "base" / "redis.conf").read_text()
+    (maxmemory,) = re.findall(r"^maxmemory (\S+)$", conf, re.M)
+    (statefulset,) = [
+        d for d in load_yaml_documents(DEPLOY / "base" / "redis.yaml") if d["kind"] == "StatefulSet"
+    ]
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    resources = container["resources"]
+    limit = kubernetes_bytes(resources["limits"]["memory"])
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]
+    assert 2 * redis_bytes(maxmemory) * 1.25 + 256 * 1024**2 <= limit, (maxmemory, limit)
+    assert redis_bytes(maxmemory) >= 512 * 1024**2, "room for a backlog of writes"
+    assert redis_bytes("1gb") == 1024**3 and kubernetes_bytes("3Gi") == 3 * 1024**3
+
+
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda path: path.name)
 def test_compose_services_wait_for_a_healthy_redis_and_have_healthchecks(path) -> None:
     services = yaml.safe_load(path.read_text())["services"]
@@ -348,7 +381,9 @@ def test_kubernetes_worker_drains_and_scales_on_queue_depth() -> None:
     (gpu_patch,) = load_yaml_documents(DEPLOY / "overlays" / "gpu" / "worker-gpu.yaml")
     gpu_spec = gpu_patch["spec"]["template"]["spec"]
     assert gpu_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert gpu_spec["tolerations"] and gpu_spec["nodeSelector"]
+    assert gpu_spec["tolerations"]
+    # The resource alone places it: GFD's label and NVIDIA's RuntimeClass are components to add.
+    assert "nodeSelector" not in gpu_spec and "runtimeClassName" not in gpu_spec
 
 
 def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes() -> None:
@@ -499,6 +534,74 @@ def test_every_image_names_its_registry() -> None:
     }
     short = {where: image for where, image in images.items() if not REGISTRY_HOST.match(image)}
     assert not short, f"images without a registry host: {short}"
+
+
+FULL_VERSION = re.compile(r"(?:^|[-v])\d+\.\d+\.\d+(?:$|[-+])")
+"""A tag naming one release: three numbers (7.4.6-alpine, v0.11.0, cuda-1.9.3, 3.11.14-slim-bookworm)."""
+POSTGRES_VERSION = re.compile(r"^\d+\.\d+(?:$|-)")
+"""PostgreSQL numbers a release major.minor (17.6): two numbers are one release."""
+
+
+def test_every_pulled_image_is_pinned_to_one_release() -> None:
+    """A moving tag (latest, `7`, `cuda-1.9`) makes two hosts pulling a month apart run different
+    servers. Every image the files pull (not ours, which the overlays and DEPLOY_IMAGE name) is one
+    release; the Dockerfile's header says to pin by digest in production."""
+    pulled = {
+        where: image
+        for where, image in pulled_images().items()
+        if "memoryos" not in image.split("/")[-1]
+        and "DEPLOY_IMAGE" not in where
+        and "registry.example" not in image
+    }
+    assert {"docker-compose.gpu.yml:tei", "docker-compose.gpu.yml:vllm", "docker-compose.yml:redis"} <= set(
+        pulled
+    )
+    assert any(where.endswith("redis.yaml:memoryos-redis") for where in pulled)
+    moving = {}
+    for where, image in pulled.items():
+        name, _, tag = image.rpartition(":")
+        release = POSTGRES_VERSION if name.endswith(("/postgres", "/postgresql")) else FULL_VERSION
+        if "/" in tag or not release.search(tag):
+            moving[where] = image
+    assert not moving, f"images on a moving tag: {moving}"
+    assert not FULL_VERSION.search("cuda-1.9") and FULL_VERSION.search("cuda-1.9.3")
+
+
+def test_no_image_hands_its_container_every_gpu() -> None:
+    """NVIDIA_VISIBLE_DEVICES=all in an image gives every GPU of the node to any container of it where
+    NVIDIA's runtime is the default, requested or not. The GPU worker images name none: the CUDA target
+    sets `void` over its base's `all`, and the device plugin (a pod requesting nvidia.com/gpu) or
+    Docker's --gpus / compose's reservation set the GPU they give, after the image's value."""
+    stage, values = "", {}
+    for kind, args in dockerfile_instructions():
+        if kind == "FROM":
+            stage = args
+        if kind == "ENV":
+            for value in re.findall(r"NVIDIA_VISIBLE_DEVICES=(\S+)", args):
+                values[stage] = value
+    assert set(values.values()) == {"void"}, values
+    assert [stage.split()[0] for stage in values] == ["${CUDA_IMAGE}"], "the CUDA base's `all`, undone"
+    reservation = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())["services"]["worker"]
+    (device,) = reservation["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+
+
+def test_the_api_leaves_the_endpoints_before_it_stops() -> None:
+    """A deleted pod leaves the Service's endpoints while it stops, and the proxies learn that a moment
+    later: the API sleeps in preStop before its SIGTERM, within its grace period, so no request meets a
+    closed port."""
+    (api,) = [d for d in load_yaml_documents(DEPLOY / "base" / "api.yaml") if d["kind"] == "Deployment"]
+    spec = api["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    pre_stop = container["lifecycle"]["preStop"]
+    if "sleep" in pre_stop:
+        pause = int(pre_stop["sleep"]["seconds"])
+    else:
+        command = pre_stop["exec"]["command"]
+        assert command[0] == "sleep", command
+        pause = int(command[1])
+    assert pause >= 3
+    assert spec["terminationGracePeriodSeconds"] >= pause + 15, "time left for requests in flight"
 
 
 # PostgreSQL (issue 56): the workers' database in compose and Kubernetes.
