@@ -176,8 +176,9 @@ class _calls:
         wait_timeout_s: float | None = None,
         max_vector_wait_s: float | None = None,
     ) -> Call[RetrievedContext]:
-        """Context for `query`; naming write ids waits until they are stored (504 after the timeout), then
-        for their vectors up to `max_vector_wait_s` (the server's default when None)."""
+        """Context for `query`; naming write ids waits until they are stored (422 at once for one the
+        space never acknowledged, 503 after the timeout), then for their vectors up to
+        `max_vector_wait_s` (the server's default when None)."""
         body = _drop_none(
             query=query,
             top_k=top_k,

@@ -168,13 +168,18 @@ class RetrieveRequest(BaseModel):
     query: Text
     top_k: int | None = Field(None, ge=1, le=1000, description="Pages returned (default: the space's).")
     knowledge_top_k: int | None = Field(None, ge=1, le=1000, description="Facts of each kind returned.")
-    wait_for_write_ids: list[WriteId] = Field(default_factory=list, max_length=100)
+    wait_for_write_ids: list[WriteId] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Writes this read must see, stored first. One the space never acknowledged (none stored "
+        "under it, none acknowledged and still to be stored) is refused at once: 422 naming this field.",
+    )
     wait_timeout_s: float = Field(
         10.0,
         gt=0,
         allow_inf_nan=False,
-        description="How long to wait for those writes to be stored; then 504. The read then waits for "
-        "their vectors as for any write acknowledged before it.",
+        description="How long to wait for those writes to be stored; then 503 with Retry-After. The read "
+        "then waits for their vectors as for any write acknowledged before it.",
     )
     max_vector_wait_s: float | None = Field(
         None,

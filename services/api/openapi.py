@@ -36,7 +36,6 @@ ERROR_CASES: dict[int, str] = {
     503: "Nothing was done, retry after `Retry-After`: backpressure, the space held by another process "
     "(`space_busy`), Redis not answering or no worker owning the space (`unavailable`), Redis full at its "
     "`maxmemory` (`queue_full`), too many bundles held, shutting down.",
-    504: "The writes in `wait_for_write_ids` were not stored in time (`timeout`).",
 }
 """When each error status is answered, with its `error` codes (docs/api.md, Errors)."""
 
@@ -45,6 +44,30 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a router or route: each status with its `ErrorBody` and when it is answered."""
     return {status: {"model": ErrorBody, "description": ERROR_CASES[status]} for status in statuses}
 
+
+RETRY_AFTER_HEADER = {
+    "Retry-After": {"description": "Seconds to wait before asking again.", "schema": {"type": "integer"}}
+}
+
+WRITE_WAIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    422: {
+        "model": ErrorBody,
+        "description": ERROR_CASES[422] + " A retrieve also answers it at once, `field` "
+        "`wait_for_write_ids`, for a write id the space never acknowledged: none stored under it, and "
+        "none acknowledged and still to be stored (with Redis: among the write ids callers chose that the "
+        "API recorded for the space in the last `write_digest_ttl_s`, an hour by default; an id the "
+        "server chose is stored before a read can name it). Nothing could end such a wait.",
+    },
+    503: {
+        "model": ErrorBody,
+        "description": ERROR_CASES[503] + " A retrieve also answers it (`unavailable`) when writes "
+        "it waits for, acknowledged to the space, were not stored within `wait_timeout_s`, or the worker "
+        "owning the space did not apply the writes before the read in time: ask again after `Retry-After`.",
+        "headers": RETRY_AFTER_HEADER,
+    },
+}
+"""The answers of a retrieve's wait for `wait_for_write_ids` (services/api/routes/retrieve.py): a write
+id never acknowledged is a client error at once; only a real wait can run out, and that is a retry."""
 
 KEYED_ERRORS = error_responses(401, 422, 429, 500, 503)
 """What every operation under `API_PREFIX` can answer: the key and its rate, its parameters, a failure,

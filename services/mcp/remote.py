@@ -104,6 +104,9 @@ class RemoteSpaces:
         except ApiError as error:
             raise _local_error(error, key) from None
 
+    async def acknowledged_unstored(self, key: SpaceKey, write_ids: list[str]) -> set[str]:
+        return set()  # the MCP tools never wait for write ids; the API decides its own reads' waits
+
     async def dead_letters(self, tenant: str, user_id: str | None, limit: int) -> list[DeadLetter]:
         return []  # the API lists them itself (GET /v1/dead-letters)
 

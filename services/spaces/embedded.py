@@ -123,6 +123,9 @@ class EmbeddedSpaces:
         op = plan()  # before the space is opened: a refused write creates no space
         return op, self._call(key, lambda memory: memory.apply_write(op), True)
 
+    async def acknowledged_unstored(self, key: SpaceKey, write_ids: list[str]) -> set[str]:
+        return set()  # acknowledged here means stored in SQLite already
+
     async def forget(self, key: SpaceKey) -> bool:
         await self._on_thread(self._threads, self._forget, key)
         return True

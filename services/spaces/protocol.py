@@ -85,6 +85,15 @@ class Spaces(Protocol):
         creates no space; `BackpressureError` over the bound."""
         ...
 
+    async def acknowledged_unstored(self, key: SpaceKey, write_ids: list[str]) -> set[str]:
+        """Of `write_ids`, which the space did not hold when asked (`WRITE_STATUS` said None), those this API
+        acknowledged to the space and may still store: a read may wait for these, and any other is a write
+        id the space never acknowledged (a read naming it is refused at once, not left to time out).
+        Embedded: none — a write is stored before it is acknowledged. Redis: the caller-chosen ids the queue
+        recorded for the space in the last `write_digest_ttl_s` (an id the server chose was stored before
+        any read could name it: the owner answers a read after every write acknowledged before it)."""
+        ...
+
     async def forget(self, key: SpaceKey) -> bool:
         """Erase the space (after every write accepted before it). True once it is erased; False when
         the erase is queued and was not seen done within the read timeout (its owner busy or away): it

@@ -25,6 +25,7 @@ from services.queue import streams
 from services.queue.bundle_transfer import chunks, download, stored_size, upload
 from services.queue.connection import connect
 from services.queue.dead_letters import DeadLetter, list_dead_letters
+from services.queue.keys import space_name
 from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError, OwnerUnavailableError
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.settings import QueueSettings
@@ -84,6 +85,21 @@ class QueuedSpaces:
         except QueueFullError as full:
             raise BackpressureError(str(full), self.api.backpressure_retry_after()) from None
         return op, []  # the owner assigns the page ids when it applies the write
+
+    async def acknowledged_unstored(self, key: SpaceKey, write_ids: list[str]) -> set[str]:
+        """The ids among `write_ids` the queue's record of caller-chosen write ids (`producer.ENQUEUE`)
+        holds for the space, first accepted less than `write_digest_ttl_s` ago by Redis's clock."""
+        times = self.queue.keys.write_digest_times(space_name(key))
+
+        def recorded() -> set[str]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zmscore(times, write_ids)
+            pipe.time()
+            accepted, (now, _) = pipe.execute()
+            since = now - self.settings.write_digest_ttl_s
+            return {w for w, at in zip(write_ids, accepted, strict=True) if at is not None and at > since}
+
+        return await to_thread.run_sync(recorded)
 
     async def forget(self, key: SpaceKey) -> bool:
         """Purge the space's writes, bundles and jobs still in Redis (their text and its ids must not stay

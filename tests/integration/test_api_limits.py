@@ -284,39 +284,3 @@ def test_a_read_answers_within_its_vector_wait_says_what_it_lacked_and_is_counte
         complete = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
         assert complete.status_code == 200 and complete.json()["pages_without_vectors"] == 0
         assert complete.json()["retrieved_pages"][0]["user_input"] == turn["user_input"]
-
-
-def test_a_reads_wait_for_its_writes_spends_its_vector_wait(tmp_path: Path) -> None:
-    """A read naming a write another client sends 1.5 s later waits for it to be stored, then — the
-    embedder stuck — answers at once with the pages found by their words: the wait for the write spent the
-    1.5 s vector bound. Before, it waited the whole bound again after the write (3 s in all)."""
-    settings = ApiSettings(port=0, max_write_lag_s=0, read_vector_wait_s=1.5, max_wait_for_writes_s=10)
-    with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, _):
-        space = api.space_url("reader")
-        first = {"user_input": "I live in Lisbon.", "agent_response": "Noted."}
-        later = {
-            "user_input": "My zeppelin model is painted red.",
-            "agent_response": "Lovely.",
-            "write_id": "w1",
-        }
-        assert httpx.post(f"{space}/memories", json=first).status_code == 201
-
-        def write_later() -> int:
-            time.sleep(1.5)
-            return httpx.post(f"{space}/memories", json=later).status_code
-
-        with concurrent.futures.ThreadPoolExecutor(1) as writer:
-            began = time.monotonic()
-            written = writer.submit(write_later)
-            read = httpx.post(
-                f"{space}/retrieve",
-                json={"query": "zeppelin", "wait_for_write_ids": ["w1"], "wait_timeout_s": 8},
-                timeout=20,
-            )
-            took = time.monotonic() - began
-            assert written.result() == 201
-        assert read.status_code == 200, read.text
-        assert read.json()["pages_without_vectors"] == 2
-        newest = [p["user_input"] for p in read.json()["short_term_memory"]]
-        assert newest == [first["user_input"], later["user_input"]]
-        assert 1.5 <= took < 2.75, f"the read took {took:.2f} s: it waited for vectors after its writes"

@@ -74,11 +74,14 @@ def test_a_read_naming_write_ids_sees_them(api: RunningApi, http: httpx.Client) 
     assert "My locker code is 1019." in texts
 
 
-def test_waiting_for_an_unknown_write_times_out_with_504(api: RunningApi, http: httpx.Client) -> None:
+def test_waiting_for_a_write_never_acknowledged_is_422_naming_the_field(
+    api: RunningApi, http: httpx.Client
+) -> None:
+    """Not a wait that ends in a timeout (issue 57; tests/integration/test_api_write_wait.py has both modes)."""
     space = api.space_url("reader")
     body = {"query": "anything", "wait_for_write_ids": ["not-sent-yet"], "wait_timeout_s": 0.2}
     answer = http.post(f"{space}/retrieve", json=body)
-    assert answer.status_code == 504
+    assert answer.status_code == 422 and answer.json()["field"] == "wait_for_write_ids"
     assert "not-sent-yet" in answer.json()["message"]
 
 

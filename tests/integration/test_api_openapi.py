@@ -35,7 +35,7 @@ SPECIFIC = {
     ("post", "/memories/batch"): {"409", "413"},
     ("get", "/writes/{write_id}"): {"404"},
     ("get", "/memories"): {"404"},
-    ("post", "/retrieve"): {"404", "413", "504"},
+    ("post", "/retrieve"): {"404", "413"},
     ("post", "/response"): {"413", "502"},
     ("get", "/profile"): {"404"},
     ("get", "/memories/{page_id}"): {"404"},
@@ -92,6 +92,23 @@ def test_every_operation_lists_its_errors_with_the_error_body(schemas: list[dict
                     assert body == {"$ref": ERROR_REF}, (method, path, status)
                     assert response["description"], (method, path, status)
     assert set(SPECIFIC) <= seen  # the job routes came from the server with Redis
+
+
+def test_a_retrieves_wait_for_write_ids_is_documented_as_422_at_once_or_503_with_retry_after(
+    schemas: list[dict[str, Any]],
+) -> None:
+    """Issue 57: a write id the space never acknowledged is a client error at once, a real wait that runs
+    out a 503 with `Retry-After`; no operation answers 504 any more."""
+    for schema in schemas:
+        responses = schema["paths"][SPACE_PREFIX + "/retrieve"]["post"]["responses"]
+        assert "wait_for_write_ids" in responses["422"]["description"]
+        assert "never acknowledged" in responses["422"]["description"]
+        assert "wait_timeout_s" in responses["503"]["description"]
+        assert responses["503"]["headers"]["Retry-After"]["schema"] == {"type": "integer"}
+        waited = schema["components"]["schemas"]["RetrieveRequest"]["properties"]
+        assert "422" in waited["wait_for_write_ids"]["description"]
+        assert "503 with Retry-After" in waited["wait_timeout_s"]["description"]
+        assert not [(path, method) for method, path, op in operations(schema) if "504" in op["responses"]]
 
 
 def test_every_id_parameter_and_field_carries_the_engine_pattern(schemas: list[dict[str, Any]]) -> None:
