@@ -24,7 +24,11 @@ and only then runs `atexit` hooks: a consolidation pass still running at that po
 ("cannot schedule new futures after interpreter shutdown"), logged a traceback, and left a pending task
 behind ("Task was destroyed but it is pending!"). So the shared scheduler closes in the same hook list,
 registered after the pools' and therefore run before them, and closing cancels the passes in flight: what
-they had not applied is planned again at the next open, and every page is already stored.
+they had not applied is planned again at the next open, and every page is already stored. The passes are
+cancelled before the embedding batchers close, and a pass that meets a closed batcher anyway (one asked for
+by the last batch) ends as quietly as one that meets the closed scheduler (`BatcherClosedError` is a
+`SchedulerClosedError`): a pass awaiting its fact texts'
+vectors used to fail with `BatcherClosedError` and print a traceback at exit.
 """
 
 import asyncio
@@ -194,16 +198,22 @@ class Scheduler:
                 return
             self._closed = True
             batchers = [batcher for _, batcher in self._batchers.values()]
+        # Passes still running (a process exiting with spaces open) are cancelled, not left pending: a
+        # cancelled pass is a crash between two commits, which the next open replans. Before the batchers
+        # close: a pass awaiting its fact texts' vectors then failed with BatcherClosedError and logged a
+        # traceback at interpreter exit. Once more after: the batch in flight finishing may ask for a pass.
+        self._cancel_passes()
         for batcher in batchers:
             batcher.close()
-        # Passes still running (a process exiting with spaces open) are cancelled, not left pending: a
-        # cancelled pass is a crash between two commits, which the next open replans.
-        cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
-        with contextlib.suppress(concurrent.futures.TimeoutError):
-            cancelled.result(timeout=CLOSE_CANCEL_TIMEOUT_S)
+        self._cancel_passes()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._store_pool.shutdown(wait=True)
+
+    def _cancel_passes(self) -> None:
+        cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            cancelled.result(timeout=CLOSE_CANCEL_TIMEOUT_S)
 
 
 CLOSE_CANCEL_TIMEOUT_S = 10.0

@@ -57,7 +57,7 @@ import numpy as np
 
 from memoryos import backoff
 from memoryos.embedding.base import Embedder
-from memoryos.errors import MemoryOSError
+from memoryos.errors import SchedulerClosedError
 from memoryos.scheduler.batch_fill import (
     Batch,
     BatchFilling,
@@ -78,8 +78,11 @@ TEXT_TIME_WEIGHT = 0.3
 """Weight of the latest batch in the moving mean of a text's time (encoding and storing its vector)."""
 
 
-class BatcherClosedError(MemoryOSError):
-    """The batcher was closed before this work was encoded (pages stay pending in their store)."""
+class BatcherClosedError(SchedulerClosedError):
+    """The batcher was closed before this work was encoded (pages stay pending in their store). A kind of
+    `SchedulerClosedError`: the scheduler closes its batchers, and a consolidation pass that meets either
+    ends quietly (`SpaceWork._passes`), leaving its work to the next open — at interpreter exit it printed
+    a traceback."""
 
 
 @dataclass(frozen=True)
