@@ -93,7 +93,25 @@ class QueueSettings(BaseSettings):
         description="Queued writes of one space a worker applies in one transaction (1: each on its own).",
     )
     worker_memory_budget_mb: int = Field(
-        4096, ge=16, description="Resident memory of the spaces a worker keeps open (LRU beyond it)."
+        4096,
+        ge=16,
+        description="Resident memory of the spaces a worker process keeps open (LRU beyond it). Unset, in "
+        "a container with a memory limit, each process gets its share of that limit instead (less "
+        "worker_model_memory_mb and worker_process_memory_mb, services/worker/memory_budget.py); 4096 without one.",
+    )
+    worker_model_memory_mb: int = Field(
+        3072,
+        ge=0,
+        description="Memory the embedding model takes where it loads (the host's embedding engine, or each "
+        "worker process without one): weights, runtime and batches (an estimate: torch with CUDA alone "
+        "takes one to two GiB of host memory). Taken off the container's limit before the open spaces' budget.",
+    )
+    worker_process_memory_mb: int = Field(
+        1024,
+        ge=0,
+        description="Memory each worker process takes besides its open spaces: the interpreter and "
+        "libraries, a batch of writes in flight, a bundle being imported (max_queued_bundle_mb). Taken off "
+        "the container's limit, once per process, before the open spaces' budget.",
     )
     sweep_interval_s: int = Field(
         300, ge=1, description="How often rq's cron asks every space's owner to erase what expired."
@@ -110,7 +128,8 @@ class QueueSettings(BaseSettings):
         ge=1,
         le=256,
         description="Worker processes `memoryos worker` runs on this host, each owning its share of the "
-        "shards and applying on its own core; they share the host's GPU (each loads the model once). "
+        "shards and applying on its own core; they embed through one embedding engine, which holds the model "
+        "once for the host (worker_embedding_engine). "
         "services/worker/processes.py.",
     )
     worker_embedding_engine: bool | None = Field(
@@ -123,18 +142,19 @@ class QueueSettings(BaseSettings):
         9399,
         ge=0,
         le=65535,
-        description="Where `memoryos worker` answers GET /healthz (0: not served): 200 while every process it "
-        "runs is up (with worker_processes N, each child alive and each worker child's metrics port "
-        "answering), 503 naming those that are not. The container healthchecks and Kubernetes probes ask "
-        "it (services/worker/health.py).",
+        description="Where `memoryos worker` answers its probes (0: not served): GET /livez 200 while the "
+        "worker (with worker_processes N, the supervisor's loop) runs; GET /readyz and /healthz 200 while "
+        "every process it runs is up (each child alive and each worker child's metrics port answering), "
+        "503 otherwise, one line per child either way (services/worker/health.py).",
     )
     worker_max_child_failures: int = Field(
         5,
         ge=1,
         description="A child of `memoryos worker` (a worker process or the embedding engine) that exits this "
         "many times within worker_child_failure_window_s stops every child and the worker exits 1, so that "
-        "the container's restart policy acts on a failure restarting cannot cure (no GPU, a broken driver). "
-        "A child that ran 60 s before it exited counts from 1 again (services/worker/processes.py).",
+        "the container's restart policy acts on a failure restarting cannot cure (no GPU, a broken driver, "
+        "a space that does not fit in memory). Every exit in the window counts, however long the child ran "
+        "(services/worker/processes.py).",
     )
     worker_child_failure_window_s: float = Field(
         300.0,

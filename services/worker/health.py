@@ -1,12 +1,16 @@
-"""`GET /healthz` of `memoryos worker` (`MEMORYOS_WORKER_HEALTH_PORT`): the one endpoint the container
-healthcheck and the Kubernetes probes ask, whatever the number of processes.
+"""The probes of `memoryos worker` on its health port (`MEMORYOS_WORKER_HEALTH_PORT`, 9399): the one port
+the container healthchecks, the Kubernetes probes and Prometheus ask, whatever the number of processes.
 
-With one process the worker answers it itself, so it answers while the worker serves. With
-`--processes N` the supervisor answers it (`processes.Supervisor.unhealthy`): 200 only while every child
-runs and each worker child's metrics port answers, so a child that died, or one started again that has
-not yet loaded, makes the whole container unhealthy, where a probe of port 9400 saw child 0 alone.
-The same port serves `GET /metrics` (every worker child's, `child_metrics.py`; with one process, the
-worker's own): one port to probe and scrape.
+- `GET /livez`: whether the worker should be restarted. With `--processes N`, whether the supervisor's
+  loop still goes round (`processes.Supervisor.liveness`): a child down is the supervisor's to restart,
+  and a liveness probe that failed on it restarted the whole pod, every healthy child with it.
+- `GET /readyz` (and `GET /healthz`, its older name, which the container healthchecks ask): 200 while
+  every process serves, 503 otherwise, and either way one line per child: running or not, its restarts,
+  its last exit (`Supervisor.readiness`). A child that died, or one started again that has not yet
+  loaded, makes the pod unready until it serves again.
+- `GET /metrics`: every worker child's metrics (`child_metrics.py`; with one process, the worker's own).
+
+With one process the worker answers them itself, once it serves: 200 while it answers at all.
 """
 
 import threading
@@ -14,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -22,8 +27,17 @@ PROBE_TIMEOUT_S = 1.5
 """How long a child's metrics port may take to answer the supervisor's health check: under the 2 s the
 container healthchecks give /healthz, so a slow child reads as a 503 naming it, not as a timeout."""
 
-UnhealthyParts = Callable[[], list[str]]
-"""Names the parts that are not working now, one line each; empty when all are."""
+
+@dataclass(frozen=True)
+class Verdict:
+    """A probe's answer: 200 when `ok`, else 503; `lines` say why, one part (a child) a line."""
+
+    ok: bool
+    lines: list[str]
+
+
+Probe = Callable[[], Verdict]
+"""Asks the worker one question (is it alive, is it ready) now."""
 Exposition = Callable[[], bytes]
 """The metrics to serve now, in the Prometheus text format."""
 
@@ -43,15 +57,20 @@ def metrics_answer(port: int) -> bool:
     return metrics_text(port) is not None
 
 
+def serving(part: str) -> Probe:
+    """The probe of a worker that answers by answering: `part` serving, as long as it is asked."""
+    return lambda: Verdict(True, [f"{part}: serving"])
+
+
 @contextmanager
-def serving_health(port: int, unhealthy: UnhealthyParts, metrics: Exposition | None = None) -> Iterator[None]:
-    """Answer `GET /healthz` on `port` (every address: a kubelet probes the pod's) while inside: 200
-    "ok", or 503 with the lines of `unhealthy()`; and, given `metrics`, `GET /metrics` with what it
-    returns. Port 0: nothing is served."""
+def serving_health(port: int, live: Probe, ready: Probe, metrics: Exposition | None = None) -> Iterator[None]:
+    """Answer the probes on `port` (every address: a kubelet probes the pod's) while inside: `GET /livez`
+    with `live()`, `GET /readyz` and `GET /healthz` with `ready()`, each 200 or 503 with its lines; and,
+    given `metrics`, `GET /metrics` with what it returns. Port 0: nothing is served."""
     if not port:
         yield
         return
-    server = ThreadingHTTPServer(("", port), _handler(unhealthy, metrics))
+    server = ThreadingHTTPServer(("", port), _handler(live, ready, metrics))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="memoryos-health", daemon=True)
     thread.start()
@@ -63,15 +82,16 @@ def serving_health(port: int, unhealthy: UnhealthyParts, metrics: Exposition | N
         thread.join()
 
 
-def _handler(unhealthy: UnhealthyParts, metrics: Exposition | None) -> type[BaseHTTPRequestHandler]:
-    served = "GET /healthz" + (" or /metrics" if metrics is not None else "")
+def _handler(live: Probe, ready: Probe, metrics: Exposition | None) -> type[BaseHTTPRequestHandler]:
+    probes = {"/livez": live, "/readyz": ready, "/healthz": ready}
+    served = "GET /livez, /readyz, /healthz" + (" or /metrics" if metrics is not None else "")
 
     class HealthHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                down = unhealthy()
-                self._reply(503 if down else 200, "".join(f"{line}\n" for line in down) or "ok\n")
+            if path in probes:
+                verdict = probes[path]()
+                self._reply(200 if verdict.ok else 503, "".join(f"{line}\n" for line in verdict.lines))
             elif path == "/metrics" and metrics is not None:
                 self._reply(200, metrics(), CONTENT_TYPE_LATEST)
             else:

@@ -1,10 +1,14 @@
 """The worker as a process: settings from flags and `MEMORYOS_*` variables, SIGTERM and SIGINT as drain;
-with `--processes N` (`MEMORYOS_WORKER_PROCESSES`), N of them under a supervisor (`processes.py`)."""
+with `--processes N` (`MEMORYOS_WORKER_PROCESSES`), N of them under a supervisor (`processes.py`). What
+is checked at start, each refused in one line: the store (`unsafe_store`), the ports (`taken_port`), the
+memory the container's limit leaves the open spaces (`memory_budget.py`)."""
 
 import argparse
+import errno
 import gc
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -26,8 +30,9 @@ from memoryos.storage.network_fs import filesystem_type, is_network_fs
 from memoryos.storage.records.factory import database_url, record_store_exists, uses_database
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
-from services.worker.health import serving_health
+from services.worker.health import serving, serving_health
 from services.worker.main import Worker
+from services.worker.memory_budget import MemoryBudget, memory_budget
 from services.worker.metrics import WorkerCollector
 from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
 
@@ -73,14 +78,22 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
     if refusal is not None:
         raise SystemExit(f"memoryos worker: {refusal}")
     settings = _settings(args)
+    taken = taken_port(settings)
+    if taken is not None:
+        raise SystemExit(f"memoryos worker: {taken}")
     engine_on = runs_embedding_engine(settings, config_of(args))
+    try:
+        budget = memory_budget(settings, engine_on)
+    except ValueError as error:
+        raise SystemExit(f"memoryos worker: {error}") from None
+    settings = settings.model_copy(update={"worker_memory_budget_mb": budget.per_process_mb})
     if settings.worker_processes == 1 and not engine_on:
-        _serve(args, settings, parts() if parts else {})
+        _serve(args, settings, parts() if parts else {}, budget)
         return
     print(
         f"memoryos worker: {settings.worker_processes} processes"
         + (" and an embedding engine" if engine_on else "")
-        + f" from {redacted_url(settings.redis_url)}",
+        + f" from {redacted_url(settings.redis_url)}; {budget}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="memoryos-engine-") as socket_dir:  # 0700: only this user
@@ -89,7 +102,7 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
             ChildSpec(
                 f"memoryos-worker-{index}",
                 _child,
-                (args, index, parts, socket_path),
+                (args, index, parts, socket_path, budget),
                 _metrics_port(settings, index),
             )
             for index in range(settings.worker_processes)
@@ -101,7 +114,9 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
         )
         supervisor = Supervisor(workers, engine if socket_path else None, supervision)
         stop = _stop_on_signals()
-        with serving_health(settings.worker_health_port, supervisor.unhealthy, supervisor.metrics):
+        with serving_health(
+            settings.worker_health_port, supervisor.liveness, supervisor.readiness, supervisor.metrics
+        ):
             try:
                 supervisor.run(stop)
             except ChildKeepsFailingError as error:
@@ -135,6 +150,54 @@ def unsafe_store(config: MemoryConfig) -> str | None:
     )
 
 
+def taken_port(settings: QueueSettings) -> str | None:
+    """Why this worker cannot listen where it is configured to, or None: a port it serves on (the health
+    port, each process's metrics port) already taken on this host, said with the setting that moves it.
+    A second `memoryos worker` on a host, started with the defaults, used to die with `error: address
+    already in use`, naming neither. Asked before any process starts, so the line comes once."""
+    wanted = [(settings.worker_health_port, "worker_health_port", "")]
+    wanted += [
+        (_metrics_port(settings, index), "worker_metrics_port", f" + {index}" if index else "")
+        for index in range(settings.worker_processes)
+    ]
+    for port, setting, offset in wanted:
+        if port and not _port_free(port):
+            return port_in_use(port, setting, offset)
+    return None
+
+
+def port_in_use(port: int, setting: str, offset: str = "") -> str:
+    """The one line for `port` found taken: which setting gave it, and how to move it."""
+    return (
+        f"port {port} ({setting}{offset}) is already in use on this host, by another `memoryos worker` or "
+        f"another program; set MEMORYOS_{setting.upper()} to a free port (0: not served)"
+    )
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on `port` of every address now, as the worker's do (address reuse
+    on, so a port in TIME_WAIT after a restart counts as free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def worker_faiss(config: MemoryConfig, settings: QueueSettings) -> MemoryConfig:
+    """The engine settings of one of `settings.worker_processes` worker processes: with several, faiss
+    stays in RAM unless `MEMORYOS_FAISS_USE_GPU` is set. On a GPU each process would hold a CUDA context,
+    faiss's scratch reservation and pinned host memory of its own (docs/deploy.md, Sizing), beside the
+    engine that holds the model: the pod's GPU and memory limit were sized for the model once."""
+    if settings.worker_processes > 1 and "faiss_use_gpu" not in config.model_fields_set:
+        return config.model_copy(update={"faiss_use_gpu": "never"})
+    return config
+
+
 def _metrics_port(settings: QueueSettings, index: int) -> int:
     """Child `index`'s metrics port: the configured one + index (0 stays off)."""
     return settings.worker_metrics_port and settings.worker_metrics_port + index
@@ -148,13 +211,18 @@ def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFacto
 
 
 def _child(
-    args: argparse.Namespace, index: int, parts: PartsFactory | None, engine_socket: Path | None
+    args: argparse.Namespace,
+    index: int,
+    parts: PartsFactory | None,
+    engine_socket: Path | None,
+    budget: MemoryBudget,
 ) -> None:
-    """Child `index` of a supervised set: its own metrics port and worker id, and its share of the cores
-    for torch (each child would otherwise start one thread per core) and for the tokenizer (its thread
-    pool takes every core in each child; the children already tokenize in parallel). With
-    `engine_socket`, it embeds through the engine (the injected embedder is the engine's) and waits for
-    the engine's first start before it takes shards."""
+    """Child `index` of a supervised set: its own metrics port and worker id, its share of the memory
+    (`budget`, reckoned once by the parent), and its share of the cores for torch (each child
+    would otherwise start one thread per core) and for the tokenizer (its thread pool takes every core in
+    each child; the children already tokenize in parallel). With `engine_socket`, it embeds through the
+    engine (the injected embedder is the engine's) and waits for the engine's first start before it
+    takes shards."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     settings = _settings(args)
     torch_threads = max(1, (os.cpu_count() or 1) // settings.worker_processes)
@@ -162,31 +230,37 @@ def _child(
     if args.worker_id:
         child_args.worker_id = f"{args.worker_id}-{index}"
     child = settings.model_copy(
-        update={"worker_metrics_port": _metrics_port(settings, index), "worker_health_port": 0}
-    )  # the parent answers /healthz for all
+        update={
+            "worker_metrics_port": _metrics_port(settings, index),
+            "worker_health_port": 0,  # the parent answers the probes for all
+            "worker_memory_budget_mb": budget.per_process_mb,
+        }
+    )
     child_parts = parts() if parts else {}
     if engine_socket is not None:
         child_parts.pop("embedder", None)
         waiting = EngineEmbedder(engine_socket, timeout_s=ENGINE_START_TIMEOUT_S)
         waiting.wait_ready()
         waiting.close()
-    _serve(child_args, child, child_parts, torch_threads, engine_socket)
+    _serve(child_args, child, child_parts, budget, torch_threads, engine_socket)
 
 
 def _serve(
     args: argparse.Namespace,
     settings: QueueSettings,
     parts: dict[str, Any],
+    budget: MemoryBudget,
     torch_threads: int | None = None,
     engine_socket: Path | None = None,
 ) -> None:
-    """One worker until SIGTERM/SIGINT. `torch_threads`: the default when none is configured;
-    `engine_socket`: the embedding engine's, when this worker loads no model. Its metrics are served on
-    the metrics port and, as they are (no `worker_process` label), on the health port: a scrape moved
-    from 9400 to 9399 keeps the series a one-process worker's dashboards and HPA already know."""
+    """One worker until SIGTERM/SIGINT, its open spaces within `budget` (said in its first line).
+    `torch_threads`: the default when none is configured; `engine_socket`: the embedding engine's, when
+    this worker loads no model. Its metrics are served on the metrics port and, as they are
+    (no `worker_process` label), on the health port: a scrape moved from 9400 to 9399 keeps the series a
+    one-process worker's dashboards and HPA already know."""
     fix_mmap_threshold(settings.worker_mmap_threshold_kb * 1024)  # before any space is opened
     stop = _stop_on_signals()
-    config = config_of(args)
+    config = worker_faiss(config_of(args), settings)
     if engine_socket is not None:
         config = config.model_copy(update={"embedding_engine_socket": engine_socket})
     if torch_threads is not None and config.torch_threads is None:
@@ -195,13 +269,22 @@ def _serve(
     registry = CollectorRegistry()
     registry.register(WorkerCollector(worker, shared_scheduler(worker.spaces.config)))
     if settings.worker_metrics_port:
-        start_http_server(settings.worker_metrics_port, registry=registry)
+        try:
+            start_http_server(settings.worker_metrics_port, registry=registry)
+        except OSError as error:  # taken since the check at start
+            if error.errno != errno.EADDRINUSE:
+                raise
+            taken = port_in_use(settings.worker_metrics_port, "worker_metrics_port")
+            raise SystemExit(f"memoryos worker: {taken}") from None
     worker.spaces.warm_up()
     gc.freeze()  # the model and runtime live as long as the worker: kept out of full collections' walks
     print(
-        f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}",
+        f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}; {budget}",
         flush=True,
     )
-    # one process: healthy while it serves
-    with serving_health(settings.worker_health_port, list, partial(generate_latest, registry)):
+    # one process: alive and ready while it answers, which it does once it serves
+    answering = serving("worker")
+    with serving_health(
+        settings.worker_health_port, answering, answering, partial(generate_latest, registry)
+    ):
         worker.run(stop)

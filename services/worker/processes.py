@@ -13,11 +13,19 @@ The parent only supervises. It starts the children (spawned, never forked: a for
 unusable), gives child i the metrics port + i and, where the worker id is set, that id + "-i"; it starts
 a child again when one exits while the parent runs (a crash, an out-of-memory kill), after a delay that
 grows while children keep failing. A child that exits `max_failures` times within `failure_window_s`
-fails no better for being started again (no GPU, a broken driver): the parent stops every child and
-raises `ChildKeepsFailingError`, and `memoryos worker` exits 1 so that the container's restart policy,
-not this loop, acts. On SIGTERM or SIGINT it passes SIGTERM on and waits for every child to drain (each
-finishes its batch in flight, releases its leases and closes its spaces). `Supervisor.unhealthy` is what
-its /healthz answers (`health.py`), `Supervisor.metrics` its /metrics (`child_metrics.py`).
+fails no better for being started again (no GPU, a broken driver, a user's space too large for the
+memory): the parent stops every child and raises `ChildKeepsFailingError`, and `memoryos worker` exits 1
+so that the container's restart policy, not this loop, acts. Every exit in the window counts, however
+long the child ran: a child that ran a minute before it exited used to count as a first failure again,
+so one killed for memory every 61 s was restarted forever and the pod never failed. A long run only
+resets the restart delay. On SIGTERM or SIGINT it passes SIGTERM on and waits for every child to drain
+(each finishes its batch in flight, releases its leases and closes its spaces).
+
+What the health port answers (`health.py`): `Supervisor.liveness` whether this loop still runs (a hung
+supervisor restarts nothing, and only the kubelet can restart it), `Supervisor.readiness` each child's
+state (running or not, restarts, last exit) and whether all serve, `Supervisor.metrics` the children's
+/metrics (`child_metrics.py`). A child down makes the pod unready, never dead: restarting it is this
+loop's job, and failing it for good is `ChildKeepsFailingError`'s.
 """
 
 import logging
@@ -33,7 +41,7 @@ from typing import Any, TypeVar
 
 from memoryos import backoff
 from services.worker.child_metrics import merged_exposition
-from services.worker.health import metrics_answer, metrics_text
+from services.worker.health import Verdict, metrics_answer, metrics_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,11 @@ RESTART_FIRST_S = 1.0
 """Delay before restarting a child that exited; doubled per exit in a row, up to `RESTART_MAX_S`."""
 RESTART_MAX_S = 30.0
 STABLE_AFTER_S = 60.0
-"""A child that ran this long before it exited counts as a first failure again."""
+"""A child that ran this long before it exited is restarted after the first delay again (its exit still
+counts towards `max_failures`)."""
+LOOP_SILENT_AFTER_S = 30.0
+"""The supervisor's loop runs every `CHECK_EVERY_S`, and a child's start (spawned) takes well under a
+second: silent this long, the loop is hung, and `liveness` says so."""
 Answer = TypeVar("Answer")
 
 
@@ -73,18 +85,47 @@ class Supervision:
     restart_max_s: float = RESTART_MAX_S
     stable_after_s: float = STABLE_AFTER_S
     check_every_s: float = CHECK_EVERY_S
+    loop_silent_after_s: float = LOOP_SILENT_AFTER_S
+
+
+@dataclass(frozen=True)
+class _Exit:
+    """One exit of a child: when (monotonic), its status, and how long that run lasted."""
+
+    at: float
+    code: int
+    ran_s: float
 
 
 @dataclass
 class _Child:
-    """One child slot: the process in it now (None while it waits for its restart), and its exits
-    counted towards the bound, as (when, exit code)."""
+    """One child slot: the process in it now (None while it waits for its restart), its exits within the
+    window (what the bound counts), its last exit, its starts, and its exits in a row since a run of
+    `stable_after_s` (what the restart delay grows with)."""
 
     spec: ChildSpec
     process: BaseProcess | None = None
     started_at: float = 0.0
-    exits: list[tuple[float, int]] = field(default_factory=list)
+    starts: int = 0
+    exits: list[_Exit] = field(default_factory=list)
+    last_exit: _Exit | None = None
+    in_a_row: int = 0
     restart_at: float = 0.0
+
+    def state(self, now: float, problem: str | None) -> str:
+        """One line for the health detail: `memoryos-worker-1: running (pid 4242); 2 restarts, last
+        exit SIGKILL after 61 s, 5 s ago`, with the `problem` that keeps it from serving, if any."""
+        process = self.process
+        if process is None:
+            running = f"not running, restarted in {max(0.0, self.restart_at - now):.1f} s"
+        else:
+            running = f"running (pid {process.pid})" + (f", {problem}" if problem else "")
+        restarts = self.starts - 1
+        line = f"{self.spec.name}: {running}; {restarts} restart{'' if restarts == 1 else 's'}"
+        last = self.last_exit
+        if last is not None:
+            line += f", last exit {_exit_name(last.code)} after {last.ran_s:.0f} s, {now - last.at:.0f} s ago"
+        return line
 
 
 class Supervisor:
@@ -102,6 +143,9 @@ class Supervisor:
         self._workers = [_Child(spec) for spec in workers]
         self._children = self._engine + self._workers
         self._context = multiprocessing.get_context("spawn")
+        self._loop_ran_at = time.monotonic()
+        """When the supervising loop last went round: `liveness` reads it from the health threads."""
+        self._draining = False
 
     def run(self, stop: threading.Event) -> None:
         """Run the children until `stop` is set, restarting any that exits meanwhile; then SIGTERM them
@@ -112,6 +156,7 @@ class Supervisor:
         try:
             while not stop.wait(self._supervision.check_every_s):
                 now = time.monotonic()
+                self._loop_ran_at = now
                 for child in self._children:
                     process = child.process
                     if process is not None and not process.is_alive():
@@ -119,25 +164,40 @@ class Supervisor:
                     if child.process is None and now >= child.restart_at:
                         self._start(child)
         finally:
+            self._draining = True  # the children's drain may take the grace period: alive meanwhile
             _terminate([child.process for child in self._workers if child.process is not None])
             _terminate([child.process for child in self._engine if child.process is not None])
 
-    def unhealthy(self) -> list[str]:
-        """The children not working now, one line each: not running (exited, waiting for their restart),
-        or a worker whose metrics port does not answer (still loading, or stuck). Called from the health
-        server's threads: it reads the slots, never reaps a process."""
-        down = [f"{child.spec.name}: not running" for child in self._children if child.process is None]
-        down += [
-            f"{child.spec.name}: /metrics on port {child.spec.metrics_port} does not answer"
-            for _, child, answered in _probe(self._children, metrics_answer)
-            if not answered
-        ]
-        return down
+    def liveness(self) -> Verdict:
+        """Whether the supervising loop still goes round (or is draining the children, which may take the
+        grace period): the liveness probe's answer. A child down is not the supervisor's death, and
+        restarting the container for it would undo the restart this loop is about to make."""
+        if self._draining:
+            return Verdict(True, ["supervisor: draining the children"])
+        silent_s = time.monotonic() - self._loop_ran_at
+        if silent_s > self._supervision.loop_silent_after_s:
+            return Verdict(False, [f"supervisor: its loop has not run for {silent_s:.0f} s"])
+        return Verdict(True, ["supervisor: running"])
+
+    def readiness(self) -> Verdict:
+        """Each child's state, one line each (`_Child.state`), ready only while every child runs and each
+        worker child's metrics port answers (a child still loading, or stuck, does not). Called from the
+        health server's threads: it reads the slots, never reaps a process."""
+        answered = {id(child): answer for _, child, answer in _probe(self._children, metrics_answer)}
+        now = time.monotonic()
+        lines, ready = [], True
+        for child in self._children:
+            problem = None
+            if answered.get(id(child)) is False:
+                problem = f"/metrics on port {child.spec.metrics_port} does not answer"
+            ready = ready and child.process is not None and problem is None
+            lines.append(child.state(now, problem))
+        return Verdict(ready, lines)
 
     def metrics(self) -> bytes:
         """The metrics of every running worker child as one exposition, each sample labelled with the
         child's index in `workers` (`child_metrics.py`); a child that does not answer is left out (its
-        /healthz line names it). Called from the health server's threads, as `unhealthy`."""
+        readiness line names it). Called from the health server's threads, as `readiness`."""
         return merged_exposition(
             {index: text for index, _, text in _probe(self._workers, metrics_text) if text is not None}
         )
@@ -146,29 +206,31 @@ class Supervisor:
         process = self._context.Process(target=child.spec.target, args=child.spec.args, name=child.spec.name)
         process.start()
         child.started_at = time.monotonic()
+        child.starts += 1
         child.process = process
 
     def _exited(self, child: _Child, process: BaseProcess, now: float) -> None:
-        """Count the exit; past the bound, raise, else schedule the restart."""
+        """Count the exit in the window, however long the child ran; past the bound, raise, else schedule
+        the restart (after the first delay again when the child had run `stable_after_s`)."""
         bound = self._supervision
-        ran_s = now - child.started_at
-        if ran_s >= bound.stable_after_s:
-            child.exits.clear()
-        code = process.exitcode or 0  # set once the process is no longer alive
-        child.exits = [(at, old) for at, old in child.exits if now - at < bound.failure_window_s]
-        child.exits.append((now, code))
+        exit_ = _Exit(now, process.exitcode or 0, now - child.started_at)  # exitcode: set once not alive
+        child.exits = [old for old in child.exits if now - old.at < bound.failure_window_s] + [exit_]
+        child.last_exit = exit_
         child.process = None
         if len(child.exits) >= bound.max_failures:
             raise ChildKeepsFailingError(
                 f"{child.spec.name} exited {len(child.exits)} times within {bound.failure_window_s:g} s "
-                f"(exit codes {', '.join(_exit_name(code) for _, code in child.exits)}); every process stopped"
+                f"(exit codes {', '.join(_exit_name(old.code) for old in child.exits)}); every process stopped"
             )
-        child.restart_at = now + backoff.delay_s(len(child.exits), bound.restart_first_s, bound.restart_max_s)
+        child.in_a_row = 1 if exit_.ran_s >= bound.stable_after_s else child.in_a_row + 1
+        child.restart_at = now + backoff.delay_s(child.in_a_row, bound.restart_first_s, bound.restart_max_s)
         log.warning(
-            "%s exited (%s) after %.0f s; restarted in %.0f s",
+            "%s exited (%s) after %.0f s, %d times within %g s; restarted in %.0f s",
             child.spec.name,
-            _exit_name(code),
-            ran_s,
+            _exit_name(exit_.code),
+            exit_.ran_s,
+            len(child.exits),
+            bound.failure_window_s,
             child.restart_at - now,
         )
 

@@ -1,7 +1,9 @@
 """`memoryos worker --processes 2` (and its embedding engine child) against a real `redis-server`: the
 children divide the shards, every space's writes apply once and in order whichever child owns it, the
 parent's health port serves /metrics with both children's queue depths, a child killed with SIGKILL is
-started again and loses nothing (the parent's /healthz 503 until it serves again),
+started again and loses nothing (the parent's /readyz and /healthz 503 until it serves again, its /livez
+200 throughout: the supervisor restarts it), every process says the open spaces' budget the parent
+reckoned,
 SIGTERM to the parent drains every child and gives the shards back; and a child that cannot start (no GPU
 for `cuda`) fails the whole worker after `MEMORYOS_WORKER_MAX_CHILD_FAILURES` exits, with one line."""
 
@@ -68,9 +70,9 @@ def children(parent: int, engine: int) -> list[int]:
     return found
 
 
-def health_status(port: int) -> int:
+def health_status(port: int, path: str = "/healthz") -> int:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as reply:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
             return int(reply.status)
     except urllib.error.HTTPError as error:
         return error.code
@@ -126,10 +128,16 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
     )
     try:
         assert parent.stdout is not None
-        assert b"2 processes and an embedding engine" in parent.stdout.readline()
+        header = parent.stdout.readline().decode()
+        assert "2 processes and an embedding engine" in header
+        budget = header[header.index("; open spaces up to ") :]  # reckoned once, by the parent
         engine = re.search(rb"memoryos embedding-engine (\d+): serving", parent.stdout.readline())
         assert engine is not None  # the model loads once, in the engine, before the workers serve
         engine_pid = int(engine[1])
+        serving = sorted(parent.stdout.readline().decode() for _ in range(2))
+        assert serving == [
+            f"memoryos worker pair-{i}: serving shards from {redis_server.url}{budget}" for i in (0, 1)
+        ]
         wait_for(lambda: set(owners(client)) == {b"pair-0", b"pair-1"})  # each owns its share
         wait_for(lambda: health_status(health_port) == 200)  # both metrics ports answer
 
@@ -140,7 +148,9 @@ def test_worker_processes_divide_the_shards_survive_a_killed_child_and_drain(
         assert len(killed) == 2
         os.kill(killed[0], signal.SIGKILL)  # holding its leases: they lapse after the TTL
         write(queue, 120, 120)  # some wait for the killed child's shards
-        wait_for(lambda: health_status(health_port) == 503)  # one child down: the container too
+        wait_for(lambda: health_status(health_port) == 503)  # one child down: the pod unready
+        assert health_status(health_port, "/readyz") == 503
+        assert health_status(health_port, "/livez") == 200  # never restarted for it: the supervisor acts
         wait_for(lambda: len(set(children(parent.pid, engine_pid)) - set(killed)) == 1)  # started again
         wait_for(lambda: health_status(health_port) == 200)
         wait_for(lambda: queue.depth() == 0 and set(owners(client)) == {b"pair-0", b"pair-1"})

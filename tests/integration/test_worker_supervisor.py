@@ -1,10 +1,13 @@
 """The supervisor of `memoryos worker --processes N` with real spawned children (tests/support/
-supervised_children.py): a child failing N times within the window stops every child and fails the run;
-fewer failures, or failures after a stable stretch, are restarted; /healthz answers 503 while a child
-is down or its metrics port is silent, and 200 again once it is back; /metrics on the same port holds every
-answering worker child's samples, labelled with its index, each family once."""
+supervised_children.py): a child failing N times within the window stops every child and fails the run,
+however long each of its runs lasted; fewer failures are restarted; /readyz (and /healthz) answers 503
+while a child is down or its metrics port is silent and 200 again once it is back, with a line per child
+(running, restarts, last exit); /livez answers 200 while the supervising loop goes round, whatever the
+children do, and 503 while the loop is held; /metrics on the same port holds every answering worker
+child's samples, labelled with its index, each family once."""
 
 import os
+import re
 import signal
 import threading
 import time
@@ -18,10 +21,10 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.worker.health import metrics_answer, serving_health
+from services.worker.health import Verdict, metrics_answer, serving_health
 from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
 from tests.support.redis_server import free_port
-from tests.support.supervised_children import exit_after, fail_first, serve_metrics
+from tests.support.supervised_children import HeldStartsDir, exit_after, fail_first, serve_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -133,17 +136,44 @@ def test_fewer_failures_than_the_bound_are_restarted(tmp_path: Path) -> None:
         assert metrics_answer(port)
 
 
-def test_a_child_that_ran_a_stable_stretch_counts_from_one_again(tmp_path: Path) -> None:
+def test_exits_after_long_runs_still_count_and_fail_the_supervisor(tmp_path: Path) -> None:
+    """The issue's child: out of memory on one user's space, it dies every 61 s, each run past the 60 s
+    that used to make an exit a first failure again; restarted forever, the pod never failed. Here the
+    runs last 0.4 s against a `stable_after_s` of 0.2 s: every exit still counts, and the third in the
+    window fails the supervisor."""
     crashing = slot(tmp_path, "crashing")
     supervision = Supervision(
-        max_failures=2, failure_window_s=60.0, restart_first_s=0.05, stable_after_s=0.3, check_every_s=0.05
+        max_failures=3, failure_window_s=60.0, restart_first_s=0.05, stable_after_s=0.2, check_every_s=0.05
+    )
+    supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
+    stop = threading.Event()
+    never_needed = threading.Timer(TIMEOUT_S, stop.set)
+    never_needed.start()
+    try:
+        with pytest.raises(ChildKeepsFailingError) as raised:
+            supervisor.run(stop)
+    finally:
+        never_needed.cancel()
+    assert not stop.is_set(), "the supervisor gave up only when the test stopped it"
+    assert (
+        str(raised.value) == "crashing exited 3 times within 60 s (exit codes 1, 1, 1); every process stopped"
+    )
+    assert len(starts(crashing)) == 3
+
+
+def test_exits_spread_wider_than_the_window_are_restarted(tmp_path: Path) -> None:
+    """The window, not the runs' length, forgives: each run outlasts a 0.3 s window, so no two exits fall
+    in it, and a bound of 2 never gives up."""
+    crashing = slot(tmp_path, "crashing")
+    supervision = Supervision(
+        max_failures=2, failure_window_s=0.3, restart_first_s=0.05, stable_after_s=60.0, check_every_s=0.05
     )
     supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
     with running(supervisor):
-        wait_for(lambda: len(starts(crashing)) >= 4)  # 3 exits, each after a stable run: no give-up
+        wait_for(lambda: len(starts(crashing)) >= 4)  # 3 exits, none within the window of another
 
 
-def test_healthz_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path: Path) -> None:
+def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path: Path) -> None:
     health_port, worker_port = free_port(), free_port()
     worker, engine = slot(tmp_path, "worker"), slot(tmp_path, "engine")
     supervisor = Supervisor(
@@ -151,21 +181,62 @@ def test_healthz_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path: 
         ChildSpec("engine", exit_after, (engine, TIMEOUT_S)),
         Supervision(restart_first_s=1.0),  # the window in which the test sees the child down
     )
-    with serving_health(health_port, supervisor.unhealthy), running(supervisor):
-        wait_for(lambda: health(health_port)[0] == 200)
-        assert health(health_port) == (200, "ok\n")
+    with serving_health(health_port, supervisor.liveness, supervisor.readiness), running(supervisor):
+        wait_for(lambda: get(health_port, "/readyz")[0] == 200)
+        engine_pid, worker_pid = starts(engine)[0], starts(worker)[0]
+        assert get(health_port, "/readyz")[2] == (
+            f"engine: running (pid {engine_pid}); 0 restarts\nworker-0: running (pid {worker_pid}); 0 restarts\n"
+        )
+        assert health(health_port) == (200, get(health_port, "/readyz")[2])  # /healthz: the same answer
         assert get(health_port, "/metrics")[0] == 404  # served only where metrics are given
 
-        os.kill(starts(worker)[0], signal.SIGKILL)
+        os.kill(worker_pid, signal.SIGKILL)
         wait_for(lambda: health(health_port)[0] == 503)
-        assert "worker-0: " in health(health_port)[1]  # dead: its port silent, then the slot empty
+        assert "\nworker-0: " in health(health_port)[1]  # dead: its port silent, then the slot empty
+        assert get(health_port, "/livez")[::2] == (200, "supervisor: running\n")  # the loop restarts it
         wait_for(lambda: health(health_port)[0] == 200)  # started again, serving
         assert len(starts(worker)) == 2
+        worker_line = health(health_port)[1].splitlines()[1]
+        assert re.fullmatch(
+            rf"worker-0: running \(pid {starts(worker)[1]}\); 1 restart, last exit SIGKILL after \d+ s, \d+ s ago",
+            worker_line,
+        ), worker_line
 
-        os.kill(starts(engine)[0], signal.SIGKILL)
-        wait_for(lambda: health(health_port) == (503, "engine: not running\n"))
+        os.kill(engine_pid, signal.SIGKILL)
+        wait_for(lambda: health(health_port)[1].startswith("engine: not running, restarted in "))
+        engine_line = health(health_port)[1].splitlines()[0]
+        assert re.fullmatch(
+            r"engine: not running, restarted in \d+\.\d s; 0 restarts, last exit SIGKILL after \d+ s, \d+ s ago",
+            engine_line,
+        ), engine_line
         wait_for(lambda: health(health_port)[0] == 200)  # a process in its slot again
-        wait_for(lambda: len(starts(engine)) == 2)
+        wait_for(lambda: len(starts(engine)) == 2)  # which records its start once spawned
+
+
+def test_liveness_follows_the_supervising_loop_not_the_children(tmp_path: Path) -> None:
+    """A child down leaves /livez at 200 (restarting it is the loop's job); the loop held inside a
+    child's start makes /livez 503 until it goes round again."""
+    health_port = free_port()
+    released = threading.Event()
+    released.set()
+    held = slot(tmp_path, "held")
+    supervisor = Supervisor(
+        [ChildSpec("worker-0", exit_after, (HeldStartsDir(held, released), TIMEOUT_S))],
+        supervision=Supervision(restart_first_s=0.05, check_every_s=0.05, loop_silent_after_s=0.5),
+    )
+    with serving_health(health_port, supervisor.liveness, supervisor.readiness), running(supervisor):
+        wait_for(lambda: len(starts(held)) == 1)
+        assert get(health_port, "/livez")[::2] == (200, "supervisor: running\n")
+
+        released.clear()  # the restart after this kill holds the loop in its start
+        os.kill(starts(held)[0], signal.SIGKILL)
+        wait_for(lambda: get(health_port, "/livez")[0] == 503)
+        assert re.fullmatch(r"supervisor: its loop has not run for \d+ s\n", get(health_port, "/livez")[2])
+        assert get(health_port, "/readyz")[0] == 503  # the child is down meanwhile
+
+        released.set()
+        wait_for(lambda: get(health_port, "/livez")[::2] == (200, "supervisor: running\n"))
+        wait_for(lambda: len(starts(held)) == 2)
 
 
 def test_a_running_worker_child_whose_metrics_port_is_silent_is_unhealthy(tmp_path: Path) -> None:
@@ -174,7 +245,12 @@ def test_a_running_worker_child_whose_metrics_port_is_silent_is_unhealthy(tmp_pa
     supervisor = Supervisor([ChildSpec("worker-0", exit_after, (stuck, TIMEOUT_S), silent_port)])
     with running(supervisor):
         wait_for(lambda: len(starts(stuck)) == 1)
-        assert supervisor.unhealthy() == [f"worker-0: /metrics on port {silent_port} does not answer"]
+        assert supervisor.readiness() == Verdict(
+            False,
+            [
+                f"worker-0: running (pid {starts(stuck)[0]}), /metrics on port {silent_port} does not answer; 0 restarts"
+            ],
+        )
 
 
 def test_the_health_port_serves_every_answering_worker_childs_metrics_as_one(tmp_path: Path) -> None:
@@ -187,7 +263,10 @@ def test_the_health_port_serves_every_answering_worker_childs_metrics_as_one(tmp
         ],
         ChildSpec("engine", exit_after, (slot(tmp_path, "engine"), TIMEOUT_S)),  # serves no metrics
     )
-    with serving_health(health_port, supervisor.unhealthy, supervisor.metrics), running(supervisor):
+    with (
+        serving_health(health_port, supervisor.liveness, supervisor.readiness, supervisor.metrics),
+        running(supervisor),
+    ):
         wait_for(lambda: metrics_answer(port_0) and metrics_answer(port_1))
         status, content_type, text = get(health_port, "/metrics")
 

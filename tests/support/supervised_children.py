@@ -47,3 +47,18 @@ def exit_after(starts_dir: Path, seconds: float) -> None:
     _record_start(starts_dir)
     time.sleep(seconds)
     sys.exit(1)
+
+
+class HeldStartsDir:
+    """A child's `starts_dir` argument that holds the supervisor inside `Process.start` while `released`
+    is clear: a spawned child's arguments are pickled there, in the supervising loop, and this one's
+    pickling waits. The child receives the plain `Path`. A hung start (a wedged fork server, a full
+    pipe) as the supervisor's liveness must see it."""
+
+    def __init__(self, path: Path, released: threading.Event) -> None:
+        self.path = path
+        self.released = released
+
+    def __reduce__(self) -> tuple[type[Path], tuple[str]]:
+        self.released.wait()
+        return Path, (str(self.path),)

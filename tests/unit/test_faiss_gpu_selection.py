@@ -1,4 +1,5 @@
-"""GPU selection probes the faiss module, so every build is exercised here with small fake modules."""
+"""GPU selection probes the faiss module, so every build is exercised here with small fake modules; the
+worker's choice for its processes (faiss in RAM with several, unless configured) with real settings."""
 
 from types import SimpleNamespace
 
@@ -6,9 +7,12 @@ import faiss
 import numpy as np
 import pytest
 
+from memoryos.config import MemoryConfig
 from memoryos.storage.records.vector_blobs import at_stored_precision
 from memoryos.storage.vectors import gpu
 from memoryos.storage.vectors.faiss_ivf import build_ivf, new_flat
+from services.queue.settings import QueueSettings
+from services.worker.process import worker_faiss
 
 
 def gpu_build(num_gpus: int) -> SimpleNamespace:
@@ -108,3 +112,30 @@ def test_an_ivf_index_is_copied_by_index_cpu_to_gpu(monkeypatch: pytest.MonkeyPa
     ivf_index, _ = build_ivf(ids, vectors, np.empty((0, 16), dtype=np.float32))
     assert gpu.to_gpu(ivf_index, fake) == ("gpu", fake.created[0], 0, ivf_index)
     assert not fake.flat_indexes
+
+
+def worker_process_on_a_gpu(
+    processes: int, monkeypatch: pytest.MonkeyPatch, faiss_use_gpu: str | None
+) -> bool:
+    """Whether one of `processes` worker processes, on a host whose faiss build sees a GPU, puts its
+    indexes there, with `MEMORYOS_FAISS_USE_GPU` as given (None: unset)."""
+    monkeypatch.delenv("MEMORYOS_FAISS_USE_GPU", raising=False)
+    if faiss_use_gpu is not None:
+        monkeypatch.setenv("MEMORYOS_FAISS_USE_GPU", faiss_use_gpu)
+    config = worker_faiss(MemoryConfig(), QueueSettings(worker_processes=processes))
+    return gpu.should_use_gpu(config.faiss_use_gpu, gpu_build(1))
+
+
+def test_several_worker_processes_keep_faiss_in_ram_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU pod's 4 processes: each would hold a CUDA context and faiss's scratch of its own beside the
+    engine's model. Unset, faiss stays in RAM; `auto` set explicitly still puts it on the GPU."""
+    assert not worker_process_on_a_gpu(4, monkeypatch, None)
+    assert worker_process_on_a_gpu(4, monkeypatch, "auto")
+    assert not worker_process_on_a_gpu(4, monkeypatch, "never")
+
+
+def test_one_worker_process_follows_the_faiss_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert worker_process_on_a_gpu(1, monkeypatch, None)
+    assert not worker_process_on_a_gpu(1, monkeypatch, "never")
