@@ -227,7 +227,31 @@ class MemoryConfig(BaseSettings):
         3,
         ge=0,
         description="Retries of a request that timed out, could not connect or got 408/409/429/5xx, with the "
-        "openai client's backoff (0.5 s doubling up to 8 s, or the server's retry-after).",
+        "openai client's schedule (0.5 s doubling up to 8 s, or the server's retry-after), within "
+        "embedding_api_deadline_s.",
+    )
+    embedding_api_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description="One encode call to the embeddings server, all its requests and retries together: a "
+        "reader waiting on a query's vector, or the batcher on a batch, gets an answer or an "
+        "EmbeddingServerError within it, whatever the retries and timeouts add up to.",
+    )
+    embedding_api_max_concurrency: int = Field(
+        4,
+        gt=0,
+        description="Requests of one embedder in flight at once (an encode of more than "
+        "embedding_api_batch_size texts sends several): a GPU server batches them together, and a few "
+        "are enough to keep it busy without queueing behind other clients.",
+    )
+    embedding_api_max_input_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="The served model's input window in tokens (special tokens included): texts are cut "
+        "to it on the client, exactly with the model's tokenizer.json when found locally (a model directory "
+        "or the Hugging Face cache, never downloaded), else at 3 characters per token. None: the server "
+        "truncates (TEI --auto-truncate), and a server that refuses a text as too long gets it cut and "
+        "sent again (docs/engine.md, 'Embeddings from a server').",
     )
     embedding_api_batch_size: int = Field(
         32,

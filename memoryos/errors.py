@@ -42,6 +42,13 @@ class EmbeddingServerError(MemoryOSError):
     embedded: pages stay pending and are embedded again later."""
 
 
+class EmbeddingServerModelError(EmbeddingServerError):
+    """The embeddings server answered vectors of another model than `embedding_model_name` (the reply's
+    `model`): a server swapped to another model of the same dimension would mix its vectors silently.
+    Asking again gets the same model, so a space that meets it stops embedding (its pages stay pending)
+    until the server serves the right model and the space is opened again."""
+
+
 class StorageError(MemoryOSError):
     """The canonical store is unreadable or was written by an incompatible version."""
 

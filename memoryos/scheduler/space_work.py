@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memoryos.embedding.base import Embedder
-from memoryos.errors import EmbeddingModelMismatchError, FencedOutError, SchedulerClosedError, StoreBusyError
+from memoryos.errors import (
+    EmbeddingModelMismatchError,
+    EmbeddingServerModelError,
+    FencedOutError,
+    SchedulerClosedError,
+    StoreBusyError,
+)
 from memoryos.llm.base import AnswerRequest, MemoryLLM
 from memoryos.planning.consolidation import Consolidator
 from memoryos.planning.rebuild import next_expiry
@@ -72,7 +78,7 @@ class SpaceWork:
         self._changed = threading.Condition()
         self._embed_error: BaseException | None = None
         self._embed_failures = 0
-        self._mismatch: EmbeddingModelMismatchError | None = None
+        self._mismatch: EmbeddingModelMismatchError | EmbeddingServerModelError | None = None
         self._requested = 0  # consolidation passes asked for
         self._completed = 0  # passes finished (or skipped during a backoff)
         self._running = False
@@ -103,6 +109,10 @@ class SpaceWork:
 
     def embedding_failed(self, error: BaseException) -> None:
         with self._changed:
+            if isinstance(error, EmbeddingServerModelError):
+                self._mismatch = (
+                    error  # permanent, as `_check_dim`'s: the batcher stops asking (pending_texts)
+                )
             self._embed_error = error
             self._embed_failures += 1
             self._changed.notify_all()

@@ -14,6 +14,7 @@ from memoryos.errors import (
     DatabaseUnavailableError,
     EmbeddingModelMismatchError,
     EmbeddingServerError,
+    EmbeddingServerModelError,
     FencedOutError,
     InvalidInputError,
     ItemNotFoundError,
@@ -89,6 +90,7 @@ ENGINE_ERRORS: dict[type[Exception], ErrorAnswer] = {
     ),
     EmbeddingModelMismatchError: ErrorAnswer(409, "embedding_model_mismatch"),
     LLMError: ErrorAnswer(502, "llm_failed", "the LLM call failed after its retries"),
+    EmbeddingServerModelError: ErrorAnswer(502, "embedding_failed"),  # its message names both models
     EmbeddingServerError: ErrorAnswer(
         502, "embedding_failed", "the embeddings server failed after its retries"
     ),

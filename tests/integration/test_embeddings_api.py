@@ -57,7 +57,9 @@ def test_texts_are_split_by_batch_size_and_come_back_as_unit_rows(
     embeddings_server: EmbeddingsServer,
 ) -> None:
     texts = [f"text number {i}" for i in range(7)]
-    vectors = embedder(embeddings_server, embedding_api_batch_size=3).encode(texts)
+    vectors = embedder(embeddings_server, embedding_api_batch_size=3, embedding_api_max_concurrency=1).encode(
+        texts
+    )
     assert sent_inputs(embeddings_server) == [texts[0:3], texts[3:6], texts[6:7]]
     assert {request.body["model"] for request in embeddings_server.requests} == {MODEL}
     assert vectors.dtype == np.float32 and vectors.shape == (7, SERVER_DIM)

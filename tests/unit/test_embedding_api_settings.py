@@ -42,3 +42,19 @@ def test_the_key_keys_the_shared_embedder_by_its_value() -> None:
     assert shared("key-one") is shared("key-one")
     assert shared("key-one") is not shared("key-two")
     assert shared(None) is not shared("key-one")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["embedding_api_deadline_s", "embedding_api_max_concurrency", "embedding_api_max_input_tokens"],
+)
+def test_the_bounds_must_be_positive_and_are_refused_by_name(setting: str) -> None:
+    with pytest.raises(ValidationError, match=setting):
+        MemoryConfig(embedding_api_base_url=URL, **{setting: 0})
+
+
+def test_the_bounds_default_to_a_deadline_four_requests_and_the_servers_truncation() -> None:
+    settings = MemoryConfig(embedding_api_base_url=URL)
+    assert settings.embedding_api_deadline_s == 60.0
+    assert settings.embedding_api_max_concurrency == 4
+    assert settings.embedding_api_max_input_tokens is None
