@@ -387,9 +387,10 @@ def test_kubernetes_worker_drains_and_scales_on_queue_depth() -> None:
 
 
 def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes() -> None:
-    """The worker images, both compose files and the Kubernetes probes ask /healthz on the health port
-    (200 only while every worker process serves), never one process's /metrics (issue 51: with N processes
-    9400 is child 0's alone)."""
+    """The worker images and both compose files ask /healthz on the health port (200 only while every
+    worker process serves), never one process's /metrics (issue 51: with N processes 9400 is child 0's
+    alone); Kubernetes asks /readyz (the same answer) for readiness and /livez (the supervisor's loop, issue
+    57: a child down is not the pod's death) for startup and liveness, on that port."""
     port = QueueSettings.model_fields["worker_health_port"].default
     text = DOCKERFILE.read_text()
     bodies = dict(
@@ -411,16 +412,17 @@ def test_every_worker_healthcheck_asks_the_endpoint_covering_all_its_processes()
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}  # probes name the port (`health`)
-    for probe in ("startupProbe", "livenessProbe"):
+    paths = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+    for probe, probed in paths.items():
         get = container[probe]["httpGet"]
-        assert (get["path"], named.get(get["port"], get["port"])) == ("/healthz", port), probe
+        assert (get["path"], named.get(get["port"], get["port"])) == (probed, port), probe
     for path, name, spec in pod_specs():  # no patch points a worker probe elsewhere
         for patched in spec.get("containers", []):
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            for probe, probed in paths.items():
                 if name == "memoryos-worker" and "httpGet" in patched.get(probe, {}):
                     get = patched[probe]["httpGet"]
                     found = (get["path"], named.get(get["port"], get["port"]))
-                    assert found == ("/healthz", port), (path, probe)
+                    assert found == (probed, port), (path, probe)
 
 
 def test_compose_runs_the_commands_the_issue_names() -> None:

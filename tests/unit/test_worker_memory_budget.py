@@ -5,6 +5,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from services.queue.settings import QueueSettings
 from services.worker.memory_budget import MemoryBudget, container_memory_limit, memory_budget
@@ -121,3 +122,32 @@ def test_a_limit_too_small_for_the_processes_is_refused_naming_the_settings(tmp_
         "worker_process_memory_mb 1024; raise the limit, lower MEMORYOS_WORKER_PROCESSES, or set "
         "MEMORYOS_WORKER_MEMORY_BUDGET_MB"
     )
+
+
+def test_the_gpu_overlays_pod_is_budgeted_from_its_limit_with_faiss_in_ram(tmp_path: Path) -> None:
+    """The manifests as shipped: no budget set in the base or the GPU overlay, so the GPU pod's 4
+    processes split its 16Gi limit with the engine (the sum fits), and the overlay keeps faiss in RAM."""
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    (base,) = [
+        d
+        for d in yaml.safe_load_all((deploy / "base" / "worker.yaml").read_text())
+        if d["kind"] == "Deployment"
+    ]
+    (gpu,) = yaml.safe_load_all((deploy / "overlays" / "gpu" / "worker-gpu.yaml").read_text())
+    (base_container,) = base["spec"]["template"]["spec"]["containers"]
+    (gpu_container,) = gpu["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in base_container["env"] + gpu_container["env"]}
+    assert "MEMORYOS_WORKER_MEMORY_BUDGET_MB" not in env
+    assert env["MEMORYOS_FAISS_USE_GPU"] == "never"
+    limit = gpu_container["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi")
+    processes = int(env["MEMORYOS_WORKER_PROCESSES"])
+    settings = QueueSettings(worker_processes=processes)
+    root = cgroup_v2(tmp_path, str(int(limit.removesuffix("Gi")) * GIB))
+    budget = memory_budget(settings, embedding_engine=True, cgroup_root=root)
+    used_mb = (
+        processes * (budget.per_process_mb + settings.worker_process_memory_mb)
+        + settings.worker_model_memory_mb
+    )
+    assert used_mb <= int(limit.removesuffix("Gi")) * 1024
+    assert f"= {budget.per_process_mb} MiB" in (deploy / "overlays" / "gpu" / "worker-gpu.yaml").read_text()
