@@ -1,12 +1,13 @@
 """`OpenAIAPIEmbedder`'s bounds, with the real `openai` client against a local embeddings server: texts
 past the model's window (cut on the client, or cut after the server's 413), a reply naming another
-model (refused, and permanent for the spaces that meet it), one deadline per call, and requests sent
-concurrently up to a bound."""
+model (refused, permanent for the spaces that meet it, answered 502 by the API), one deadline per call,
+and requests sent concurrently up to a bound."""
 
 import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import huggingface_hub.constants
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from memoryos.embedding.openai_api import MAX_CUTS, OpenAIAPIEmbedder
 from memoryos.embedding.truncation import CHARS_PER_TOKEN
 from memoryos.errors import EmbeddingServerError, EmbeddingServerModelError
 from memoryos.llm.offline.backend import OfflineLLM
+from services.api.settings import ApiSettings
+from tests.support.api_server import running_api
 from tests.support.embeddings_server import (
     SERVER_DIM,
     EmbeddingsReply,
@@ -270,3 +273,23 @@ def test_retries_stop_at_the_deadline(embeddings_server: EmbeddingsServer) -> No
     with pytest.raises(EmbeddingServerError, match=r"embedding_api_deadline_s=1 spent, after \d retries"):
         remote.encode(["never answered"])
     assert 1 <= len(embeddings_server.requests) <= 6
+
+
+def test_the_api_answers_a_query_embedded_by_another_model_502_naming_both(
+    embeddings_server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    settings = MemoryConfig(
+        embedding_api_base_url=embeddings_server.base_url,
+        embedding_model_name=MODEL,
+        data_dir=tmp_path,
+        faiss_use_gpu="never",
+    )
+    with running_api(ApiSettings(), settings, llm=OfflineLLM()) as api:
+        space = f"{api.url}/v1/users/alice/assistants/default_assistant_profile"
+        turn = {"user_input": "My sister Maria lives in Porto.", "agent_response": "Lovely city."}
+        assert httpx.post(f"{space}/memories", json=turn, timeout=30).status_code == 201
+        assert httpx.post(f"{space}/retrieve", json={"query": "Maria?"}, timeout=30).status_code == 200
+        embeddings_server.serve_model("swapped-model")
+        refused = httpx.post(f"{space}/retrieve", json={"query": "Who lives in Porto?"}, timeout=30)
+        assert (refused.status_code, refused.json()["error"]) == (502, "embedding_failed"), refused.text
+        assert "'swapped-model', not 'test-embedding-model'" in refused.json()["message"]
