@@ -106,10 +106,12 @@ def discard(client: redis.Redis, keys: Keys, transfer_id: str) -> None:
 
 def purge_bundles(client: redis.Redis, keys: Keys, space: SpaceKey) -> int:
     """Delete every bundle of `space` still in Redis (a forget: a bundle holds the space's text, and an
-    import's would bring it back); returns how many were there."""
+    import's would bring it back); returns how many were there. A pipeline, not a transaction: Redis
+    refuses a MULTI whole when full, and a forget must go through then (`redis_full.py`); the note goes
+    last, so a forget cut short finds what is left."""
     noted = keys.space_bundles(space_name(space))
     transfer_ids = [tid.decode() for tid in cast(set[bytes], client.smembers(noted))]
-    pipe = client.pipeline(transaction=True)
+    pipe = client.pipeline(transaction=False)
     for transfer_id in transfer_ids:
         if TRANSFER_ID.fullmatch(transfer_id):
             pipe.delete(keys.bundle(transfer_id))

@@ -20,9 +20,15 @@ from memoryos.space.pool import SpaceKey
 from services.queue.connection import BLOCK_SLICE_S
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue
+from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
 
 T = TypeVar("T")
+
+ASK = ALLOW_OOM + "return redis.call('RPUSH', KEYS[1], ARGV[1])"
+"""Queue a request for the shard's owner, even while Redis is full: a request is popped as soon as the
+owner has a thread free, and reads (a forget's wait for its owner among them) must not fail because the
+write queue filled Redis (`redis_full.py`)."""
 
 
 class OwnerCall(Protocol[T]):
@@ -64,6 +70,7 @@ class OwnerCallClient:
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
         self.writes = WriteQueue(client, settings)
+        self._ask = client.register_script(ASK)
 
     def ask(
         self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any], timeout_s: float | None = None
@@ -83,7 +90,7 @@ class OwnerCallClient:
             "args": args,
             "through": self.writes.last_write_id(key),
         }
-        self.client.rpush(self.keys.owner_calls(shard), json.dumps(request))
+        self._ask(keys=[self.keys.owner_calls(shard)], args=[json.dumps(request)])
         reply = self._wait_reply(request_id, timeout_s)
         if reply is None:
             raise OwnerUnavailableError(

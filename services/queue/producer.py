@@ -10,13 +10,14 @@ from typing import cast
 import redis
 
 from memoryos.errors import WriteIdConflictError
-from memoryos.space.ops import AddTurns, AnyOp, op_to_json
+from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace, op_to_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import caller_content_id
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.dead_letters import purge_dead_letters
 from services.queue.keys import Keys, shard_of, space_key, space_name
+from services.queue.redis_full import ALLOW_OOM, SoftLimit
 from services.queue.settings import QueueSettings
 
 PURGE_SCAN = 1000
@@ -61,7 +62,19 @@ A write under a caller's write id (ARGV[4], else '') is first checked against th
 accepted with (KEYS[4], hash; KEYS[5], the ids by first acceptance): another one answers that content id
 alone (a table) and appends nothing; the same one (a retry) is appended again, and the worker's op log
 stores it once. A new id is remembered ARGV[6] seconds: each step drops up to 100 ids older than that (more
-than it adds), and both keys expire that long after the space's latest such write."""
+than it adds), and both keys expire that long after the space's latest such write.
+
+A forget runs it as `ALLOW_OOM`: it is accepted even when Redis is full (`redis_full.py`)."""
+
+PURGE_NOTES = """
+redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+redis.call('SREM', KEYS[6], ARGV[1])
+"""
+"""A forgotten space (ARGV[1]) leaves the known spaces (KEYS[1]) and its shard's notes of newest writes
+(KEYS[2]) and held spaces (KEYS[6]); its held writes and write ids' digests (KEYS[3..5]) go. One step, and
+no command of it grows memory, so it runs while Redis is full (a MULTI would be refused whole)."""
 
 
 class QueueFullError(Exception):
@@ -89,6 +102,9 @@ class WriteQueue:
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
         self._enqueue = client.register_script(ENQUEUE)
+        self._enqueue_forget = client.register_script(ALLOW_OOM + ENQUEUE)
+        self._purge_notes = client.register_script(PURGE_NOTES)
+        self.soft_limit = SoftLimit(client, settings)
 
     def shard(self, key: SpaceKey) -> int:
         return shard_of(key, self.settings.shard_count)
@@ -96,7 +112,10 @@ class WriteQueue:
     def enqueue(self, key: SpaceKey, op: AnyOp) -> str:
         """Append `op` for the space; returns the stream entry id once Redis holds it.
         `WriteIdConflictError` (nothing appended) for a write whose caller-chosen id was accepted with
-        other content in the last `write_digest_ttl_s`."""
+        other content in the last `write_digest_ttl_s`. Any op but a forget is refused with
+        `RedisFullError` (nothing appended) while Redis is over its soft limit (`redis_full.py`)."""
+        if not isinstance(op, ForgetSpace):
+            self.soft_limit.check()
         added = self.enqueue_on(self.client, key, op)
         if isinstance(added, int):
             raise QueueFullError(self.shard(key), added)
@@ -111,7 +130,8 @@ class WriteQueue:
         exactly the API's."""
         shard, space = self.shard(key), space_name(key)
         write_id, content_id = _caller_write(op)
-        return self._enqueue(
+        script = self._enqueue_forget if isinstance(op, ForgetSpace) else self._enqueue
+        return script(
             keys=[
                 self.keys.writes(shard),
                 self.keys.last_writes(shard),
@@ -152,23 +172,28 @@ class WriteQueue:
     def purge(self, key: SpaceKey) -> int:
         """Delete the space's entries still in its shard's stream, its writes held for a reindex, its
         write ids' digests, its dead letters and its bundles (a forget: its text and its ids must not stay
-        in Redis either); returns how many stream entries. Other spaces' are left alone."""
+        in Redis either); returns how many stream entries. Other spaces' are left alone. Nothing of it
+        grows memory: it runs while Redis is full, as the forget after it is queued."""
         purge_dead_letters(self.client, self.keys, key)
         purge_bundles(self.client, self.keys, key)
         shard = self.shard(key)
         stream = self.keys.writes(shard)
-        name = space_name(key).encode()
-        pipe = self.client.pipeline(transaction=True)
-        pipe.srem(self.keys.spaces(), name)
-        pipe.hdel(self.keys.last_writes(shard), name)
-        pipe.delete(self.keys.held(space_name(key)))
-        pipe.delete(self.keys.write_digests(space_name(key)), self.keys.write_digest_times(space_name(key)))
-        pipe.srem(self.keys.held_spaces(shard), name)
-        pipe.execute()
+        name = space_name(key)
+        self._purge_notes(
+            keys=[
+                self.keys.spaces(),
+                self.keys.last_writes(shard),
+                self.keys.held(name),
+                self.keys.write_digests(name),
+                self.keys.write_digest_times(name),
+                self.keys.held_spaces(shard),
+            ],
+            args=[name],
+        )
         purged, start = 0, "-"
         while True:
             entries = streams.entries(self.client, stream, after=start, count=PURGE_SCAN)
-            mine = [entry_id for entry_id, fields in entries if fields.get(b"space") == name]
+            mine = [entry_id for entry_id, fields in entries if fields.get(b"space") == name.encode()]
             if mine:
                 purged += int(self.client.xdel(stream, *mine))
             if len(entries) < PURGE_SCAN:

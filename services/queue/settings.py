@@ -41,6 +41,21 @@ class QueueSettings(BaseSettings):
     queue_max_entries: int = Field(
         100_000, ge=1, description="Unapplied writes per shard before writes are refused with 503."
     )
+    queue_soft_limit_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="The API refuses writes (503 queue_full) once Redis's used memory reaches this share of "
+        "its maxmemory, read from INFO memory; forgets still pass. The room above it keeps the workers "
+        "draining and forgets accepted while Redis is nearly full (services/queue/redis_full.py). 1: only "
+        "Redis's own maxmemory refuses.",
+    )
+    queue_soft_limit_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="The same limit as an absolute size of used memory, for a managed Redis whose INFO hides "
+        "maxmemory; when set, it replaces queue_soft_limit_fraction.",
+    )
     write_digest_ttl_s: int = Field(
         3600,
         ge=1,

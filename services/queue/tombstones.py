@@ -28,17 +28,29 @@ from memoryos.space.pool import SpaceKey
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import Keys, shard_of, space_key, space_name
+from services.queue.redis_full import ALLOW_OOM
 
 SCAN = 1000
 """Stream entries or list records read per step."""
 
-RECORD = """
+RECORD = (
+    ALLOW_OOM
+    + """
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 if not old or tonumber(old) < tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 """
-"""Set the space's tombstone (KEYS[1], field ARGV[1]) to ARGV[2] unless it holds a newer one."""
+)
+"""Set the space's tombstone (KEYS[1], field ARGV[1]) to ARGV[2] unless it holds a newer one; even while
+Redis is full (a few bytes a forget): a forget applied must leave its tombstone."""
+
+DROP_WRITE_IDS = """
+redis.call('HDEL', KEYS[1], unpack(ARGV))
+redis.call('ZREM', KEYS[2], unpack(ARGV))
+"""
+"""Forget the write ids ARGV in a space's hash of digests (KEYS[1]) and its ids by time (KEYS[2]) in one
+step that runs while Redis is full (a MULTI would be refused whole)."""
 
 FORGET_IDS = """
 if redis.call('EXISTS', KEYS[5]) == 0 then
@@ -215,12 +227,9 @@ def _drop_write_digests(client: redis.Redis, keys: Keys, name: str, forgotten_at
     """Forget the write ids first accepted before the forget (their content digests), keeping those of a
     space written again since: a reused id is judged against the new writes only, as after the forget."""
     times = keys.write_digest_times(name)
-    old = client.zrangebyscore(times, "-inf", f"({forgotten_at!r}")
-    if old:
-        pipe = client.pipeline(transaction=True)
-        pipe.hdel(keys.write_digests(name), *old)
-        pipe.zrem(times, *old)
-        pipe.execute()
+    old = cast(list[bytes], client.zrangebyscore(times, "-inf", f"({forgotten_at!r}"))
+    for start in range(0, len(old), SCAN):  # Lua's unpack takes a few thousand values at most
+        client.eval(DROP_WRITE_IDS, 2, keys.write_digests(name), times, *old[start : start + SCAN])
 
 
 def _drop_records(client: redis.Redis, list_key: str, old: Callable[[dict[str, Any]], bool]) -> int:

@@ -118,11 +118,13 @@ SPACES_ERRORS: dict[type[Exception], ErrorAnswer] = {
     OwnerUnavailableError: ErrorAnswer(503, "unavailable"),
     OwnerRefusedError: OWNER_FAILED,  # answered by the engine error it names (`answer_for`)
     NotInThisModeError: ErrorAnswer(501, "not_implemented"),
-    # Redis at its maxmemory under noeviction refuses the enqueue script before it writes anything.
+    # Redis at its maxmemory under noeviction refuses the enqueue script before it writes anything; the
+    # API's soft limit below it refuses first (`RedisFullError`, services/queue/redis_full.py).
     OutOfMemoryError: ErrorAnswer(
         503,
         "queue_full",
-        "the queue's Redis is full (maxmemory reached); nothing was queued, retry once the workers drain it",
+        "the queue's Redis is full (its soft limit or maxmemory reached); nothing was queued, retry once the "
+        "workers drain it",
         REDIS_FULL_RETRY_AFTER_S,
     ),
     **{

@@ -24,6 +24,12 @@ New entries are read by a script that checks this worker's lease in the same ste
 (`streams.FENCED_READ`): a read delayed on the network past the lease's expiry delivers nothing to a
 former owner, where the entries would wait unapplied (the new owner claims pending entries once, at
 takeover).
+
+A full Redis (`maxmemory` under `noeviction`) never stops it: the queue that filled Redis drains only
+through this consumer. Nothing here uses MULTI (Redis refuses a transaction whole when full); reading,
+claiming, acknowledging and deleting run as they are, and what it must write — a shard's consumer group,
+a dead letter or held write moved out of the stream, a forget's tombstone — by scripts Redis runs at
+`maxmemory` (`services/queue/redis_full.py`, docs/reliability.md "Redis full").
 """
 
 import json
@@ -34,6 +40,7 @@ from typing import Literal, cast
 
 import redis
 from pydantic import ValidationError
+from redis.exceptions import OutOfMemoryError
 
 from memoryos.errors import (
     DatabaseUnavailableError,
@@ -47,6 +54,7 @@ from memoryos.space.tombstones import digest
 from services.queue import streams, tombstones
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
+from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
 from services.queue.streams import Entry
 from services.worker.held import HeldWrites, UnreadableHeldWrite
@@ -82,7 +90,48 @@ Outcome = Literal["applied", "retry", "held"] | str
 its space wait), held (its space is on another model: `held.py`), or else the reason to dead-letter it."""
 
 
-FORGOTTEN = """
+ACK_AT_ONCE = 1000
+"""Entries acknowledged by one script call at most: Lua's `unpack` takes a few thousand values."""
+
+ACKNOWLEDGE = """
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
+"""
+"""Acknowledge and delete the entries ARGV[2..] of the stream KEYS[1] (group ARGV[1]) in one step: neither
+command grows memory, so Redis runs it while full, where a MULTI of the two is refused whole."""
+
+CREATE_GROUP = (
+    ALLOW_OOM
+    + """
+local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+if type(made) == 'table' and made.err and not string.find(made.err, 'BUSYGROUP', 1, true) then
+  return made
+end
+return 0
+"""
+)
+"""Create the consumer group ARGV[1] of the stream KEYS[1] (and the stream) unless it exists: XGROUP
+CREATE is refused while Redis is full, even for a group that exists, and a worker starting then must
+take its shards."""
+
+DEAD_LETTER = (
+    ALLOW_OOM
+    + """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+if ARGV[2] == '' then
+  return redis.call('LPOP', KEYS[2])
+end
+redis.call('XACK', KEYS[2], ARGV[3], ARGV[2])
+return redis.call('XDEL', KEYS[2], ARGV[2])
+"""
+)
+"""Move a write to the dead-letter list KEYS[1] (its record ARGV[1]) from where it waited: the stream
+KEYS[2] (entry ARGV[2], group ARGV[3]), or with ARGV[2] '' the space's held list KEYS[2] (its oldest).
+One step, and it moves what Redis held, so it runs while Redis is full."""
+
+FORGOTTEN = (
+    ALLOW_OOM
+    + """
 redis.call('INCR', KEYS[3])
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
   redis.call('SREM', KEYS[2], ARGV[1])
@@ -90,9 +139,11 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0
 """
+)
 """A forget applied: count it for the AOF rewrite (KEYS[3]), and if the space's note of its newest write
 (KEYS[1], field ARGV[1]) still names the forget's entry ARGV[2] (no write accepted since), drop the note
-and the space from the set of known spaces (KEYS[2]) — the forget's own enqueue added it back."""
+and the space from the set of known spaces (KEYS[2]) — the forget's own enqueue added it back. It runs
+while Redis is full: the count is what gets the forgotten text out of Redis's files."""
 
 
 class ShardConsumer:
@@ -121,6 +172,9 @@ class ShardConsumer:
         self._not_before: dict[bytes, float] = {}  # failing forgets: not tried again before then
         self._fenced_read = client.register_script(streams.FENCED_READ)
         self._forgotten_script = client.register_script(FORGOTTEN)
+        self._acknowledge_script = client.register_script(ACKNOWLEDGE)
+        self._create_group = client.register_script(CREATE_GROUP)
+        self._dead_letter_script = client.register_script(DEAD_LETTER)
         self.dead_letters = 0
         self.backing_off = False
         """Whether the last poll left entries pending only because they wait out a pause."""
@@ -131,11 +185,7 @@ class ShardConsumer:
         (the lease says it is gone): those entries come first in this worker's pending list. The shard's
         held spaces are loaded before any entry is read, so none of their writes overtakes them."""
         stream = self.keys.writes(shard)
-        try:
-            self.client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as error:
-            if "BUSYGROUP" not in str(error):
-                raise
+        self._create_group(keys=[stream], args=[CONSUMER_GROUP])
         self.held.take_over(shard)
         streams.claim_all(self.client, stream, CONSUMER_GROUP, self.worker_id)
 
@@ -346,7 +396,10 @@ class ShardConsumer:
         earlier = json.loads(noted) if noted else {"since": time.time(), "tries": 0}
         tries = int(earlier["tries"]) + 1
         failure = {"error": type(error).__name__, "since": earlier["since"], "tries": tries}
-        self.client.hset(key, space_digest, json.dumps(failure))
+        try:
+            self.client.hset(key, space_digest, json.dumps(failure))
+        except OutOfMemoryError:  # a note for operators, not needed to drain: written at the next try
+            log.warning("a failing forget is not noted in Redis: Redis is full", extra={"tries": tries})
         self._not_before[entry.entry_id] = time.monotonic() + min(FORGET_RETRY_S, 0.1 * 2**tries)
         log.warning(
             "a forget failed; tried again after a pause",
@@ -356,11 +409,11 @@ class ShardConsumer:
     def _acknowledge(self, stream: str, entry_ids: list[bytes]) -> None:
         """Acknowledge and delete applied entries together: with `appendfsync always` every write command
         costs Redis an fsync, which per entry would be a large part of a worker's time per write
-        (docs/service.md, "Where a worker's time per write goes")."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.xack(stream, CONSUMER_GROUP, *entry_ids)
-        pipe.xdel(stream, *entry_ids)
-        pipe.execute()
+        (docs/service.md, "Where a worker's time per write goes"); one script call, which Redis runs
+        while full (`ACKNOWLEDGE`)."""
+        for start in range(0, len(entry_ids), ACK_AT_ONCE):
+            chunk = entry_ids[start : start + ACK_AT_ONCE]
+            self._acknowledge_script(keys=[stream], args=[CONSUMER_GROUP, *chunk])
         for entry_id in entry_ids:
             self._failures.pop(entry_id, None)
             self._not_before.pop(entry_id, None)
@@ -377,14 +430,13 @@ class ShardConsumer:
             "op": fields.get(b"op", b"").decode(errors="replace"),
             "error": reason,
         }
-        pipe = self.client.pipeline(transaction=True)
-        pipe.rpush(self.keys.dead_letters(), json.dumps(record))
-        if held:
-            self.held.drop_oldest(pipe, space_key(record["space"]))
+        if held:  # the space's oldest held write
+            where, entry = self.keys.held(record["space"]), ""
         else:
-            pipe.xack(stream, CONSUMER_GROUP, entry_id)
-            pipe.xdel(stream, entry_id)
-        pipe.execute()
+            where, entry = stream, entry_id.decode()
+        self._dead_letter_script(
+            keys=[self.keys.dead_letters(), where], args=[json.dumps(record), entry, CONSUMER_GROUP]
+        )
         self._failures.pop(entry_id, None)
         self.dead_letters += 1
         log.warning("write dead-lettered", extra={"entry": record["entry"], "space": record["space"]})

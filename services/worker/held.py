@@ -14,6 +14,9 @@ The owner tries a held space again when its reindex finishes on this worker, whe
 then apply oldest first, and the space leaves the set in the same step that empties its list. A forget
 deletes the list: the API purges it with the stream's entries, and the owner again when it applies the
 forget (a write parked between the two).
+
+All of it runs while Redis is full (`services/queue/redis_full.py`): holding a write moves it from the
+stream to a list (`_HOLD`, allowed at `maxmemory`), and releasing or forgetting only removes.
 """
 
 import json
@@ -24,11 +27,11 @@ from collections.abc import Callable
 from typing import cast
 
 import redis
-from redis.client import Pipeline
 
 from memoryos.space.ops import op_from_json
 from memoryos.space.pool import SpaceKey
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
+from services.queue.redis_full import ALLOW_OOM
 from services.worker.runs import Delivered
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,27 @@ TRY_ROUND_S = 0.5
 `TRIES_PER_ROUND` every `TRY_ROUND_S`: a migration can hold thousands of spaces that still fail to open,
 and the pace bounds the share of a core those tries take from the other spaces' writes (docs/service.md).
 Spaces whose reindex just finished here go first, unpaced."""
+
+_HOLD = (
+    ALLOW_OOM
+    + """
+local n = tonumber(ARGV[3])
+redis.call('RPUSH', KEYS[1], unpack(ARGV, 4, 3 + n))
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('XACK', KEYS[3], ARGV[1], unpack(ARGV, 4 + n))
+return redis.call('XDEL', KEYS[3], unpack(ARGV, 4 + n))
+"""
+)
+"""Move n entries of a space (ARGV[2]) from the shard's stream KEYS[3] (group ARGV[1]; ids after the n
+records) to its held list KEYS[1] (the n records from ARGV[4]), and the space into the shard's held set
+KEYS[2]: one step, so a crash leaves each write in one place. It moves what the stream held, so it runs
+while Redis is full."""
+
+_FORGET = """
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+"""
+"""A forgotten space's held writes (KEYS[1]) go, and it leaves its shard's held set (KEYS[2]), in one step."""
 
 _RELEASED = """
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
@@ -84,6 +108,8 @@ class HeldWrites:
         self._asked_lock = threading.Lock()
         self._swept_at = clock()
         self._paced_at = self._swept_at - TRY_ROUND_S
+        self._hold = client.register_script(_HOLD)
+        self._forget = client.register_script(_FORGET)
         self._released = client.register_script(_RELEASED)
 
     def take_over(self, shard: int) -> None:
@@ -103,16 +129,13 @@ class HeldWrites:
     def hold(self, shard: int, stream: str, entries: list[Delivered]) -> None:
         """Move the entries (one space's, in order) from the stream to the space's held list."""
         key = entries[0].space
-        pipe = self._client.pipeline(transaction=True)
-        pipe.rpush(
-            self._keys.held(space_name(key)),
-            *[json.dumps({"entry": e.entry_id.decode(), "op": e.fields[b"op"].decode()}) for e in entries],
+        records = [
+            json.dumps({"entry": e.entry_id.decode(), "op": e.fields[b"op"].decode()}) for e in entries
+        ]
+        self._hold(
+            keys=[self._keys.held(space_name(key)), self._keys.held_spaces(shard), stream],
+            args=[CONSUMER_GROUP, space_name(key), len(entries), *records, *[e.entry_id for e in entries]],
         )
-        pipe.sadd(self._keys.held_spaces(shard), space_name(key))
-        ids = [entry.entry_id for entry in entries]
-        pipe.xack(stream, CONSUMER_GROUP, *ids)
-        pipe.xdel(stream, *ids)
-        pipe.execute()
         held = self._held.setdefault(shard, set())
         if key not in held:
             log.info("a space's writes are held until its reindex", extra={"shard": shard})
@@ -175,17 +198,10 @@ class HeldWrites:
         log.info("a space's held writes are applied", extra={"shard": shard})
         return True
 
-    def drop_oldest(self, pipe: Pipeline, key: SpaceKey) -> None:
-        """Queue on `pipe` the removal of the oldest held write (moved to the dead-letter list with it)."""
-        pipe.lpop(self._keys.held(space_name(key)))
-
     def forget(self, shard: int, key: SpaceKey) -> None:
         """The space was forgotten: its held writes go too (their text must not stay in Redis)."""
         name = space_name(key)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(self._keys.held(name))
-        pipe.srem(self._keys.held_spaces(shard), name)
-        pipe.execute()
+        self._forget(keys=[self._keys.held(name), self._keys.held_spaces(shard)], args=[name])
         self._held.get(shard, set()).discard(key)
         self._reindexed.pop(key, None)
         self._maybe.pop(key, None)

@@ -5,6 +5,10 @@ on network volumes). Each worker announces itself with a heartbeat key; it aims 
 ceil(shards / live workers) shards, takes free shards up to that, and gives back what it holds beyond it
 (after draining them), so a worker that joins gets work and a dead worker's shards are taken within the
 lease's TTL.
+
+Every call here runs while Redis is full (`services/queue/redis_full.py`): a worker that cannot heartbeat,
+renew or take a lease cannot drain the queue that filled it. Renewing and releasing only extend or delete
+a key; the heartbeat and a new lease write one small key each, by scripts that Redis runs at `maxmemory`.
 """
 
 import math
@@ -14,8 +18,11 @@ from typing import cast
 import redis
 
 from services.queue.keys import Keys
+from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
 
+_HEARTBEAT = ALLOW_OOM + "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+_ACQUIRE = ALLOW_OOM + "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -40,11 +47,13 @@ class ShardLeases:
         self.keys = Keys(settings.redis_namespace)
         self.ttl_ms = int(settings.lease_ttl_s * 1000)
         self.owned: set[int] = set()
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
     def heartbeat(self) -> None:
-        self.client.set(self.keys.worker(self.worker_id), str(time.time()), px=self.ttl_ms)
+        self._heartbeat(keys=[self.keys.worker(self.worker_id)], args=[str(time.time()), self.ttl_ms])
 
     def live_workers(self) -> int:
         return max(1, sum(1 for _ in self.client.scan_iter(self.keys.workers_pattern(), count=1000)))
@@ -73,7 +82,7 @@ class ShardLeases:
                 break
             if shard in self.owned:
                 continue
-            if self.client.set(self.keys.lease(shard), self.worker_id, nx=True, px=self.ttl_ms):
+            if self._acquire(keys=[self.keys.lease(shard)], args=[self.worker_id, self.ttl_ms]):
                 self.owned.add(shard)
                 gained.add(shard)
         return gained

@@ -26,6 +26,7 @@ from memoryos.space.pool import SpaceKey
 from services.queue import streams
 from services.queue.connection import REDIS_UNAVAILABLE
 from services.queue.keys import Keys, space_key
+from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
 from services.spaces.calls import REINDEX, owner_call, run_call
 from services.worker.bundles import run_bundle_call
@@ -38,6 +39,15 @@ log = logging.getLogger(__name__)
 
 REPLY_TTL_S = 60
 """A reply nobody collected (the API timed out) expires from Redis after this."""
+REPLY = (
+    ALLOW_OOM
+    + """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+return redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+)
+"""Push a call's answer with its expiry in one step, even while Redis is full: the API took the request
+before, and waits for this answer (`services/queue/redis_full.py`)."""
 SERVED_POLL_S = 0.01
 """How often a call waits to be served again on a shard whose lease the main loop is renewing."""
 
@@ -73,6 +83,7 @@ class OwnerCallServer:
         self._busy: Counter[int] = Counter()
         self._awaiting: Counter[int] = Counter()
         self._busy_lock = threading.Lock()
+        self._reply = client.register_script(REPLY)
 
     def busy_shards(self) -> frozenset[int]:
         """The shards of the calls running now: the worker does not give them back meanwhile (a reindex or
@@ -163,10 +174,7 @@ class OwnerCallServer:
                 self._busy[shard] -= 1
                 if not self._busy[shard]:
                     del self._busy[shard]
-        pipe = self.client.pipeline(transaction=True)
-        pipe.rpush(self.keys.reply(request["id"]), json.dumps(reply))
-        pipe.expire(self.keys.reply(request["id"]), REPLY_TTL_S)
-        pipe.execute()
+        self._reply(keys=[self.keys.reply(request["id"])], args=[json.dumps(reply), REPLY_TTL_S])
 
     def _wait_served(self, shard: int) -> None:
         """Until the worker vouches for the shard's lease again: a long apply on the main loop can

@@ -1,7 +1,8 @@
 """The API in Redis mode when its Redis is full (`maxmemory` reached under `noeviction`, as the compose
-files and deploy/base/redis.conf run it), through real HTTP: writes answer 503 `queue_full` with
-`Retry-After`, never 500; every write acknowledged before is applied by the worker; and writes are taken
-again once Redis has room."""
+files and deploy/base/redis.conf run it, or the API's soft limit below it), through real HTTP: writes
+answer 503 `queue_full` with `Retry-After`, never 500; forgets are still taken; every write acknowledged
+before is applied by the worker; and writes are taken again once Redis has room.
+tests/integration/test_worker_redis_full.py has the worker's side."""
 
 from pathlib import Path
 
@@ -35,7 +36,14 @@ def turn(number: int) -> dict[str, str]:
 def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp_path: Path) -> None:
     with running_redis(tmp_path / "redis") as server:
         admin = redis.Redis.from_url(server.url)
-        queue = QueueSettings(redis_url=server.url, shard_count=4, lease_ttl_s=1.0, read_timeout_s=5.0)
+        # Soft limit at maxmemory: Redis's own refusal, as with a managed Redis whose INFO cannot be read.
+        queue = QueueSettings(
+            redis_url=server.url,
+            shard_count=4,
+            lease_ttl_s=1.0,
+            read_timeout_s=5.0,
+            queue_soft_limit_fraction=1.0,
+        )
         settings = ApiSettings(port=0, keys={KEY: "acme"})
         with (
             running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as api,
@@ -74,5 +82,65 @@ def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp
                         timeout_s=60.0,
                     )
                 assert http.get(f"{space}/writes/{refused_id}").json().get("searchable") is not True
+            finally:
+                worker.stop()
+
+
+def test_writes_stop_at_an_absolute_soft_limit_where_redis_shows_no_maxmemory(tmp_path: Path) -> None:
+    """A managed Redis may hide `maxmemory`: `queue_soft_limit_bytes` bounds the queue alone. Above it
+    writes answer 503 `queue_full` while Redis itself would take them, a forget is still queued, and once
+    a worker drained the queue writes are taken again."""
+    with running_redis(tmp_path / "redis") as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.config_set("latency-tracking", "no")  # ~27 KB per command first run: none of the queue's
+        limit = int(admin.info("memory")["used_memory"]) + 4 * ROOM_BYTES
+        queue = QueueSettings(
+            redis_url=server.url,
+            shard_count=4,
+            lease_ttl_s=1.0,
+            read_timeout_s=5.0,
+            queue_soft_limit_bytes=limit,
+        )
+        settings = ApiSettings(port=0, keys={KEY: "acme"})
+        with (
+            running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as api,
+            httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=30) as http,
+        ):
+            space = api.space_url("maya", "bot")
+            acknowledged: list[str] = []
+            refused = None
+            for number in range(2000):
+                answer = http.post(f"{space}/memories", json=turn(number))
+                if answer.status_code == 503:
+                    refused = answer
+                    break
+                assert answer.status_code in (201, 202), answer.text
+                acknowledged.append(turn(number)["write_id"])
+            assert refused is not None, "the soft limit never refused a write"
+            assert refused.json()["error"] == "queue_full", refused.text
+            assert int(refused.headers["retry-after"]) >= 1
+            assert int(admin.info("memory")["maxmemory"]) == 0  # Redis itself has no bound
+            assert admin.set("probe", "x")  # and takes writes: the API refused them
+
+            other = http.post(f"{api.space_url('ana', 'bot')}/memories", json=turn(5000))
+            assert other.status_code == 503  # every space's writes: the limit is Redis's memory
+            assert http.delete(api.space_url("zoe", "bot")).status_code == 202  # queued: no worker yet
+
+            worker = Running(queue, MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never"), "w-soft")
+            try:
+                wait_for(
+                    lambda: (
+                        http.post(f"{space}/memories", json=turn(len(acknowledged))).status_code in (201, 202)
+                    ),
+                    timeout_s=60.0,
+                )
+                acknowledged.append(turn(len(acknowledged))["write_id"])
+                for write_id in acknowledged:
+                    wait_for(
+                        lambda write_id=write_id: (
+                            http.get(f"{space}/writes/{write_id}").json().get("searchable") is True
+                        ),
+                        timeout_s=60.0,
+                    )
             finally:
                 worker.stop()

@@ -1,0 +1,188 @@
+"""A worker meeting a full Redis (`maxmemory` reached under `noeviction`), through real HTTP and a real
+`redis-server`: it drains the queue to empty and loses nothing, and the API then takes writes again.
+
+The API stops taking writes at its soft limit (80% of `maxmemory`); the test then lowers `maxmemory` below
+what Redis holds, so that Redis refuses every command that may grow memory, as a Redis whose limit was
+reached some other way does. Either a worker is running, held back by its embedding lag while Redis
+fills (its heartbeat and lease renewals go on at `maxmemory`), or none is and one starts then (it must
+take its leases and make the shards' consumer groups at `maxmemory`). Before this, the first heartbeat
+or acknowledgement at `maxmemory` killed the worker, and nothing drained the queue again.
+
+`-s` prints the figures docs/reliability.md ("Redis full") quotes."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from redis.exceptions import OutOfMemoryError
+
+from memoryos import MemoryConfig
+from memoryos.space.pool import SpaceKey
+from services.api.settings import ApiSettings
+from services.queue.keys import Keys, shard_of
+from services.queue.settings import QueueSettings
+from tests.support.api_server import running_api
+from tests.support.fakes import BlockedEmbedder
+from tests.support.queue_worker import Running, wait_for
+from tests.support.redis_server import running_redis
+
+pytestmark = pytest.mark.integration
+
+KEY = "key-full"
+ROOM_BYTES = 8 * 1024 * 1024
+"""`maxmemory` is what Redis holds at the start plus this: the soft limit (80%) is reached after ~6 MB of
+writes, about a thousand. Less would leave the queue small beside what Redis's client buffers take for
+a moment (a worker's read of 256 entries is a 1 MB reply), and the test would measure those."""
+SHARDS = 4
+
+
+def users() -> tuple[str, str, str, str]:
+    """Two users whose writes fill Redis, each on a shard of its own; a third whose writes fill it too and
+    who is forgotten once the soft limit is reached, on a third shard; and a fourth, forgotten while Redis
+    is full, on that same shard: a running worker held back applies a forgotten user's shard to answer the
+    forget, and must not drain the others' writes before the test lets it."""
+    by_shard: dict[int, list[str]] = {}
+    for number in range(100):
+        name = f"user{number}"
+        by_shard.setdefault(shard_of(SpaceKey("acme", name, "bot"), SHARDS), []).append(name)
+    (first, *_), (second, *_), (forgotten, late, *_) = (names for _, names in sorted(by_shard.items())[:3])
+    return first, second, forgotten, late
+
+
+def turn(number: int) -> dict[str, str]:
+    """A write of ~4 KB."""
+    return {
+        "user_input": f"Note {number}: " + "I keep a long diary of my garden. " * 120,
+        "agent_response": "Noted.",
+        "write_id": f"w-{number}",
+    }
+
+
+def note_number(page: dict[str, Any]) -> int:
+    return int(page["user_input"].split(":", 1)[0].removeprefix("Note "))
+
+
+def used_bytes(admin: redis.Redis) -> int:
+    return int(admin.info("memory")["used_memory"])
+
+
+def queue_depth(admin: redis.Redis, keys: Keys, shards: int) -> int:
+    return sum(int(admin.xlen(keys.writes(shard))) for shard in range(shards))
+
+
+def listed_notes(http: httpx.Client, space: str) -> list[int]:
+    """The space's pages in the order stored, by the number of the write each came from."""
+    listed = http.get(f"{space}/memories", params={"limit": 1000})
+    assert listed.status_code == 200, listed.text
+    return [note_number(page) for page in listed.json()["pages"]]
+
+
+@pytest.mark.parametrize("worker_meets_it", ["running", "started"])
+def test_a_worker_drains_a_full_redis_and_the_api_takes_writes_again(
+    tmp_path: Path, worker_meets_it: str
+) -> None:
+    with running_redis(tmp_path / "redis") as server:
+        admin = redis.Redis.from_url(server.url)
+        # Redis 7 allocates ~27 KB of latency histogram the first time each command runs, for good: a
+        # constant in production, but a third of this test's room, and it would stay after the drain.
+        admin.config_set("latency-tracking", "no")
+        queue = QueueSettings(
+            redis_url=server.url,
+            shard_count=SHARDS,
+            lease_ttl_s=1.0,
+            read_timeout_s=10.0,
+            worker_max_embedding_lag_s=0.2,
+        )
+        keys = Keys(queue.redis_namespace)
+        first, second, forgotten, late = users()
+        writers = (first, second, forgotten)
+        bound = queue.worker_max_embedding_lag_s
+        config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+        embedder = BlockedEmbedder()  # page batches wait for `release`: a running worker holds new writes
+        worker: Running | None = None
+        with (
+            running_api(ApiSettings(port=0, keys={KEY: "acme"}), config, queue=queue) as api,
+            httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=30) as http,
+        ):
+            try:
+                if worker_meets_it == "running":
+                    worker = Running(queue, config, "w-running", embedder=embedder)
+                base = used_bytes(admin)
+                admin.config_set("maxmemory", base + ROOM_BYTES)
+
+                # Writes are taken up to the soft limit, then refused with 503 queue_full.
+                accepted: dict[str, list[int]] = {user: [] for user in writers}
+                refused = None
+                for number in range(5000):
+                    user = writers[number % len(writers)]
+                    answer = http.post(f"{api.space_url(user)}/memories", json=turn(number))
+                    if answer.status_code == 503:
+                        refused = answer
+                        break
+                    assert answer.status_code in (201, 202), answer.text
+                    accepted[user].append(number)
+                    if worker is not None and number == 0:  # held from now on (its page waits for a vector):
+                        # none of the forgotten user's writes reaches it before the forget purges them
+                        wait_for(lambda: worker.worker.scheduler.embedding_lag_s() > bound)
+                assert refused is not None, "the soft limit never refused a write"
+                assert refused.json()["error"] == "queue_full", refused.text
+                assert int(refused.headers["retry-after"]) >= 1
+                soft_full = used_bytes(admin)
+                assert soft_full < base + ROOM_BYTES  # refused below maxmemory: room is left
+
+                # A forget still goes through above the soft limit, and purges the user's queued writes.
+                forget = http.delete(api.space_url(forgotten))
+                assert forget.status_code in (202, 204), forget.text
+
+                # Redis full: below what it holds, every command that may grow memory is refused.
+                full = used_bytes(admin)
+                queued = queue_depth(admin, keys, queue.shard_count)
+                full_limit = base + (full - base) // 2  # full until half the queue is drained
+                admin.config_set("maxmemory", full_limit)
+                with pytest.raises(OutOfMemoryError):
+                    admin.set("probe", "x")
+                still = http.post(f"{api.space_url(first)}/memories", json=turn(9999))
+                assert still.status_code == 503 and still.json()["error"] == "queue_full", still.text
+                if worker is not None:
+                    # Held while Redis is full, it keeps its heartbeat and leases (they are renewed).
+                    lease, beat = keys.lease(0), keys.worker("w-running")
+                    before = int(admin.pttl(lease)), int(admin.pttl(beat))
+                    wait_for(lambda: int(admin.pttl(lease)) > before[0] and int(admin.pttl(beat)) > before[1])
+                    with pytest.raises(OutOfMemoryError):
+                        admin.set("probe", "x")  # still full: renewed at maxmemory
+                # A forget is taken even now (a running worker applies its shard's writes before it).
+                assert http.delete(api.space_url(late)).status_code in (202, 204)
+                started = time.monotonic()
+                embedder.release.set()
+                if worker is None:  # it takes its leases and makes the consumer groups at maxmemory
+                    worker = Running(queue, config, "w-started", embedder=embedder)
+
+                wait_for(lambda: queue_depth(admin, keys, queue.shard_count) == 0, timeout_s=120.0)
+                drained_s = time.monotonic() - started
+                assert admin.llen(keys.dead_letters()) == 0
+
+                # Every write acknowledged is applied once, in the order accepted; none refused is.
+                for user in (first, second):
+                    assert listed_notes(http, api.space_url(user)) == accepted[user]
+                assert http.get(f"{api.space_url(forgotten)}/stats").status_code == 404
+
+                # Room again: the API takes writes.
+                wait_for(
+                    lambda: (
+                        http.post(f"{api.space_url(first)}/memories", json=turn(10_000)).status_code
+                        in (201, 202)
+                    )
+                )
+                after = used_bytes(admin)
+                print(
+                    f"\nredis-full ({worker_meets_it}): {queued} writes queued ({full - base} bytes over "
+                    f"{base} at the start), maxmemory {base + ROOM_BYTES} then {full_limit}; "
+                    f"refused at {soft_full} bytes; drained in {drained_s:.2f} s; {after} bytes after"
+                )
+            finally:
+                embedder.release.set()
+                if worker is not None:
+                    worker.stop()
