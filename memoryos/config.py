@@ -187,10 +187,62 @@ class MemoryConfig(BaseSettings):
         "worker --processes N` starts one and sets it for its children.",
     )
     embedding_engine_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a page batch's call to the embedding engine keeps trying while the engine is "
+        "down or restarting before it fails (the batcher retries it later; its pages stay pending). Longer "
+        "than a restart: a stall noticed (embedding_engine_stall_s), the supervisor's delay and a model load.",
+    )
+    embedding_engine_query_timeout_s: float = Field(
+        8.0,
+        gt=0,
+        description="How long a query's call to the embedding engine waits before it fails. Below the API's "
+        "read timeout (MEMORYOS_READ_TIMEOUT_S, 10 s), so a dead engine answers the reader with an error "
+        "instead of holding one of the worker's read threads past the moment nobody waits for it.",
+    )
+    embedding_engine_max_batch_tokens: int = Field(
+        16384,
+        gt=0,
+        description="Tokens in one model batch of the embedding engine, counted as padded (texts x the "
+        "longest, lengths from the model's tokenizer, each at most the model's window). The engine's own "
+        "limit, apart from embedding_batch_size (the applying processes' batchers): on CPU 16,384 ran as fast "
+        "as any larger budget in `python -m bench.engine.embedding_engine` (docs/service.md).",
+    )
+    embedding_engine_max_batch_texts: int = Field(
+        1024,
+        gt=0,
+        description="Texts in one model batch of the embedding engine at most, whatever their tokens: bounds "
+        "the per-text work of a batch of very short texts.",
+    )
+    embedding_engine_max_queued_texts: int = Field(
+        4096,
+        gt=0,
+        description="Page texts waiting in the embedding engine before it stops reading page requests (the "
+        "applying processes' batchers keep their pages pending meanwhile).",
+    )
+    embedding_engine_max_queued_queries: int = Field(
+        1024,
+        gt=0,
+        description="Query texts waiting in the embedding engine at most: a query past it is refused at once "
+        "(EmbeddingEngineUnavailableError) rather than waiting behind more than its deadline's worth.",
+    )
+    embedding_engine_page_aging_s: float = Field(
+        0.25,
+        ge=0,
+        description="A page batch whose oldest text has waited this long runs after the next query batch "
+        "instead of after every query: queries go first, and pages still progress under a flood of them.",
+    )
+    embedding_engine_stall_s: float = Field(
         30.0,
         gt=0,
-        description="How long a call to the embedding engine keeps trying while the engine is down or "
-        "restarting before it fails (the batcher retries page batches; a query fails).",
+        description="The embedding engine reports itself 'stalled' (its health) when texts have waited this "
+        "long and no batch has succeeded meanwhile (a model failing every batch); its supervisor restarts it.",
+    )
+    embedding_engine_send_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="How long the embedding engine waits for a client to take a reply before it closes that "
+        "client's connection: a client that stops reading loses only its own connection.",
     )
     model_cache_dir: Path | None = Field(
         None,

@@ -3,8 +3,8 @@
 The embedding engine's own rate (`EngineStats.tokens_per_s`) is tokens per second spent inside `encode`,
 which also tokenizes, moves the batch to the device and brings the vectors back. Its ceiling on the same
 device is the model's forward pass alone: here the ingest bench's LoCoMo page texts are cut into batches
-shaped as the engine cuts them (its own `take_batch`: at most `--batch-size` texts and the engine's budget
-of estimated tokens, the oldest text's length bucket first, longest first, each padded to its longest), tokenized and moved to the device before
+shaped as the engine cuts them (its own `take_batch`: at most `--batch-size` texts and the budget in
+padded tokens, within the oldest text's length bucket, longest first), tokenized and moved to the device before
 the clock, then run through the sentence-transformers model (transformer, pooling, normalization; fp16
 on CUDA) under `inference_mode`; the best of `--repeats` passes. A second row with larger batches
 (`--batch-sizes`) shows what the device gives when batches are not the engine's size.
@@ -31,7 +31,7 @@ from bench.gpu.models import load_named_model, parse_model_spec
 from bench.output import emit
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import estimate_tokens
-from memoryos.embedding.engine.server import take_batch
+from memoryos.embedding.engine.batching import take_batch
 
 
 def engine_shaped_batches(

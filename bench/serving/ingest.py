@@ -401,17 +401,15 @@ class GpuBusy:
 
 
 def engine_figures(before: dict[str, Any], after: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    """The engine's rates over the run (`after` less `before`): texts and estimated tokens per second
-    inside the model's `encode`, its batches, and the share of the run it spent encoding."""
+    """The engine's rates over the run (`after` less `before`): texts and tokens (its tokenizer's) per
+    second inside the model's forward pass, its batches, and the share of the run it spent encoding."""
     if not after:
         return {}
-    ran = {
-        key: after[key] - before.get(key, 0) for key in ("texts", "batches", "tokens_estimated", "encode_s")
-    }
+    ran = {key: after[key] - before.get(key, 0) for key in ("texts", "batches", "tokens", "encode_s")}
     encode_s = ran["encode_s"]
     return {
         "engine_texts_per_s": round(ran["texts"] / encode_s, 1) if encode_s else 0.0,
-        "engine_tokens_per_s": round(ran["tokens_estimated"] / encode_s) if encode_s else 0,
+        "engine_tokens_per_s": round(ran["tokens"] / encode_s) if encode_s else 0,
         "engine_batches": ran["batches"],
         "engine_mean_batch": round(ran["texts"] / ran["batches"], 1) if ran["batches"] else 0.0,
         "engine_encode_share": round(encode_s / elapsed, 3),

@@ -29,12 +29,7 @@ def serve_engine(
 
     model = embedder or shared_embedder(config.model_copy(update={"embedding_engine_socket": None}))
     model.encode(["warm up"])
-    engine = EmbeddingEngine(
-        model,
-        socket_path,
-        max_batch_size=config.embedding_batch_size,
-        max_batch_tokens=config.embedding_max_batch_tokens,
-    )
+    engine = EmbeddingEngine.from_config(model, socket_path, config)
     engine.start()
     print(
         f"memoryos embedding-engine {os.getpid()}: serving {model.name} (dim {model.dim}) on {socket_path}",

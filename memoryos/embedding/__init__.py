@@ -13,7 +13,7 @@ def create_embedder(config: MemoryConfig) -> Embedder:
     if config.embedding_engine_socket is not None:
         from memoryos.embedding.engine.client import EngineEmbedder
 
-        return EngineEmbedder(config.embedding_engine_socket, config.embedding_engine_timeout_s)
+        return EngineEmbedder.from_config(config)
     if config.embedding_api_base_url is not None:
         from memoryos.embedding.openai_api import OpenAIAPIEmbedder
 

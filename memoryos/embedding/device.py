@@ -7,6 +7,7 @@ answers in.
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from memoryos.errors import MemoryOSError, extra_install_command
@@ -57,6 +58,35 @@ def run_size(device: str, batch_size: int, cpu_run_size: int) -> int:
     short runs are faster there (`python -m bench.engine.cpu_runs`, docs/engine.md).
     """
     return min(batch_size, cpu_run_size) if device == "cpu" else batch_size
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """How the embedding engine feeds a PyTorch model batches it tokenized ahead (`forward_plan`)."""
+
+    on_cuda: bool
+    """The model runs on a CUDA device: tensors go there, and every other field is about that copy."""
+    pin_memory: bool
+    """Prepared tensors are put in page-locked memory on the preparing thread, so the copy to the GPU is a
+    DMA that overlaps the previous batch's kernels instead of a staged copy on the encoding thread."""
+    non_blocking: bool
+    """The host-to-device copy is queued without waiting (only safe from pinned memory)."""
+    run_size: int | None
+    """Texts per model run (None: the whole batch in one run): a CPU's runs stay short (`run_size`)."""
+
+
+def forward_plan(device: str, cuda_available: bool, cpu_run_size: int) -> ForwardPlan:
+    """The engine's one CUDA branch, decided from the model's device (as torch reports it) and whether
+    torch sees CUDA: pinned, non-blocking copies and whole-batch runs on CUDA; plain tensors and runs of
+    `cpu_run_size` anywhere else. A "cuda" device without CUDA available (a broken driver after load)
+    gets the CPU plan: pinning memory would raise there."""
+    on_cuda = cuda_available and (device == "cuda" or device.startswith("cuda:"))
+    return ForwardPlan(
+        on_cuda=on_cuda,
+        pin_memory=on_cuda,
+        non_blocking=on_cuda,
+        run_size=None if on_cuda else max(cpu_run_size, 1),
+    )
 
 
 def choose_torch_threads(configured: int | None, cpu_count: int | None) -> int:

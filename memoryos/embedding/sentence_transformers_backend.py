@@ -153,6 +153,13 @@ class SentenceTransformerEmbedder:
     def forget_texts(self, texts: Sequence[str] | None) -> None:
         self._cache.discard(texts)
 
+    def page_runtime(self) -> "OnnxEncoder | SentenceTransformer":
+        """What encodes page batches, deciding it on first use: the torch-free encoder, or the PyTorch
+        model. The embedding engine runs it in stages of its own (`engine/stages.py`), outside this
+        embedder's cache and lock: its encoding thread is the model's only caller."""
+        torch_free = self._ready()
+        return torch_free if torch_free is not None else self._loaded_model()
+
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """Return float32 unit rows of shape (len(texts), dim); cached texts do not reach the model.
 

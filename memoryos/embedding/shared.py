@@ -40,6 +40,7 @@ EMBEDDER_FIELDS = frozenset(
         "embedding_api_query_prefix",
         "embedding_engine_socket",
         "embedding_engine_timeout_s",
+        "embedding_engine_query_timeout_s",
         "model_cache_dir",
         "torch_threads",
         "show_progress",

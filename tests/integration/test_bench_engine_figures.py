@@ -15,7 +15,7 @@ from bench.gpu.forward import engine_shaped_batches, forward_ceiling
 from bench.gpu.models import load_named_model, parse_model_spec
 from bench.serving import ingest
 from memoryos.embedding.engine.client import EngineEmbedder
-from memoryos.embedding.engine.server import EmbeddingEngine
+from memoryos.embedding.engine.server import EmbeddingEngine, EngineLimits
 from services.queue.settings import QueueSettings
 from tests.support.fakes import HashEmbedder
 from tests.support.locomo_data import SKIP_REASON, locomo_source
@@ -35,9 +35,11 @@ class RecordingEmbedder(HashEmbedder):
 
 
 def test_the_ceilings_batches_are_the_engines_own_for_the_same_queued_texts(tmp_path: Path) -> None:
-    texts = [f"page {i} " + "word " * (i * 7 % 23) for i in range(90)]  # lengths vary, arrival order kept
+    texts = [f"page {i} " + "word " * (i * 7 % 23) for i in range(200)]  # lengths vary, arrival order kept
     embedder = RecordingEmbedder()
-    engine = EmbeddingEngine(embedder, tmp_path / "engine.sock", max_batch_size=16, max_batch_tokens=300)
+    engine = EmbeddingEngine(
+        embedder, tmp_path / "engine.sock", limits=EngineLimits(max_batch_texts=16, max_batch_tokens=300)
+    )
     engine.start()
     client = EngineEmbedder(tmp_path / "engine.sock")
     try:
@@ -63,8 +65,8 @@ def test_the_forward_ceiling_counts_the_tokenizers_tokens_not_the_padding() -> N
 
 
 def test_the_engines_figures_are_its_counters_over_the_run() -> None:
-    before = {"texts": 10, "batches": 2, "tokens_estimated": 500, "encode_s": 1.0, "failures": 0}
-    after = {"texts": 310, "batches": 8, "tokens_estimated": 30_500, "encode_s": 4.0, "failures": 1}
+    before = {"texts": 10, "batches": 2, "tokens": 500, "encode_s": 1.0, "failures": 0}
+    after = {"texts": 310, "batches": 8, "tokens": 30_500, "encode_s": 4.0, "failures": 1}
     assert ingest.engine_figures(before, after, 10.0) == {
         "engine_texts_per_s": 100.0,
         "engine_tokens_per_s": 10_000,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,8 +24,9 @@ import pytest
 from memoryos.config import MemoryConfig
 from memoryos.embedding import create_embedder
 from memoryos.embedding.base import estimate_tokens
+from memoryos.embedding.engine.batching import length_bucket
 from memoryos.embedding.engine.client import EngineEmbedder
-from memoryos.embedding.engine.server import EmbeddingEngine, length_bucket
+from memoryos.embedding.engine.server import EmbeddingEngine, EngineLimits
 from memoryos.embedding.engine.wire import recv_frame
 from memoryos.errors import EmbeddingEngineError, EmbeddingEngineUnavailableError, EmbeddingFrameTooLargeError
 from tests.support.fakes import HashEmbedder
@@ -63,8 +65,10 @@ def socket_path(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def serving(embedder: HashEmbedder, path: Path, **limits: int) -> Iterator[EmbeddingEngine]:
-    engine = EmbeddingEngine(embedder, path, **limits)
+def serving(
+    embedder: HashEmbedder, path: Path, max_frame_bytes: int = 16 << 20, **limits: Any
+) -> Iterator[EmbeddingEngine]:
+    engine = EmbeddingEngine(embedder, path, limits=EngineLimits(**limits), max_frame_bytes=max_frame_bytes)
     engine.start()
     try:
         yield engine
@@ -92,7 +96,7 @@ def join(threads: list[threading.Thread]) -> None:
         assert not thread.is_alive()
 
 
-def batches_queued_behind_one(socket_path: Path, texts: list[str], **limits: int) -> list[list[str]]:
+def batches_queued_behind_one(socket_path: Path, texts: list[str], **limits: Any) -> list[list[str]]:
     """The page batches the engine makes of `texts`, all queued (one request) while a first batch is held
     inside the model."""
     embedder = GatedEmbedder()
@@ -121,7 +125,7 @@ def test_many_connections_at_once_get_their_own_rows_in_order(socket_path: Path)
             if not np.array_equal(embedder.encode(texts), reference.encode(texts)):
                 wrong.append(f"{name}/{round_}")
 
-    with serving(HashEmbedder(), socket_path, max_batch_size=8, max_batch_tokens=64) as engine:
+    with serving(HashEmbedder(), socket_path, max_batch_texts=8, max_batch_tokens=64) as engine:
         own = [EngineEmbedder(socket_path) for _ in range(4)]
         join(
             in_threads(
@@ -139,7 +143,7 @@ def test_many_connections_at_once_get_their_own_rows_in_order(socket_path: Path)
 def test_a_query_goes_ahead_of_page_batches_already_queued(socket_path: Path) -> None:
     embedder = GatedEmbedder()
     embedder.release.clear()
-    with serving(embedder, socket_path, max_batch_size=2) as engine:
+    with serving(embedder, socket_path, max_batch_texts=2) as engine:
         pages = [EngineEmbedder(socket_path) for _ in range(3)]
         threads = in_threads(*(lambda i=i: pages[i].encode([f"page {i} a", f"page {i} b"]) for i in range(3)))
         wait_for(lambda: engine.stats().requests == 3 and embedder.inside.is_set())
@@ -151,17 +155,20 @@ def test_a_query_goes_ahead_of_page_batches_already_queued(socket_path: Path) ->
     assert kinds == [False, True, False, False]  # the two queued page batches came after it
 
 
-def test_page_batches_keep_the_token_budget_and_go_longest_first(socket_path: Path) -> None:
-    budget = 40
-    lengths = [3, 90, 20, 45, 8, 60, 33, 5, 70, 12, 50, 1, 25, 40, 16, 80]
+def test_page_batches_keep_the_padded_token_budget_in_one_bucket_longest_first(socket_path: Path) -> None:
+    """A batch costs texts x its longest (every text is padded to it): that product stays within the
+    budget, a batch holds one length bucket (one long text never pads short ones), longest first."""
+    budget = 60
+    lengths = [3, 90, 20, 45, 8, 60, 33, 5, 70, 12, 50, 1, 25, 40, 16, 80, 44, 41, 47, 42]
     texts = [f"{n:02d}" + "x" * n for n in lengths]
-    batches = batches_queued_behind_one(socket_path, texts, max_batch_size=5, max_batch_tokens=budget)
+    batches = batches_queued_behind_one(socket_path, texts, max_batch_texts=5, max_batch_tokens=budget)
     assert sorted(text for batch in batches for text in batch) == sorted(texts)
     assert any(len(batch) > 1 for batch in batches)
     for batch in batches:
         tokens = [estimate_tokens(text) for text in batch]
         assert len(batch) <= 5
-        assert len(batch) == 1 or sum(tokens) <= budget, batch
+        assert len(batch) == 1 or len(batch) * max(tokens) <= budget, batch
+        assert len({length_bucket(n) for n in tokens}) == 1, batch
         assert tokens == sorted(tokens, reverse=True), batch
 
 
@@ -169,7 +176,7 @@ def test_page_batches_group_texts_of_one_length_the_oldest_first(socket_path: Pa
     """Short and long texts queued in turn go out in batches of one length each (a run pads every text to
     the longest), the oldest text's length first, and every text once."""
     texts = [f"{i:02d} " + ("word " * (60 if i % 2 else 2)) for i in range(16)]
-    batches = batches_queued_behind_one(socket_path, texts, max_batch_size=4, max_batch_tokens=10_000)
+    batches = batches_queued_behind_one(socket_path, texts, max_batch_texts=4, max_batch_tokens=10_000)
     assert sorted(text for batch in batches for text in batch) == sorted(texts)
     assert texts[0] in batches[0]
     for batch in batches:
@@ -185,7 +192,7 @@ def test_back_pressure_stops_reading_requests_past_the_bound(socket_path: Path) 
     def send(i: int) -> None:
         results[i] = EngineEmbedder(socket_path).encode([f"request {i} one", f"request {i} two"])
 
-    with serving(embedder, socket_path, max_batch_size=2, max_queued_texts=4) as engine:
+    with serving(embedder, socket_path, max_batch_texts=2, max_queued_texts=4) as engine:
         threads = in_threads(*(lambda i=i: send(i) for i in range(8)))
         # 2 texts inside encode, 2 assembled in the slot, 4 queued: the bound; the rest stay unread
         wait_for(lambda: engine.stats().requests == 4 and engine.stats().queued_texts == 4)

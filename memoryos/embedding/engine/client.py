@@ -6,9 +6,12 @@ from a small pool, so one request is in flight per connection and replies need n
 
 `name` and `dim` come from the engine's hello, so spaces record the real model; an engine that comes back
 with another model is refused rather than mixed in. While the engine is down or restarting a call tries
-again, with backoff, until `timeout_s` has passed since it began, then raises
-`EmbeddingEngineUnavailableError`: a page batch is retried later by the batcher (its pages stay pending in
-SQLite, nothing acknowledged is lost) and a query fails within that bound.
+again, with backoff, until its deadline, then raises `EmbeddingEngineUnavailableError`. The deadlines
+differ by kind: a page batch's (`timeout_s`, `embedding_engine_timeout_s`) outlasts an engine restart, so
+the batch lands on the restarted engine (and if not, the batcher retries it later: its pages stay pending
+in SQLite, nothing acknowledged is lost); a query's (`query_timeout_s`) stays below the API's read timeout,
+so a reader gets an error while someone still waits for it. A query the engine refuses because too many
+wait (`queries_full`) fails at once with `EmbeddingEngineUnavailableError`.
 """
 
 import itertools
@@ -22,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from memoryos import backoff
+from memoryos.config import MemoryConfig
+from memoryos.embedding.engine.health import EngineHealth, ProbeVerdict, probe_health
 from memoryos.embedding.engine.wire import MAX_FRAME_BYTES, Header, recv_frame, send_frame, vectors_of
 from memoryos.errors import (
     EmbeddingEngineError,
@@ -47,15 +52,32 @@ class EngineEmbedder:
     """`Embedder` over the embedding engine at `socket_path`; thread-safe."""
 
     def __init__(
-        self, socket_path: Path, timeout_s: float = 30.0, max_frame_bytes: int = MAX_FRAME_BYTES
+        self,
+        socket_path: Path,
+        timeout_s: float = 300.0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        query_timeout_s: float | None = None,
     ) -> None:
+        """`timeout_s`: a page batch's deadline (and hello's, stats'); `query_timeout_s`: a query's (None:
+        the same as `timeout_s`)."""
         self.socket_path = Path(socket_path)
         self.timeout_s = timeout_s
+        self.query_timeout_s = timeout_s if query_timeout_s is None else query_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self._lock = threading.Lock()
         self._idle: list[socket.socket] = []
         self._ids = itertools.count(1)
         self._model: tuple[str, int] | None = None
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig) -> "EngineEmbedder":
+        """The client of `config`'s engine (`embedding_engine_socket`, which must be set) with its deadlines."""
+        assert config.embedding_engine_socket is not None
+        return cls(
+            config.embedding_engine_socket,
+            timeout_s=config.embedding_engine_timeout_s,
+            query_timeout_s=config.embedding_engine_query_timeout_s,
+        )
 
     @property
     def name(self) -> str:
@@ -67,14 +89,16 @@ class EngineEmbedder:
 
     def encode(self, texts: Sequence[str], *, is_query: bool = False) -> np.ndarray:
         """The engine's vectors for `texts`, rows in order; `EmbeddingEngineError` when the engine refused
-        or its model raised, `EmbeddingEngineUnavailableError` when none answered within `timeout_s`."""
+        or its model raised, `EmbeddingEngineUnavailableError` when none answered within the deadline of
+        the call's kind (`query_timeout_s` for a query, else `timeout_s`) or too many queries wait."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        deadline = time.monotonic() + self.timeout_s
+        timeout_s = self.query_timeout_s if is_query else self.timeout_s
+        deadline = time.monotonic() + timeout_s
         parts = []
         for chunk in _requests_of(texts):
             vectors = vectors_of(
-                *self._request({"op": "encode", "texts": chunk, "is_query": is_query}, deadline)
+                *self._request({"op": "encode", "texts": chunk, "is_query": is_query}, deadline, timeout_s)
             )
             if vectors.shape[0] != len(chunk):
                 raise EmbeddingEngineError(
@@ -108,8 +132,13 @@ class EngineEmbedder:
         sock.close()
         return True
 
+    def health(self, timeout_s: float = 1.0) -> tuple[ProbeVerdict, EngineHealth | None]:
+        """The engine's health within `timeout_s` (`health.probe_health`): batches done, its last success,
+        the work waiting and the verdict; "absent" or "unresponsive" with None when it cannot tell."""
+        return probe_health(self.socket_path, timeout_s)
+
     def stats(self) -> dict[str, object]:
-        """The engine's counters (`EngineStats.as_dict`)."""
+        """The engine's counters (`EngineStats.as_dict`, with its `health`)."""
         stats = self._request({"op": "stats"}, time.monotonic() + self.timeout_s)[0].get("stats")
         return stats if isinstance(stats, dict) else {}
 
@@ -127,13 +156,16 @@ class EngineEmbedder:
         assert self._model is not None
         return self._model
 
-    def _request(self, header: Header, deadline: float, absent_ok: bool = False) -> tuple[Header, bytes]:
-        """The engine's reply to `header`, trying again on a connection lost or refused until `deadline`.
-        With `absent_ok`, `_NoEngineListening` as soon as no engine listens at the path."""
+    def _request(
+        self, header: Header, deadline: float, timeout_s: float | None = None, absent_ok: bool = False
+    ) -> tuple[Header, bytes]:
+        """The engine's reply to `header`, trying again on a connection lost or refused until `deadline`
+        (`timeout_s` long, for the message). With `absent_ok`, `_NoEngineListening` as soon as no engine
+        listens at the path."""
         attempt = 0
         while True:
             attempt += 1
-            sock = self._checkout(deadline, wait=not absent_ok)
+            sock = self._checkout(deadline, not absent_ok, timeout_s)
             request_id = next(self._ids)
             try:
                 sock.settimeout(max(0.001, deadline - time.monotonic()))
@@ -148,7 +180,7 @@ class EngineEmbedder:
                 sock.close()
                 self.close()  # the other idle connections went with the engine
                 if time.monotonic() >= deadline:
-                    raise self._unavailable("did not answer") from None
+                    raise self._unavailable("did not answer", timeout_s) from None
                 _pause(attempt, deadline)
                 continue
             reply, payload = frame
@@ -160,18 +192,21 @@ class EngineEmbedder:
             if reply.get("id") != request_id:
                 sock.close()
                 raise EmbeddingEngineError("the embedding engine answered another request")
+            if kind == "queries_full":
+                self._checkin(sock)
+                raise EmbeddingEngineUnavailableError(f"the embedding engine refused a query: {message}")
             if error:
                 self._checkin(sock)
                 raise EmbeddingEngineError(f"the embedding engine refused ({kind}): {message}")
             self._checkin(sock)
             return reply, payload
 
-    def _checkout(self, deadline: float, wait: bool) -> socket.socket:
+    def _checkout(self, deadline: float, wait: bool, timeout_s: float | None = None) -> socket.socket:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
         try:
-            return self._connect(deadline, wait)
+            return self._connect(deadline, wait, timeout_s)
         except EmbeddingEngineUnavailableError as error:
             if not wait and isinstance(error.__cause__, _NOT_LISTENING):
                 raise _NoEngineListening from error
@@ -181,7 +216,7 @@ class EngineEmbedder:
         with self._lock:
             self._idle.append(sock)
 
-    def _connect(self, deadline: float, wait: bool) -> socket.socket:
+    def _connect(self, deadline: float, wait: bool, timeout_s: float | None = None) -> socket.socket:
         """A new connection whose hello named the model this process embeds with. `wait`: while no engine
         listens, try again until `deadline`; else give up at once."""
         attempt = 0
@@ -198,7 +233,7 @@ class EngineEmbedder:
             except (OSError, EmbeddingEngineError) as error:
                 sock.close()
                 if (not wait and isinstance(error, _NOT_LISTENING)) or time.monotonic() >= deadline:
-                    raise self._unavailable("is not running") from error
+                    raise self._unavailable("is not running", timeout_s) from error
                 _pause(attempt, deadline)
                 continue
             try:
@@ -218,10 +253,16 @@ class EngineEmbedder:
                     f"{self._model[0]!r} (dim {self._model[1]}); restart it to use the new model"
                 )
 
-    def _unavailable(self, what: str) -> EmbeddingEngineUnavailableError:
+    def _unavailable(self, what: str, timeout_s: float | None = None) -> EmbeddingEngineUnavailableError:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        setting = (
+            "MEMORYOS_EMBEDDING_ENGINE_QUERY_TIMEOUT_S"
+            if timeout_s == self.query_timeout_s and timeout_s != self.timeout_s
+            else "MEMORYOS_EMBEDDING_ENGINE_TIMEOUT_S"
+        )
         return EmbeddingEngineUnavailableError(
-            f"the embedding engine at {self.socket_path} {what} within {self.timeout_s:g} s "
-            "(memoryos embedding-engine; MEMORYOS_EMBEDDING_ENGINE_TIMEOUT_S)"
+            f"the embedding engine at {self.socket_path} {what} within {timeout_s:g} s "
+            f"(memoryos embedding-engine; {setting})"
         )
 
 

@@ -1,28 +1,38 @@
 """`EmbeddingEngine`: one process's model serving the texts of every applying process of the host.
 
 With `memoryos worker --processes N` each process loaded its own copy of the model and encoded its own
-small batches. The engine owns one `Embedder` and listens on a Unix socket (0600: only the host's user of
-the service may send it texts); each connection has a thread that reads its requests, and the texts of
-every connection meet in two queues:
+small batches. The engine owns one model and listens on a Unix socket (0600: only the host's user of the
+service may send it texts). The model runs in three stages (`stages.py`), each on its own threads, so the
+device never waits for Python:
 
-- **Queries ahead of pages.** A query request (`is_query`) is what a user waits on: the encoding thread
-  takes queries before any page batch, so a query waits for at most the batch already inside `encode`.
-- **Page batches by token budget and length.** The assembling thread pools page texts of every request
-  into a batch of at most `max_batch_size` texts and `max_batch_tokens` estimated tokens (one text always
-  fits): the oldest text waiting and the others of its length bucket first, then any others, sorted
-  longest first so a model run pads little (the oldest always goes, so no length waits behind another
-  for ever), and hands it to the encoding thread
-  through a slot of depth one: while one batch is inside `encode` the next is assembled. A request may
-  be split over batches; its reply goes when its last row is in, rows in its input order.
+- **Tokenize** on the connection's reader thread, once per text, with the model's fast tokenizer over the
+  whole request. A text's length in tokens (truncated at the model's window) is what batches are counted
+  in; whether it was truncated is logged from that same encoding.
+- **Assemble and prepare** on the assembling thread: the next page batch (`batching.take_batch`: one
+  length bucket, at most `max_batch_tokens` counted as padded, `texts x longest`) is padded into arrays
+  (pinned memory on CUDA) while the previous one runs, and waits in a slot of depth one.
+- **Forward** on the encoding thread, which does nothing else: replies are queued to each connection's
+  writer thread, so a client that stops reading loses only its own connection (its writes time out after
+  `send_timeout_s`), never the encoding thread.
+
+Scheduling and bounds:
+
+- **Queries first, with aging.** A query (`is_query`) is what a user waits on: the encoding thread takes
+  queries before the assembled page batch, so a query waits for at most the batch inside the model. Under a
+  flood of queries a page batch whose oldest text has waited `page_aging_s` goes after each query batch,
+  so pages still progress. At most `max_queued_queries` query texts wait; past that a query is refused at
+  once (`queries_full`) rather than queued behind minutes of others.
 - **Back-pressure.** Past `max_queued_texts` page texts waiting (plus the one request being read), a
   connection's thread stops reading: the applying process waits on its reply, and its own batcher keeps
   the pages pending in SQLite, instead of the engine growing without bound.
-- **Failures.** An `encode` that raises answers every request of that batch with the exception's class
-  name (never its message, which may quote a text); the applying processes' batchers retry.
+- **Failures.** A batch whose forward pass raises is run again one request at a time, so only the request
+  that fails fails (with the exception's class name, never its message, which may quote a text); the
+  others are answered. A model that fails every batch shows in `health`: "stalled" once texts have waited
+  `stall_after_s` with no success (`health.py`), which the supervisor reads to restart the engine.
 
 Requests: `hello` (the model's `name` and `dim`, so spaces record the real model), `encode`, `forget`
-(drop texts from the model's cache: a forgotten user leaves no text in the engine either), `stats`.
-Logging gives counts only.
+(drop texts from the model's cache: a forgotten user leaves no text in the engine either), `stats`,
+`health`. Logging gives counts only.
 """
 
 import contextlib
@@ -33,84 +43,100 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from memoryos.embedding.base import Embedder, estimate_tokens
+from memoryos.config import MemoryConfig
+from memoryos.embedding.base import Embedder
+from memoryos.embedding.cache import EmbeddingCache
+from memoryos.embedding.engine.batching import take_batch
+from memoryos.embedding.engine.health import EngineHealth, engine_verdict
+from memoryos.embedding.engine.stages import ModelStages, PlainStages, Tokenized, stages_of
 from memoryos.embedding.engine.wire import (
     MAX_FRAME_BYTES,
     Header,
     error_reply,
+    frame_bytes,
     recv_frame,
-    send_frame,
+    send_within,
     vectors_reply,
 )
 from memoryos.errors import EmbeddingEngineError, EmbeddingFrameTooLargeError, InvalidInputError
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-MAX_QUEUED_TEXTS = 4096
-"""Page texts waiting in the engine before it stops reading requests: 64 batches of the default size,
-seconds of work for a GPU, so the model never idles while the applying processes wait."""
 MAX_SOCKET_PATH_BYTES = 107
 """The kernel's limit on a Unix socket path (`sun_path`, less its terminating NUL)."""
 
 
-def length_bucket(tokens: int) -> int:
-    """Texts whose token estimates share a power of two: a model run over them pads each to about the
-    longest's length, so a batch of one bucket wastes little of the device on padding."""
-    return max(tokens - 1, 1).bit_length()
+def _default(name: str) -> Any:
+    """A setting's default, so that an engine built without a config batches as a configured one."""
+    return MemoryConfig.model_fields[f"embedding_engine_{name}"].default
 
 
-def take_batch(queue: deque[T], tokens_of: Callable[[T], int], max_size: int, max_tokens: int) -> list[T]:
-    """The next batch, taken out of `queue`: at most `max_size` items and `max_tokens` tokens (one item
-    always fits), the oldest and those of its length bucket first in arrival order, then, while room is
-    left, any other in arrival order; sorted longest first. The oldest always goes, so no length waits
-    behind another for ever."""
-    if not queue:
-        return []
-    bucket = length_bucket(tokens_of(queue[0]))
-    taken: list[int] = []
-    tokens = 0
-    for same_bucket in (True, False):
-        for position, item in enumerate(queue):
-            cost = tokens_of(item)
-            if len(taken) == max_size:
-                break
-            if (length_bucket(cost) == bucket) != same_bucket or (taken and tokens + cost > max_tokens):
-                continue
-            taken.append(position)
-            tokens += cost
-    chosen = set(taken)
-    batch = [queue[position] for position in taken]
-    kept = [item for position, item in enumerate(queue) if position not in chosen]
-    queue.clear()
-    queue.extend(kept)
-    return sorted(batch, key=tokens_of, reverse=True)
+@dataclass(frozen=True)
+class EngineLimits:
+    """How the engine batches, schedules and bounds its work (`MemoryConfig.embedding_engine_*`, which
+    say why each is what it is)."""
+
+    max_batch_tokens: int = _default("max_batch_tokens")
+    """Tokens of one model batch, counted as padded (texts x longest)."""
+    max_batch_texts: int = _default("max_batch_texts")
+    max_queued_texts: int = _default("max_queued_texts")
+    """Page texts waiting before the engine stops reading page requests."""
+    max_queued_queries: int = _default("max_queued_queries")
+    """Query texts waiting before a query is refused."""
+    page_aging_s: float = _default("page_aging_s")
+    stall_after_s: float = _default("stall_s")
+    send_timeout_s: float = _default("send_timeout_s")
+    cache_size: int = 0
+    """Vectors the engine keeps by text (staged runtimes only: a plain embedder caches its own)."""
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig, cache_size: int) -> "EngineLimits":
+        return cls(
+            max_batch_tokens=config.embedding_engine_max_batch_tokens,
+            max_batch_texts=config.embedding_engine_max_batch_texts,
+            max_queued_texts=config.embedding_engine_max_queued_texts,
+            max_queued_queries=config.embedding_engine_max_queued_queries,
+            page_aging_s=config.embedding_engine_page_aging_s,
+            stall_after_s=config.embedding_engine_stall_s,
+            send_timeout_s=config.embedding_engine_send_timeout_s,
+            cache_size=cache_size,
+        )
 
 
 @dataclass
 class EngineStats:
-    """Counters since the engine started; rates are per second spent inside `encode`."""
+    """Counters since the engine started; rates are per second spent inside the forward pass."""
 
     connections: int = 0
     requests: int = 0
     batches: int = 0
     query_batches: int = 0
     texts: int = 0
-    tokens_estimated: int = 0
+    tokens: int = 0
+    """Tokens the model read, counted by its tokenizer (padding not included)."""
+    padded_tokens: int = 0
+    """Tokens the model computed: each batch's texts x its longest."""
+    truncated_texts: int = 0
     failures: int = 0
-    """Batches whose `encode` raised."""
+    """Model calls that raised: a batch, or a request of a failed batch run again alone."""
+    failed_requests: int = 0
+    queries_refused: int = 0
+    connections_dropped: int = 0
+    """Connections closed because their client did not read a reply within `send_timeout_s`."""
     encode_s: float = 0.0
     queued_texts: int = 0
     """Page texts read and not yet in a batch, now."""
+    queued_queries: int = 0
     largest_batch: int = 0
+    largest_batch_tokens: int = 0
+    last_success_unix: float | None = None
 
     @property
     def texts_per_s(self) -> float:
@@ -118,23 +144,62 @@ class EngineStats:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens_estimated / self.encode_s if self.encode_s else 0.0
+        return self.tokens / self.encode_s if self.encode_s else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "texts_per_s": self.texts_per_s, "tokens_per_s": self.tokens_per_s}
 
 
 class _Connection:
-    """One client connection; replies may come from the encoding thread, hence the lock."""
+    """One client connection: its reader thread (the engine's `_serve_connection`) and a writer thread
+    that sends queued replies, each within `send_timeout_s`. Queuing a reply never blocks."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, send_timeout_s: float, on_dropped: Any) -> None:
         self.sock = sock
         self.closed = False
-        self._send_lock = threading.Lock()
+        self._send_timeout_s = send_timeout_s
+        self._on_dropped = on_dropped
+        self._outbox: deque[bytes] = deque()
+        self._finishing = False
+        self._changed = threading.Condition()
+        self.writer = threading.Thread(target=self._write, name="memoryos-engine-writer", daemon=True)
+        self.writer.start()
 
     def reply(self, header: Header, payload: bytes = b"") -> None:
-        with self._send_lock, contextlib.suppress(OSError):  # a client gone: nobody to answer
-            send_frame(self.sock, header, payload)
+        data = frame_bytes(header, payload)
+        with self._changed:
+            if not self.closed:
+                self._outbox.append(data)
+                self._changed.notify()
+
+    def close(self) -> None:
+        """Stop at once: nothing more is sent, the peer sees the connection end."""
+        with self._changed:
+            self.closed = True
+            self._outbox.clear()
+            self._changed.notify()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        """Send what is queued (each within the send timeout), then close."""
+        with self._changed:
+            self._finishing = True
+            self._changed.notify()
+
+    def _write(self) -> None:
+        while True:
+            with self._changed:
+                while not self.closed and not self._outbox and not self._finishing:
+                    self._changed.wait()
+                if self.closed or not self._outbox:
+                    break  # closed, or finishing with nothing left
+                data = self._outbox.popleft()
+            if not send_within(self.sock, data, self._send_timeout_s):
+                if not self.closed:
+                    self._on_dropped()
+                break
+        self.close()
 
 
 class _Request:
@@ -167,25 +232,39 @@ class _Request:
 
 @dataclass(eq=False)
 class _Item:
-    """One text of a request, at its index in the request."""
+    """One text of a request, at its index in the request, as the model's tokenizer made it."""
 
     request: _Request
     index: int
     text: str
-    tokens: int
+    tokens: Tokenized
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Items of one kind and what `prepare` made of them (None: `prepare` raised; run one by one)."""
+
+    items: list[_Item]
+    prepared: object | None
+    is_query: bool
+
+    @property
+    def arrived(self) -> float:
+        return min(item.arrived for item in self.items)
 
 
 class EmbeddingEngine:
-    """Serve `embedder` on the Unix socket `socket_path` from `start` until `close`."""
+    """Serve `embedder` (through `stages`, default its plain `encode`) on the Unix socket `socket_path`
+    from `start` until `close`."""
 
     def __init__(
         self,
         embedder: Embedder,
         socket_path: Path,
         *,
-        max_batch_size: int = 64,
-        max_batch_tokens: int = 16384,
-        max_queued_texts: int = MAX_QUEUED_TEXTS,
+        stages: ModelStages | None = None,
+        limits: EngineLimits | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
@@ -193,20 +272,35 @@ class EmbeddingEngine:
                 "embedding_engine_socket", f"a Unix socket path is at most {MAX_SOCKET_PATH_BYTES} bytes"
             )
         self.embedder = embedder
+        self.stages = stages or PlainStages(embedder)
+        self.limits = limits or EngineLimits()
         self.socket_path = Path(socket_path)
-        self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
-        self.max_queued_texts = max_queued_texts
         self.max_frame_bytes = max_frame_bytes
+        self._cache = EmbeddingCache(self.limits.cache_size)
         self._work = threading.Condition()
         self._queries: deque[_Item] = deque()
         self._pages: deque[_Item] = deque()
-        self._ready: list[_Item] | None = None
+        self._ready: _Batch | None = None
+        self._assembling: list[_Item] = []
+        self._running: list[_Item] = []
+        self._last_was_query = False
+        self._failing_since: float | None = None
+        self._last_failure = 0.0
         self._closed = False
         self._stats = EngineStats()
         self._connections: set[_Connection] = set()
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def from_config(cls, embedder: Embedder, socket_path: Path, config: MemoryConfig) -> "EmbeddingEngine":
+        """The engine `memoryos embedding-engine` runs: `embedder` in its own stages where its runtime
+        allows (`stages_of`), the limits of `config`, and a cache of its own in front of staged runtimes
+        (which bypass the embedder's)."""
+        stages = stages_of(embedder, config.embedding_cpu_run_size)
+        cache_size = 0 if isinstance(stages, PlainStages) else config.embedding_cache_size
+        limits = EngineLimits.from_config(config, cache_size)
+        return cls(embedder, socket_path, stages=stages, limits=limits)
 
     def start(self) -> None:
         """Listen, and start the accepting, assembling and encoding threads. A stale socket file (no engine
@@ -232,25 +326,60 @@ class EmbeddingEngine:
 
     def stats(self) -> EngineStats:
         with self._work:
-            return EngineStats(**{**asdict(self._stats), "queued_texts": len(self._pages)})
+            return EngineStats(
+                **{
+                    **asdict(self._stats),
+                    "queued_texts": len(self._pages),
+                    "queued_queries": len(self._queries),
+                }
+            )
+
+    def health(self) -> EngineHealth:
+        """Batches done, the last success and the work waiting, with their verdict (`health.py`)."""
+        now, wall = time.monotonic(), time.time()
+        with self._work:
+            waiting = [*self._running, *self._assembling, *(self._ready.items if self._ready else [])]
+            oldest = min((item.arrived for item in waiting), default=now)
+            for queue in (self._queries, self._pages):
+                if queue:
+                    oldest = min(oldest, queue[0].arrived)  # each queue keeps arrival order
+            count = len(waiting) + len(self._queries) + len(self._pages)
+            last = self._stats.last_success_unix
+            stats = self._stats
+            failing = self._failing_since is not None and now - self._last_failure < self.limits.stall_after_s
+            return EngineHealth(
+                verdict=engine_verdict(
+                    count,
+                    now - oldest,
+                    None if last is None else wall - last,
+                    now - self._failing_since if failing and self._failing_since is not None else None,
+                    self.limits.stall_after_s,
+                ),
+                batches_total=stats.batches,
+                failures_total=stats.failures,
+                last_success_unix=last,
+                waiting_texts=count,
+                oldest_waiting_s=now - oldest if count else 0.0,
+            )
 
     def close(self) -> None:
-        """Stop: the batch inside `encode` finishes and is answered; queued requests are dropped with
+        """Stop: the batch inside the model finishes and is answered; queued requests are dropped with
         their connections (clients retry on another engine's start; pages stay pending in their stores)."""
         with self._work:
             self._closed = True
             self._work.notify_all()
-            connections = list(self._connections)
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
         for thread in self._threads:
             thread.join(timeout=30)
+        with self._work:
+            connections = list(self._connections)
         for connection in connections:
-            connection.closed = True
-            with contextlib.suppress(OSError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
+            connection.finish()
+        for connection in connections:
+            connection.writer.join(timeout=self.limits.send_timeout_s + 1)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
@@ -271,6 +400,7 @@ class EmbeddingEngine:
             probe.close()
         raise EmbeddingEngineError(f"an embedding engine already listens on {self.socket_path}")
 
+    # --- connections ------------------------------------------------------------------------------------
     def _accept(self) -> None:
         assert self._listener is not None
         while True:
@@ -278,34 +408,44 @@ class EmbeddingEngine:
                 sock, _ = self._listener.accept()
             except OSError:
                 return  # closed
-            connection = _Connection(sock)
             with self._work:
                 if self._closed:
                     sock.close()
                     return
+                connection = _Connection(sock, self.limits.send_timeout_s, self._dropped)
                 self._connections.add(connection)
                 self._stats.connections += 1
             threading.Thread(
                 target=self._serve_connection, args=(connection,), name="memoryos-engine-conn", daemon=True
             ).start()
 
+    def _dropped(self) -> None:
+        log.warning("embedding engine: a client did not read its reply; its connection is closed")
+        with self._work:
+            self._stats.connections_dropped += 1
+            self._work.notify_all()  # its queued texts are abandoned: back-pressure may lift
+
     def _serve_connection(self, connection: _Connection) -> None:
         try:
-            while True:
+            while not connection.closed:
                 try:
                     frame = recv_frame(connection.sock, self.max_frame_bytes)
                 except EmbeddingFrameTooLargeError as error:
                     connection.reply(error_reply(None, "frame_too_large", str(error)))
-                    return  # the frame's body is unread: the connection cannot go on
+                    connection.finish()  # the frame's body is unread: the connection cannot go on
+                    connection.writer.join(self.limits.send_timeout_s + 1)
+                    return
                 except (OSError, EmbeddingEngineError):
                     return
                 if frame is None:
                     return
                 self._handle(connection, frame[0])
         finally:
-            connection.closed = True
+            connection.close()
+            connection.writer.join()
             with self._work:
                 self._connections.discard(connection)
+                self._work.notify_all()
             connection.sock.close()
 
     def _handle(self, connection: _Connection, header: Header) -> None:
@@ -317,41 +457,88 @@ class EmbeddingEngine:
             connection.reply(
                 {"id": request_id, "ok": True, "name": self.embedder.name, "dim": self.embedder.dim}
             )
+        elif op == "health":
+            connection.reply({"id": request_id, "ok": True, "health": self.health().as_dict()})
         elif op == "stats":
-            connection.reply({"id": request_id, "ok": True, "stats": self.stats().as_dict()})
+            stats = {**self.stats().as_dict(), "health": self.health().as_dict()}
+            connection.reply({"id": request_id, "ok": True, "stats": stats})
         elif op in ("forget", "encode"):
             texts = header.get("texts")
             if op == "forget" and texts is None:
-                self.embedder.forget_texts(None)
+                self._forget(None)
                 connection.reply({"id": request_id, "ok": True})
             elif not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
                 connection.reply(
                     error_reply(request_id, "invalid_request", "texts must be a list of strings")
                 )
             elif op == "forget":
-                self.embedder.forget_texts(texts)
+                self._forget(texts)
                 connection.reply({"id": request_id, "ok": True})
             else:
                 self._enqueue(connection, request_id, texts, bool(header.get("is_query", False)))
         else:
             connection.reply(error_reply(request_id, "invalid_request", f"unknown op {op!r}"))
 
+    def _forget(self, texts: list[str] | None) -> None:
+        self._cache.discard(texts)
+        self.embedder.forget_texts(texts)
+
     def _enqueue(self, connection: _Connection, request_id: int, texts: list[str], is_query: bool) -> None:
+        """Tokenize the request's texts the cache does not hold (on this connection's thread) and queue
+        them; a query over the queries' bound is refused at once."""
         if not texts:
             connection.reply(*vectors_reply(request_id, np.zeros((0, self.embedder.dim), np.float32)))
             return
+        if is_query:
+            with self._work:
+                waiting = len(self._queries)
+            if waiting + len(texts) > self.limits.max_queued_queries:
+                self._refuse_query(connection, request_id, waiting)
+                return
         request = _Request(connection, request_id, len(texts), self.embedder.dim, is_query)
-        items = [_Item(request, index, text, estimate_tokens(text)) for index, text in enumerate(texts)]
+        missing: list[int] = []
+        for index, text in enumerate(texts):
+            cached = self._cache.get(is_query, text)
+            if cached is None:
+                missing.append(index)
+            else:
+                request.fill(index, cached)
+        if not missing:
+            with self._work:
+                self._stats.requests += 1
+            return
+        try:
+            tokenized = self.stages.tokenize([texts[index] for index in missing], is_query)
+        except Exception as error:  # a tokenizer that refuses a text: this request's failure alone
+            self._fail_requests([request], error)
+            return
+        items = [
+            _Item(request, index, texts[index], tokens)
+            for index, tokens in zip(missing, tokenized, strict=True)
+        ]
         with self._work:
             if is_query:
                 self._queries.extend(items)
             else:
-                while len(self._pages) >= self.max_queued_texts and not self._closed:
+                while len(self._pages) >= self.limits.max_queued_texts and not self._closed:
                     self._work.wait()  # back-pressure: this connection reads nothing more meanwhile
                 self._pages.extend(items)
             self._stats.requests += 1
             self._work.notify_all()
 
+    def _refuse_query(self, connection: _Connection, request_id: int, waiting: int) -> None:
+        with self._work:
+            self._stats.queries_refused += 1
+        connection.reply(
+            error_reply(
+                request_id,
+                "queries_full",
+                f"{waiting} query texts already wait in the embedding engine "
+                f"(embedding_engine_max_queued_queries={self.limits.max_queued_queries}); try again",
+            )
+        )
+
+    # --- batches ----------------------------------------------------------------------------------------
     def _take(self, queue: deque[_Item]) -> list[_Item]:
         """The next batch from `queue` (lock held), `take_batch`'s; texts of requests already answered
         (failed) or of closed connections are dropped first."""
@@ -359,59 +546,140 @@ class EmbeddingEngine:
             live = [item for item in queue if not item.request.abandoned]
             queue.clear()
             queue.extend(live)
-        return take_batch(queue, lambda item: item.tokens, self.max_batch_size, self.max_batch_tokens)
+        return take_batch(
+            queue, lambda item: item.tokens.length, self.limits.max_batch_texts, self.limits.max_batch_tokens
+        )
+
+    def _prepare(self, items: list[_Item], is_query: bool) -> _Batch:
+        try:
+            prepared: object | None = self.stages.prepare([item.tokens for item in items], is_query)
+        except Exception as error:  # run one request at a time by the encoding thread, which reports it
+            log.warning(
+                "embedding engine: preparing a batch of %d texts failed (%s)",
+                len(items),
+                type(error).__name__,
+            )
+            prepared = None
+        return _Batch(items, prepared, is_query)
 
     def _assemble(self) -> None:
-        """The pipeline's first stage: the next page batch, assembled while the previous one encodes."""
-        with self._work:
-            while True:
+        """The pipeline's first stage: the next page batch, taken and prepared while the previous runs."""
+        while True:
+            with self._work:
                 while not self._closed and (not self._pages or self._ready is not None):
                     self._work.wait()
                 if self._closed:
                     return
-                batch = self._take(self._pages)
-                if batch:
-                    self._ready = batch
-                self._work.notify_all()  # the encoder, and connections held back by back-pressure
+                items = self._take(self._pages)
+                self._assembling = items
+                self._work.notify_all()  # connections held back by back-pressure
+            if not items:
+                continue
+            batch = self._prepare(items, is_query=False)
+            with self._work:
+                self._assembling = []
+                self._ready = batch
+                self._work.notify_all()
 
     def _encode_batches(self) -> None:
-        """The pipeline's second stage: queries first, then the assembled page batch."""
+        """The pipeline's second stage: queries first, but an aged page batch after a query batch."""
         while True:
             with self._work:
                 while not self._closed and not self._queries and self._ready is None:
                     self._work.wait()
                 if self._closed:
                     return
-                if self._queries:
-                    batch, is_query = self._take(self._queries), True
-                else:
-                    batch, is_query, self._ready = self._ready or [], False, None
+                ready = self._ready
+                page_due = ready is not None and (
+                    not self._queries
+                    or (self._last_was_query and time.monotonic() - ready.arrived >= self.limits.page_aging_s)
+                )
+                batch: _Batch | None = None
+                if page_due:
+                    batch, self._ready = ready, None
                     self._work.notify_all()  # the assembler may fill the slot again
-            if batch:
-                self._encode(batch, is_query)
-
-    def _encode(self, batch: Sequence[_Item], is_query: bool) -> None:
-        started = time.perf_counter()
-        try:
-            vectors = self.embedder.encode([item.text for item in batch], is_query=is_query)
-            if vectors.shape != (len(batch), self.embedder.dim):
-                raise EmbeddingEngineError(f"the model returned {vectors.shape} for {len(batch)} texts")
-        except Exception as error:  # the model's failure is the requests': answered, and the engine goes on
-            kind = type(error).__name__
-            log.warning("embedding engine: a batch of %d texts failed (%s)", len(batch), kind)
+                    items = batch.items if batch else []
+                else:
+                    items = self._take(self._queries)
+                self._last_was_query = not page_due
+                self._running = items
+            if items:
+                self._run(batch or self._prepare(items, is_query=True))
             with self._work:
-                self._stats.failures += 1
-            for request in {id(item.request): item.request for item in batch}.values():
-                request.fail(kind, f"the engine's model raised {kind} on a batch holding this request")
+                self._running = []
+
+    def _run(self, batch: _Batch) -> None:
+        """One forward pass; if it raises, each request of the batch alone, so only a failing one fails."""
+        live = [item for item in batch.items if not item.request.abandoned]
+        if not live:
             return
+        if len(live) < len(batch.items):
+            batch = self._prepare(live, batch.is_query)
+        try:
+            self._forward(batch)
+        except Exception as error:  # the model's failure: this batch's requests are tried alone
+            self._count_failure(len(batch.items), error)
+            requests = {id(item.request): item.request for item in batch.items}
+            if len(requests) == 1:
+                self._fail_requests(list(requests.values()), error)
+                return
+            for request in requests.values():
+                alone = [item for item in batch.items if item.request is request]
+                try:
+                    self._forward(self._prepare(alone, batch.is_query))
+                except Exception as alone_error:
+                    self._count_failure(len(alone), alone_error)
+                    self._fail_requests([request], alone_error)
+
+    def _forward(self, batch: _Batch) -> None:
+        """The model on one prepared batch, its rows given to their requests; raises what the model
+        raised (or `EmbeddingEngineError` for rows of the wrong shape, or a batch that did not prepare)."""
+        if batch.prepared is None:
+            raise EmbeddingEngineError("the batch could not be prepared")
+        started = time.perf_counter()
+        vectors = self.stages.forward(batch.prepared)
+        items = batch.items
+        if vectors.shape != (len(items), self.embedder.dim):
+            raise EmbeddingEngineError(f"the model returned {vectors.shape} for {len(items)} texts")
         elapsed = time.perf_counter() - started
+        lengths = [item.tokens.length for item in items]
+        truncated = sum(item.tokens.truncated for item in items)
+        if truncated:
+            log.warning(
+                "embedding engine: %d of %d texts exceed the model's window of %s tokens and were truncated",
+                truncated,
+                len(items),
+                self.stages.window,
+            )
         with self._work:
             stats = self._stats
             stats.batches += 1
-            stats.query_batches += is_query
-            stats.texts += len(batch)
-            stats.tokens_estimated += sum(item.tokens for item in batch)
+            stats.query_batches += batch.is_query
+            stats.texts += len(items)
+            stats.tokens += sum(lengths)
+            stats.padded_tokens += len(lengths) * max(lengths)
+            stats.truncated_texts += truncated
             stats.encode_s += elapsed
-            stats.largest_batch = max(stats.largest_batch, len(batch))
-        for item, vector in zip(batch, vectors, strict=True):
+            stats.largest_batch = max(stats.largest_batch, len(items))
+            stats.largest_batch_tokens = max(stats.largest_batch_tokens, len(lengths) * max(lengths))
+            stats.last_success_unix = time.time()
+            self._failing_since = None
+        for item, vector in zip(items, vectors, strict=True):
+            self._cache.put(batch.is_query, item.text, vector)
             item.request.fill(item.index, vector)
+
+    def _count_failure(self, texts: int, error: Exception) -> None:
+        log.warning("embedding engine: the model failed on %d texts (%s)", texts, type(error).__name__)
+        now = time.monotonic()
+        with self._work:
+            self._stats.failures += 1
+            if self._failing_since is None or now - self._last_failure >= self.limits.stall_after_s:
+                self._failing_since = now  # a new failing spell (the last one ended long ago)
+            self._last_failure = now
+
+    def _fail_requests(self, requests: Sequence[_Request], error: Exception) -> None:
+        kind = type(error).__name__
+        with self._work:
+            self._stats.failed_requests += len(requests)
+        for request in requests:
+            request.fail(kind, f"the engine's model raised {kind} on this request")

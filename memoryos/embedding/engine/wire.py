@@ -9,8 +9,10 @@ bound.
 """
 
 import json
+import select
 import socket
 import struct
+import time
 from typing import Any
 
 import numpy as np
@@ -31,9 +33,41 @@ def send_frame(
     sock: socket.socket, header: Header, payload: bytes = b"", max_frame_bytes: int = MAX_FRAME_BYTES
 ) -> None:
     """Send one frame; `EmbeddingFrameTooLargeError` (nothing sent) when it exceeds `max_frame_bytes`."""
+    sock.sendall(frame_bytes(header, payload, max_frame_bytes))
+
+
+def frame_bytes(header: Header, payload: bytes = b"", max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """One frame's bytes; `EmbeddingFrameTooLargeError` when it exceeds `max_frame_bytes`."""
     body = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
     check_frame_size(len(body) + len(payload), max_frame_bytes)
-    sock.sendall(_PREFIX.pack(len(body), len(payload)) + body + payload)
+    return _PREFIX.pack(len(body), len(payload)) + body + payload
+
+
+def send_within(sock: socket.socket, data: bytes, timeout_s: float) -> bool:
+    """Send all of `data` on a blocking socket within `timeout_s`, without changing the socket's mode (its
+    reader keeps blocking): each write is non-blocking (MSG_DONTWAIT) after a poll for room. False when the
+    peer has not taken it all in time (it stopped reading) or the connection is gone."""
+    deadline = time.monotonic() + timeout_s
+    view = memoryview(data)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    while view:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            return False
+        events = poller.poll(left_ms)
+        if not events:
+            return False
+        if events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+            return False
+        try:
+            sent = sock.send(view, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return False
+        view = view[sent:]
+    return True
 
 
 def recv_frame(sock: socket.socket, max_frame_bytes: int = MAX_FRAME_BYTES) -> tuple[Header, bytes] | None:

@@ -119,26 +119,40 @@ class OnnxEncoder:
 
         Texts are tokenized at once, sorted longest first and run in batches of `batch_size`, each padded
         to its longest: sentence-transformers' own batching."""
-        prompt = self.manifest.query_prompt if is_query else ""
-        encodings = self._tokenizer.encode_batch([prompt + text for text in texts] if prompt else list(texts))
+        encodings = self.tokenize(texts, is_query=is_query)
         truncated = sum(1 for encoding in encodings if encoding.overflowing)
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
-        vectors = np.empty((0, self.manifest.dim), dtype=np.float32)
+        vectors = np.empty((len(encodings), self.dim), dtype=np.float32)
         for start in range(0, len(order), max(batch_size, 1)):
             rows = order[start : start + batch_size]
-            feeds, mask = self._feeds([encodings[i] for i in rows])
-            hidden = self._session.run(None, feeds)[0]
-            pooled = pool(np.asarray(hidden, dtype=np.float32), mask, self._pooling)
-            if start == 0:
+            pooled = self.forward(*self.feeds([encodings[i] for i in rows]))
+            if start == 0 and pooled.shape[1] != vectors.shape[1]:
                 vectors = np.empty((len(encodings), pooled.shape[1]), dtype=np.float32)
             vectors[rows] = pooled
+        return vectors, truncated
+
+    def tokenize(self, texts: Sequence[str], *, is_query: bool) -> list[Any]:
+        """The `tokenizers` encodings of `texts` (the query prompt first for a query), truncated at
+        `max_seq_length`: one `encode_batch`, which runs outside the interpreter lock. The first stage,
+        apart so that the embedding engine tokenizes the next batch while this one runs."""
+        prompt = self.manifest.query_prompt if is_query else ""
+        return list(
+            self._tokenizer.encode_batch([prompt + text for text in texts] if prompt else list(texts))
+        )
+
+    def forward(self, feeds: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
+        """The session's run over padded `feeds` (from `feeds`), pooled, normalized if the model does and
+        cut to `truncate_dim`: the vectors of one padded run."""
+        hidden = self._session.run(None, feeds)[0]
+        vectors = pool(np.asarray(hidden, dtype=np.float32), mask, self._pooling)
         if self.manifest.normalize:  # torch.nn.functional.normalize: x / max(|x|, 1e-12)
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         if self.manifest.truncate_dim is not None:
             vectors = vectors[:, : self.manifest.truncate_dim]
-        return vectors, truncated
+        return vectors
 
-    def _feeds(self, encodings: list[Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def feeds(self, encodings: Sequence[Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The session's inputs for `encodings`, padded to their longest, and the attention mask."""
         width = max(len(encoding.ids) for encoding in encodings)
         ids = np.full((len(encodings), width), self.manifest.pad_id, dtype=np.int64)
         types = np.full((len(encodings), width), self.manifest.pad_type_id, dtype=np.int64)
