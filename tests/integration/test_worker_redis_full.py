@@ -20,10 +20,16 @@ import redis
 from redis.exceptions import OutOfMemoryError
 
 from memoryos import MemoryConfig
+from memoryos.errors import EmbeddingModelMismatchError
+from memoryos.space.ops import AddTurns, AnyOp
 from memoryos.space.pool import SpaceKey
+from memoryos.space.writes import plan_write
 from services.api.settings import ApiSettings
-from services.queue.keys import Keys, shard_of
+from services.queue.keys import Keys, shard_of, space_name
+from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
+from services.worker.consumer import ShardConsumer
+from services.worker.leases import ShardLeases
 from tests.support.api_server import running_api
 from tests.support.fakes import BlockedEmbedder
 from tests.support.queue_worker import Running, wait_for
@@ -186,3 +192,63 @@ def test_a_worker_drains_a_full_redis_and_the_api_takes_writes_again(
                 embedder.release.set()
                 if worker is not None:
                     worker.stop()
+
+
+def test_the_consumer_moves_applies_and_dead_letters_entries_while_redis_is_full(tmp_path: Path) -> None:
+    """Each thing a worker does to its queue, with Redis over `maxmemory` throughout (half of what it
+    holds): heartbeat, take a lease, make the shard's group, apply and acknowledge, hold a space's writes
+    for its reindex, dead-letter an entry that cannot be read (from the stream, and from a held list),
+    release the held writes in order, renew and release the lease. The engine is a recording function:
+    the queue and Redis are real."""
+    maya, held = SpaceKey("acme", "maya", "bot"), SpaceKey("acme", "omar", "bot")
+    with running_redis(tmp_path / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        settings = QueueSettings(redis_url=server.url, shard_count=1, lease_ttl_s=5.0)
+        keys, queue = Keys(settings.redis_namespace), WriteQueue(client, settings)
+        for key, text in ((maya, "m1"), (held, "o1"), (maya, "m2"), (held, "o2")):
+            turns = [{"user_input": text, "agent_response": "noted"}]
+            queue.enqueue(key, plan_write(turns, max_text_chars=100, at=time.time()))
+        client.xadd(keys.writes(0), {"space": space_name(maya), "op": "not an op"})
+        client.rpush(keys.held(space_name(held)), "not a held write")  # behind the two held below
+
+        applied: list[str] = []
+        reindexed: set[SpaceKey] = set()
+
+        def apply(key: SpaceKey, ops: list[AnyOp]) -> None:
+            if key == held and key not in reindexed:
+                raise EmbeddingModelMismatchError("old-model", 8, "new-model", 8)
+            applied.extend(op.turns[0].user_input for op in ops if isinstance(op, AddTurns))
+
+        def drain() -> None:
+            for _ in range(20):
+                if not consumer.poll([0], block_ms=10):
+                    return
+
+        client.config_set("maxmemory", used_bytes(client) // 2)
+        with pytest.raises(OutOfMemoryError):
+            client.set("probe", "x")
+
+        leases = ShardLeases(client, settings, "w-full")
+        consumer = ShardConsumer(client, settings, "w-full", apply)
+        leases.heartbeat()
+        assert leases.acquire(1) == {0}
+        consumer.take_over(0)
+        drain()
+        assert applied == ["m1", "m2"]
+        assert client.xlen(keys.writes(0)) == 0
+        assert client.llen(keys.dead_letters()) == 1  # the entry that is no op
+        assert client.llen(keys.held(space_name(held))) == 3  # o1, o2 moved behind the unreadable one
+
+        reindexed.add(held)
+        consumer.held.ask_release(held)
+        drain()
+        assert applied == ["m1", "m2", "o1", "o2"]
+        assert client.llen(keys.dead_letters()) == 2  # the oldest held record, unreadable
+        assert client.exists(keys.held(space_name(held))) == 0
+        assert not client.smembers(keys.held_spaces(0))
+
+        with pytest.raises(OutOfMemoryError):
+            client.set("probe", "x")  # full all along
+        assert leases.renew() == set()
+        leases.release_all()
+        assert client.get(keys.lease(0)) is None
