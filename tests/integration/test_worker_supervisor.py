@@ -21,7 +21,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.worker.health import Verdict, metrics_answer, serving_health
+from services.worker.health import Verdict, metrics_answer, serving, serving_health
 from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
 from tests.support.redis_server import free_port
 from tests.support.supervised_children import HeldStartsDir, exit_after, fail_first, serve_metrics
@@ -161,6 +161,32 @@ def test_exits_after_long_runs_still_count_and_fail_the_supervisor(tmp_path: Pat
     assert len(starts(crashing)) == 3
 
 
+def test_a_long_run_resets_the_restart_delay_not_the_count(tmp_path: Path) -> None:
+    """Each run lasts 0.4 s, past a `stable_after_s` of 0.2 s: the second exit waits the first delay again
+    (2 s, where two quick exits in a row would wait 4); the count is the window's, as tested above."""
+    crashing = slot(tmp_path, "crashing")
+    supervision = Supervision(
+        max_failures=10, failure_window_s=60.0, restart_first_s=2.0, stable_after_s=0.2, check_every_s=0.05
+    )
+    supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
+    with running(supervisor):
+        wait_for(lambda: len(starts(crashing)) == 2)
+        seen: list[Verdict] = []
+        wait_for(
+            lambda: (
+                seen.append(supervisor.readiness())
+                or ("; 1 restart, " in seen[-1].lines[0] and not seen[-1].ok)
+            )
+        )
+        line = seen[-1].lines[0]
+        found = re.fullmatch(
+            r"crashing: not running, restarted in (\d+\.\d) s; 1 restart, last exit 1 after \d+ s, \d+ s ago",
+            line,
+        )
+        assert found is not None, line
+        assert float(found[1]) <= 2.0  # the remaining delay only shrinks: a doubled one reads above 2 s
+
+
 def test_exits_spread_wider_than_the_window_are_restarted(tmp_path: Path) -> None:
     """The window, not the runs' length, forgives: each run outlasts a 0.3 s window, so no two exits fall
     in it, and a bound of 2 never gives up."""
@@ -183,6 +209,7 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
     )
     with serving_health(health_port, supervisor.liveness, supervisor.readiness), running(supervisor):
         wait_for(lambda: get(health_port, "/readyz")[0] == 200)
+        wait_for(lambda: len(starts(engine)) == 1)  # running before it records its start
         engine_pid, worker_pid = starts(engine)[0], starts(worker)[0]
         assert get(health_port, "/readyz")[2] == (
             f"engine: running (pid {engine_pid}); 0 restarts\nworker-0: running (pid {worker_pid}); 0 restarts\n"
@@ -191,8 +218,15 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
         assert get(health_port, "/metrics")[0] == 404  # served only where metrics are given
 
         os.kill(worker_pid, signal.SIGKILL)
-        wait_for(lambda: health(health_port)[0] == 503)
-        assert "\nworker-0: " in health(health_port)[1]  # dead: its port silent, then the slot empty
+        down: list[tuple[int, str]] = []
+        wait_for(lambda: down.append(health(health_port)) or down[-1][0] == 503)
+        worker_down = down[-1][1].splitlines()[1]  # dead: its port silent, then the slot empty
+        assert worker_down.startswith(
+            (
+                f"worker-0: running (pid {worker_pid}), /metrics on port {worker_port} does not answer; ",
+                "worker-0: not running",
+            )
+        ), worker_down
         assert get(health_port, "/livez")[::2] == (200, "supervisor: running\n")  # the loop restarts it
         wait_for(lambda: health(health_port)[0] == 200)  # started again, serving
         assert len(starts(worker)) == 2
@@ -203,8 +237,13 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
         ), worker_line
 
         os.kill(engine_pid, signal.SIGKILL)
-        wait_for(lambda: health(health_port)[1].startswith("engine: not running, restarted in "))
-        engine_line = health(health_port)[1].splitlines()[0]
+        answers: list[tuple[int, str]] = []
+        wait_for(
+            lambda: answers.append(health(health_port)) or answers[-1][1].startswith("engine: not running")
+        )
+        status, body = answers[-1]  # the answer that saw it down, not a later one
+        assert status == 503
+        engine_line = body.splitlines()[0]
         assert re.fullmatch(
             r"engine: not running, restarted in \d+\.\d s; 0 restarts, last exit SIGKILL after \d+ s, \d+ s ago",
             engine_line,
@@ -302,3 +341,14 @@ def test_the_health_port_serves_every_answering_worker_childs_metrics_as_one(tmp
             ("child_seconds_sum", "", 0.5),
         ]
     )
+
+
+def test_one_process_answers_every_probe_while_it_answers() -> None:
+    """`memoryos worker` with one process serves the probes itself once it serves: alive and ready while
+    it answers; any other path is a 404 naming those served."""
+    port = free_port()
+    answering = serving("worker")
+    with serving_health(port, answering, answering):
+        for path in ("/livez", "/readyz", "/healthz"):
+            assert get(port, path)[::2] == (200, "worker: serving\n"), path
+        assert get(port, "/metrics")[::2] == (404, "not found: GET /livez, /readyz, /healthz\n")
