@@ -12,11 +12,15 @@ from fastapi import FastAPI
 
 from memoryos import MemoryConfig
 from memoryos.cli.session import config_of
+from memoryos.tracing import configure_tracing
 from services.allocator import fix_mmap_threshold
 from services.api.main import create_app
 from services.api.settings import ApiSettings, check_bind, check_keys
 from services.mcp.http_app import mount_mcp
 from services.queue.settings import QueueSettings, redacted_url
+
+API_SERVICE_NAME = "memoryos-api"
+"""The API's `service.name` in traces, unless `OTEL_SERVICE_NAME` names another."""
 
 
 def create_served_app(
@@ -50,6 +54,7 @@ def run_server(args: argparse.Namespace) -> None:
     check_bind(settings)  # before anything is loaded or bound
     check_keys(settings)
     config = config_of(args)
+    configure_tracing(API_SERVICE_NAME)  # off unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     queue = QueueSettings(redis_url=args.redis_url) if getattr(args, "redis_url", None) else None
     if queue is None:  # embedded: this process opens and evicts the spaces (off unless configured)
         fix_mmap_threshold(settings.mmap_threshold_kb * 1024)

@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 from memoryos.errors import LLMError
 from memoryos.llm import chat_tasks
 from memoryos.llm.base import AnswerRequest, ExtractedKnowledge, OperationUsage, TopicSummary
+from memoryos.llm.call_spans import completion_span, record_completion
 from memoryos.llm.chat_tasks import ChatTask
 from memoryos.llm.openai_client import CALL_ERRORS, CompletionCodec
 from memoryos.types import Page
@@ -74,16 +75,18 @@ class AsyncOpenAILLM:
         await client.close()
 
     async def _ask(self, task: ChatTask[T]) -> T:
-        """Awaits each request the codec's exchange yields (re-ask and fallback)."""
+        """Awaits each request the codec's exchange yields (re-ask and fallback), each in its own span."""
         client = self._bound_client()
         exchange = self._codec.exchange(task)
         try:
             request = next(exchange)
             while True:
-                try:
-                    outcome: object = await client.chat.completions.create(**request)
-                except CALL_ERRORS as err:
-                    outcome = err
+                with completion_span(self._codec.endpoint, task.operation, request) as span:
+                    try:
+                        outcome: object = await client.chat.completions.create(**request)
+                    except CALL_ERRORS as err:
+                        outcome = err
+                    record_completion(span, outcome)
                 request = exchange.send(outcome)
         except StopIteration as done:
             return done.value

@@ -18,6 +18,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import LLMError
+from memoryos.llm.call_spans import completion_span, endpoint_of, record_completion
 from memoryos.llm.chat_tasks import ChatTask
 from memoryos.llm.endpoint import api_key
 from memoryos.llm.parsing import strip_think
@@ -111,19 +112,22 @@ def ask_blocking(
     on_response: Callable[[object], None] | None = None,
 ) -> T:
     """The task's result, sending with blocking calls each request the codec's exchange yields (its
-    re-ask and structured-output fallback). `on_response` sees every response the server gave, for a
-    caller that records each call (the answer bench logs tokens and finish reasons per call)."""
+    re-ask and structured-output fallback), each in its own span (`call_spans`). `on_response` sees every
+    response the server gave, for a caller that records each call (the answer bench logs tokens and finish
+    reasons per call)."""
     exchange = codec.exchange(task)
     try:
         request = next(exchange)
         while True:
-            try:
-                outcome: object = client.chat.completions.create(**request)
-            except CALL_ERRORS as err:
-                outcome = err
-            else:
-                if on_response is not None:
-                    on_response(outcome)
+            with completion_span(codec.endpoint, task.operation, request) as span:
+                try:
+                    outcome: object = client.chat.completions.create(**request)
+                except CALL_ERRORS as err:
+                    outcome = err
+                else:
+                    if on_response is not None:
+                        on_response(outcome)
+                record_completion(span, outcome)
             request = exchange.send(outcome)
     except StopIteration as done:
         return cast(T, done.value)
@@ -140,6 +144,8 @@ class CompletionCodec:
 
     def __init__(self, config: MemoryConfig, bounds: Mapping[Operation, CallBounds] | None = None) -> None:
         self.model = config.llm_model
+        self.endpoint = endpoint_of(config.llm_model, config.openai_base_url)
+        """The model and server each request's span names (`call_spans`)."""
         self.usage = UsageCounter()
         self._bounds = call_bounds(config) if bounds is None else bounds
         """Each task's bounds: the memory tasks' from the configuration unless a caller with tasks of its

@@ -7,6 +7,7 @@ from fastapi_offline import FastAPIOffline
 
 import memoryos
 from memoryos import MemoryConfig
+from memoryos.tracing import tracing_enabled
 from services.api.auth import KeyStore
 from services.api.body_limit import BodyLimitMiddleware
 from services.api.deps import ApiState
@@ -27,6 +28,7 @@ from services.api.routes import (
     retrieve,
 )
 from services.api.settings import ApiSettings
+from services.api.tracing import instrument_api
 from services.queue.settings import QueueSettings
 from services.spaces.embedded import EmbeddedSpaces
 from services.spaces.protocol import Spaces
@@ -79,4 +81,6 @@ def create_app(
         max_bundle_bytes=settings.max_bundle_bytes,
     )
     app.add_middleware(LatencyMiddleware, metrics=state.metrics)
+    if tracing_enabled():  # the process's configure_tracing turned it on (docs/service.md, "Tracing")
+        instrument_api(app)
     return app

@@ -24,6 +24,7 @@ from rq.job import Job
 from memoryos.errors import MemoryOSError
 from memoryos.space.pool import SpaceKey
 from services.jobs.tasks import ask_owner, check_ids, enqueue_space_job, job_client, will_retry
+from services.jobs.tracing import traced_job
 from services.queue.bundle_transfer import discard, held_bytes, upload
 from services.queue.keys import Keys, space_key
 from services.queue.settings import QueueSettings
@@ -45,6 +46,7 @@ class BundleRoomError(MemoryOSError):
         )
 
 
+@traced_job
 def export_space_job(space: str) -> dict[str, Any]:
     """Ask the owner of `tenant/user/assistant` to export it into Redis; returns where the bundle waits
     (`transfer_id`) and its size. Retried as `ask_owner` says; a retry after a timeout exports again, and
@@ -55,6 +57,7 @@ def export_space_job(space: str) -> dict[str, Any]:
     return sent.model_dump(mode="json")
 
 
+@traced_job
 def import_space_job(space: str, transfer_id: str) -> dict[str, Any]:
     """Ask the owner of `tenant/user/assistant` to import the bundle of `transfer_id` into the (empty)
     space; returns its `ImportReport`, named by the space, not the owner's paths. The bundle stays in

@@ -13,7 +13,9 @@ from rq.job import Job, get_current_job
 from memoryos.errors import InvalidInputError
 from memoryos.space.ops import ExpireDue
 from memoryos.space.pool import SpaceKey
+from memoryos.tracing import current_carrier
 from memoryos.validation import validate_id
+from services.jobs.tracing import TRACE_META, traced_job
 from services.queue.connection import connect, connect_like
 from services.queue.keys import Keys, space_key, space_name
 from services.queue.owner_calls import OwnerCallClient
@@ -51,11 +53,13 @@ def _queue() -> WriteQueue:
     return WriteQueue(job_client(settings), settings)
 
 
+@traced_job
 def sweep_space(space: str) -> str:
     """Ask the owner of `tenant/user/assistant` to erase what has expired by now; returns the entry id."""
     return _queue().enqueue(space_key(space), ExpireDue(at=time.time()))
 
 
+@traced_job
 def sweep_every_space() -> int:
     """The scheduled expiry sweep: one `ExpireDue` per space the queue knows; returns how many were asked.
     Spaces with nothing due apply it as a logged no-op; the engine's own timer also sweeps open spaces."""
@@ -67,6 +71,7 @@ def sweep_every_space() -> int:
     return len(spaces)
 
 
+@traced_job
 def rewrite_aof_after_forgets() -> bool:
     """Scheduled with the sweep: when forgets have applied since the last run, have Redis rewrite its AOF,
     so a forgotten user's text (their queued writes, an export that crossed Redis) leaves Redis's files
@@ -147,6 +152,7 @@ def will_retry() -> bool:
     return job is not None and bool(job.retries_left)
 
 
+@traced_job
 def reindex_space_job(space: str, model: str) -> dict[str, Any]:
     """Ask the owner of `tenant/user/assistant` to re-embed the space with `model`, the model its workers
     serve (`services/worker/reindex.py`), and wait for it; returns the owner's `ReindexReport`. The job
@@ -179,9 +185,17 @@ def enqueue_space_job(
 ) -> Job:
     """Queue `func(space, *args)`, a job acting on the space, with rq's retries, a timeout above the
     owner's, and its result kept `job_result_ttl_s`. Its meta names the space and `kind`, so the API
-    shows a job to its own tenant only."""
+    shows a job to its own tenant only, and carries the caller's trace context (`services/jobs/tracing.py`)."""
     check_ids(key)
     intervals = RETRY_INTERVALS_S[: max(1, retries)]
+    meta: dict[str, Any] = {
+        "kind": kind,
+        "tenant": key.tenant,
+        "user_id": key.user_id,
+        "assistant_id": key.assistant_id,
+    }
+    if (carrier := current_carrier()) is not None:  # the job's span joins the caller's trace
+        meta[TRACE_META] = carrier
     job = Queue(QUEUE_NAME, connection=client).enqueue(
         func,
         space_name(key),
@@ -190,7 +204,7 @@ def enqueue_space_job(
         retry=Retry(max=retries, interval=intervals) if retries else None,
         result_ttl=settings.job_result_ttl_s,
         description=f"{kind} {space_name(key)}",
-        meta={"kind": kind, "tenant": key.tenant, "user_id": key.user_id, "assistant_id": key.assistant_id},
+        meta=meta,
     )
     client.sadd(Keys(settings.redis_namespace).space_jobs(space_name(key)), job.id)
     return job

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context
+from opentelemetry import trace
 
 from memoryos.errors import SpaceNotFoundError
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey
+from memoryos.tracing import space_attributes
 from services.mcp.scope import Caller, Defaults, space_key
 from services.spaces.calls import OwnerCall
 from services.spaces.protocol import Spaces, WritePlan
@@ -35,7 +37,13 @@ class MemoryAccess:
     """How long a retrieve waits for vectors (None: until embedded); over HTTP, the API's setting."""
 
     def key(self, ctx: Context, user_id: str | None, assistant_id: str | None) -> SpaceKey:
-        return space_key(self.caller_of(ctx), self.defaults, user_id, assistant_id)
+        """The space the call reaches; its ids go on the call's span (the MCP SDK's `tools/call <tool>`
+        server span), pseudonymised unless allowed."""
+        key = space_key(self.caller_of(ctx), self.defaults, user_id, assistant_id)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(space_attributes(key.tenant, key.user_id, key.assistant_id))
+        return key
 
     async def read(self, key: SpaceKey, call: OwnerCall[T], /, **args: Any) -> T | None:
         """`call` on an existing space; None when there is none (nothing is created)."""

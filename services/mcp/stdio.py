@@ -18,6 +18,7 @@ import sys
 
 from memoryos import MemoryConfig
 from memoryos.cli.session import config_of
+from memoryos.tracing import configure_tracing
 from memoryos.validation import validate_id
 from services.api.settings import ApiSettings
 from services.mcp.access import MemoryAccess
@@ -25,6 +26,10 @@ from services.mcp.scope import DEFAULT_ASSISTANT_ID, Caller, Defaults
 from services.mcp.server import build_server
 from services.spaces.embedded import EmbeddedSpaces
 from services.spaces.protocol import Spaces
+
+MCP_SERVICE_NAME = "memoryos-mcp"
+"""`memoryos mcp`'s `service.name` in traces, unless `OTEL_SERVICE_NAME` names another. Its tool calls
+are the MCP SDK's own spans (`tools/call <tool>`, parented on a `traceparent` in the request's `_meta`)."""
 
 
 def configure_stderr_logging(verbose: bool) -> None:
@@ -49,6 +54,7 @@ def run_stdio(args: argparse.Namespace) -> None:
     """Serve until the client closes stdin. `args`: the CLI's `--data-dir`, `--verbose`, `--user` (optional:
     without it every call names its user), `--assistant`, and `--api-url` / `--api-key`."""
     configure_stderr_logging(bool(getattr(args, "verbose", False)))
+    configure_tracing(MCP_SERVICE_NAME)  # off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; never on stdout
     user = validate_id("user", args.user) if args.user is not None else None  # a typo fails before serving
     assistant = validate_id("assistant", args.assistant or DEFAULT_ASSISTANT_ID)
     config = config_of(args)
