@@ -24,7 +24,7 @@ from tests.support.mcp_session import http_session
 from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
 from tests.support.openai_server import openai_server as openai_server  # the fixture
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_port, running_redis
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ SECRET = "lemon orchard behind the mill"
 USER = "alice@example.com"
 """A user id that is an e-mail address: spans carry its pseudonym, never itself."""
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-SERVER_SPAN, CLIENT_SPAN = 2, 3
+SERVER_SPAN, CLIENT_SPAN, CONSUMER_SPAN = 2, 3, 5
 
 
 def pseudonym(value: str) -> str:
@@ -223,3 +223,57 @@ def test_an_llm_call_is_a_chat_span_with_token_counts_and_text_only_when_allowed
     else:
         assert "gen_ai.input.messages" not in chat.attributes
         assert_no_memory_text(spans)
+
+
+JOB_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import redis
+    from rq import SimpleWorker
+    from memoryos.space.pool import SpaceKey
+    from memoryos.tracing import configure_tracing, tracer
+    from services.jobs.tasks import QUEUE_NAME, enqueue_space_job, sweep_space
+    from services.queue.settings import QueueSettings
+
+    assert configure_tracing("memoryos-api")  # the queuing side: an API request
+    settings = QueueSettings()
+    client = redis.Redis.from_url(settings.redis_url)
+    with tracer().start_as_current_span("request"):
+        key = SpaceKey("default", "alice@example.com", "bot")
+        enqueue_space_job(client, settings, key, "sweep", sweep_space, timeout_s=5, retries=0)
+    SimpleWorker([QUEUE_NAME], connection=client).work(burst=True)
+    """
+)
+
+
+def test_an_rq_job_runs_in_a_consumer_span_in_the_trace_that_queued_it(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    with running_redis(tmp_path / "redis") as redis_server:
+        env = tracing_env(
+            receiver,
+            OTEL_SERVICE_NAME="rq-test",
+            MEMORYOS_REDIS_URL=redis_server.url,
+            MEMORYOS_REDIS_NAMESPACE="traced",
+        )
+        script = tmp_path / "job.py"
+        script.write_text(JOB_SCRIPT)
+        root = Path(__file__).resolve().parents[2]
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120, cwd=root
+        )
+    assert done.returncode == 0, done.stderr
+
+    def mine(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+        return [span for span in spans if span.service_name == "rq-test"]
+
+    spans = mine(receiver.wait_for(lambda spans: any(s.name == "process sweep_space" for s in mine(spans))))
+    (request,) = [s for s in spans if s.name == "request"]
+    (job,) = [s for s in spans if s.name == "process sweep_space"]
+    assert job.kind == CONSUMER_SPAN
+    assert (job.trace_id, job.parent_span_id) == (request.trace_id, request.span_id)
+    assert job.attributes["messaging.system"] == "rq"
+    assert job.attributes["messaging.destination.name"] == "memoryos-maintenance"
+    assert job.attributes["memoryos.job.kind"] == "sweep"
+    assert job.attributes["memoryos.user.id"] == pseudonym(USER)
+    assert_no_memory_text(spans)
