@@ -7,7 +7,9 @@ import pytest
 
 from memoryos.embedding.device import (
     MAX_AUTO_TORCH_THREADS,
+    ForwardPlan,
     choose_torch_threads,
+    forward_plan,
     run_size,
     select_device,
     use_fp16,
@@ -95,3 +97,19 @@ def test_onnx_requested_where_it_cannot_run_names_the_setting(device, importable
 def test_only_the_cpu_cuts_a_batch_into_short_runs(device, expected):
     assert run_size(device, batch_size=64, cpu_run_size=8) == expected
     assert run_size("cpu", batch_size=4, cpu_run_size=8) == 4  # never more than the batch
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda_available", "expected"),
+    [
+        ("cuda", True, ForwardPlan(on_cuda=True, pin_memory=True, non_blocking=True, run_size=None)),
+        ("cuda:1", True, ForwardPlan(on_cuda=True, pin_memory=True, non_blocking=True, run_size=None)),
+        # a CUDA device torch no longer sees (a driver gone after load): pinning would raise
+        ("cuda:0", False, ForwardPlan(on_cuda=False, pin_memory=False, non_blocking=False, run_size=8)),
+        ("cpu", True, ForwardPlan(on_cuda=False, pin_memory=False, non_blocking=False, run_size=8)),
+        ("cpu", False, ForwardPlan(on_cuda=False, pin_memory=False, non_blocking=False, run_size=8)),
+        ("mps", False, ForwardPlan(on_cuda=False, pin_memory=False, non_blocking=False, run_size=8)),
+    ],
+)
+def test_the_engines_one_cuda_branch_is_chosen_by_device_and_detection(device, cuda_available, expected):
+    assert forward_plan(device, cuda_available, cpu_run_size=8) == expected
