@@ -262,6 +262,7 @@ class Worker:
         owner_calls.start()
         log.info("worker started", extra={"worker": self.worker_id})
         outage, database_outage = Outage("worker"), Outage("worker", "the database")
+        full = Outage("worker", "Redis at maxmemory")
         checked = False  # the tombstones, before any shard is taken; again after Redis was away
         pruned_at = time.monotonic()
         try:
@@ -281,8 +282,14 @@ class Worker:
                 except DatabaseUnavailableError as error:
                     stop.wait(database_outage.failed(error))
                     continue
+                except redis.exceptions.OutOfMemoryError as error:
+                    # Every Redis write on the draining path is one Redis takes at maxmemory
+                    # (docs/reliability.md, "Redis full"); one it refuses is waited out, never an exit.
+                    stop.wait(full.failed(error))
+                    continue
                 outage.over()
                 database_outage.over()
+                full.over()
                 self._trim_heap()  # evicted spaces' holes back to the system, between rounds
         finally:
             # Drain: no more reads or writes, every space closed (its background work done, its numbers

@@ -548,3 +548,28 @@ def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
     stopping.join(30)
     assert len(owners_seen) >= 20 and set(owners_seen) == {b"w-drain"}
     assert client.get(lease) is None  # and given back once closed
+
+
+def test_a_redis_write_refused_at_maxmemory_pauses_the_worker_never_ends_it(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis call the worker makes that Redis refuses at maxmemory (a path not made safe for a full
+    Redis) is waited out like an outage: the worker goes on and applies what was queued."""
+    client = redis.Redis.from_url(settings.redis_url)
+    stepping = Worker.step
+    refused: list[int] = []
+
+    def refused_twice(self: Worker) -> int:
+        if len(refused) < 2:
+            refused.append(1)
+            raise redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'")
+        return stepping(self)
+
+    monkeypatch.setattr(Worker, "step", refused_twice)
+    worker = Running(settings, config, "w-full")
+    try:
+        write(WriteQueue(client, settings), MAYA, "Written while a call was refused.")
+        assert OwnerCallClient(client, settings).ask(MAYA, LIST_PAGES, {}).total == 1
+        assert worker.thread.is_alive() and len(refused) == 2
+    finally:
+        worker.stop()
