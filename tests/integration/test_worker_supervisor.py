@@ -13,9 +13,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 60.0
 """Bound on any one wait here: a supervisor that never gives up fails the test instead of hanging it."""
+Answer = TypeVar("Answer")
 FAST = Supervision(max_failures=3, failure_window_s=60.0, restart_first_s=0.05, check_every_s=0.05)
 
 
@@ -38,6 +40,19 @@ def wait_for(condition: object, timeout_s: float = TIMEOUT_S) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def answer_when(ask: Callable[[], Answer], condition: Callable[[Answer], bool]) -> Answer:
+    """The first answer of `ask()` that meets `condition`, waited for: the one that saw the state, not a
+    later one (a child down is restarted within a second)."""
+    answers: list[Answer] = []
+
+    def met() -> bool:
+        answers.append(ask())
+        return condition(answers[-1])
+
+    wait_for(met)
+    return answers[-1]
 
 
 def starts(directory: Path) -> list[int]:
@@ -171,14 +186,10 @@ def test_a_long_run_resets_the_restart_delay_not_the_count(tmp_path: Path) -> No
     supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
     with running(supervisor):
         wait_for(lambda: len(starts(crashing)) == 2)
-        seen: list[Verdict] = []
-        wait_for(
-            lambda: (
-                seen.append(supervisor.readiness())
-                or ("; 1 restart, " in seen[-1].lines[0] and not seen[-1].ok)
-            )
+        verdict = answer_when(
+            supervisor.readiness, lambda answer: "; 1 restart, " in answer.lines[0] and not answer.ok
         )
-        line = seen[-1].lines[0]
+        line = verdict.lines[0]
         found = re.fullmatch(
             r"crashing: not running, restarted in (\d+\.\d) s; 1 restart, last exit 1 after \d+ s, \d+ s ago",
             line,
@@ -218,9 +229,8 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
         assert get(health_port, "/metrics")[0] == 404  # served only where metrics are given
 
         os.kill(worker_pid, signal.SIGKILL)
-        down: list[tuple[int, str]] = []
-        wait_for(lambda: down.append(health(health_port)) or down[-1][0] == 503)
-        worker_down = down[-1][1].splitlines()[1]  # dead: its port silent, then the slot empty
+        down = answer_when(lambda: health(health_port), lambda answer: answer[0] == 503)
+        worker_down = down[1].splitlines()[1]  # dead: its port silent, then the slot empty
         assert worker_down.startswith(
             (
                 f"worker-0: running (pid {worker_pid}), /metrics on port {worker_port} does not answer; ",
@@ -237,11 +247,9 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
         ), worker_line
 
         os.kill(engine_pid, signal.SIGKILL)
-        answers: list[tuple[int, str]] = []
-        wait_for(
-            lambda: answers.append(health(health_port)) or answers[-1][1].startswith("engine: not running")
+        status, body = answer_when(
+            lambda: health(health_port), lambda answer: answer[1].startswith("engine: not running")
         )
-        status, body = answers[-1]  # the answer that saw it down, not a later one
         assert status == 503
         engine_line = body.splitlines()[0]
         assert re.fullmatch(
