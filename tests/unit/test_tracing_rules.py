@@ -3,7 +3,7 @@ installed), the trace context's field round trip, pseudonymised ids and redacted
 
 This process never installs a global provider; spans here come from a local SDK provider's tracer, so
 the global state every other test sees stays tracing-off. Received-over-OTLP proof is in
-tests/integration/test_tracing.py.
+tests/integration/test_tracing_export.py.
 """
 
 import threading

@@ -4,7 +4,7 @@ exporter to `tests/support/otlp_receiver.py`, which decodes the protobuf with th
 Tracing is process-wide in OpenTelemetry (one provider, set once), so every process that traces here is
 a child process configured by the standard variables, as a deployment is: `memoryos serve` itself (its
 entry point turns tracing on), and a short script for the LLM calls. The tests process never installs a
-provider (tests/unit/test_tracing.py checks what tracing off leaves behind).
+provider (tests/unit/test_tracing_rules.py checks what tracing off leaves behind).
 """
 
 import hashlib
@@ -91,7 +91,8 @@ def served_api(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory)
         "--port",
         str(port),
     ]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = data_dir / "serve.log"  # a file, not a pipe nobody drains while the tests run
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -101,7 +102,7 @@ def served_api(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory)
                     break
             except httpx.HTTPError:
                 pass
-            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            assert server.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "memoryos serve did not become ready"
             time.sleep(0.1)
         yield url
