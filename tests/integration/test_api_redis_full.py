@@ -33,6 +33,21 @@ def turn(number: int) -> dict[str, str]:
     }
 
 
+def written_until_refused(
+    http: httpx.Client, space: str, at_most: int
+) -> tuple[list[str], httpx.Response | None]:
+    """Writes to `space` until one is answered 503 (at most `at_most`): the write ids acknowledged
+    before it, and that answer (None when none was refused)."""
+    acknowledged: list[str] = []
+    for number in range(at_most):
+        answer = http.post(f"{space}/memories", json=turn(number))
+        if answer.status_code == 503:
+            return acknowledged, answer
+        assert answer.status_code in (201, 202), answer.text
+        acknowledged.append(turn(number)["write_id"])
+    return acknowledged, None
+
+
 def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp_path: Path) -> None:
     with running_redis(tmp_path / "redis") as server:
         admin = redis.Redis.from_url(server.url)
@@ -52,15 +67,7 @@ def test_a_full_redis_refuses_writes_with_503_and_loses_nothing_acknowledged(tmp
             space = api.space_url("maya", "bot")
             admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + ROOM_BYTES)
 
-            acknowledged: list[str] = []
-            refused = None
-            for number in range(1000):
-                answer = http.post(f"{space}/memories", json=turn(number))
-                if answer.status_code == 503:
-                    refused = answer
-                    break
-                assert answer.status_code in (201, 202), answer.text
-                acknowledged.append(turn(number)["write_id"])
+            acknowledged, refused = written_until_refused(http, space, 1000)
             assert refused is not None, "Redis never filled up"
             assert acknowledged, "Redis was full before the first write"
             assert refused.json()["error"] == "queue_full", refused.text
@@ -107,15 +114,7 @@ def test_writes_stop_at_an_absolute_soft_limit_where_redis_shows_no_maxmemory(tm
             httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=30) as http,
         ):
             space = api.space_url("maya", "bot")
-            acknowledged: list[str] = []
-            refused = None
-            for number in range(2000):
-                answer = http.post(f"{space}/memories", json=turn(number))
-                if answer.status_code == 503:
-                    refused = answer
-                    break
-                assert answer.status_code in (201, 202), answer.text
-                acknowledged.append(turn(number)["write_id"])
+            acknowledged, refused = written_until_refused(http, space, 2000)
             assert refused is not None, "the soft limit never refused a write"
             assert refused.json()["error"] == "queue_full", refused.text
             assert int(refused.headers["retry-after"]) >= 1

@@ -130,28 +130,26 @@ def _pages(
 
 def version_1_space(connection: psycopg.Connection, user_id: str, pages: list[tuple[str, str]]) -> int:
     """A space written as version 1 wrote it: term rows without the page's length."""
-    terms = page_terms(pages)
-    space_id = _space_row(connection, user_id, terms)
-    _pages(connection, space_id, pages, terms)
-    for page_id, page in enumerate(terms, start=1):
-        for term, (user_tf, agent_tf) in page.terms.items():
-            connection.execute(
-                "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf) VALUES (%s, %s, %s, %s, %s)",
-                (space_id, term, page_id, user_tf, agent_tf),
-            )
-    return space_id
+    return _space(connection, user_id, pages, with_length=False)
 
 
 def current_space(connection: psycopg.Connection, user_id: str, pages: list[tuple[str, str]]) -> int:
     """The same pages written as the current version writes them."""
+    return _space(connection, user_id, pages, with_length=True)
+
+
+def _space(
+    connection: psycopg.Connection, user_id: str, pages: list[tuple[str, str]], with_length: bool
+) -> int:
     terms = page_terms(pages)
     space_id = _space_row(connection, user_id, terms)
     _pages(connection, space_id, pages, terms)
+    columns = "space_id, term, page_id, user_tf, agent_tf" + (", length" if with_length else "")
     for page_id, page in enumerate(terms, start=1):
+        length = (page.user_len + page.agent_len,) if with_length else ()
         for term, (user_tf, agent_tf) in page.terms.items():
+            row = (space_id, term, page_id, user_tf, agent_tf, *length)
             connection.execute(
-                "INSERT INTO page_terms (space_id, term, page_id, user_tf, agent_tf, length) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                (space_id, term, page_id, user_tf, agent_tf, page.user_len + page.agent_len),
+                f"INSERT INTO page_terms ({columns}) VALUES ({', '.join(['%s'] * len(row))})".encode(), row
             )
     return space_id

@@ -112,6 +112,21 @@ def health(port: int) -> tuple[int, str]:
     return status, body
 
 
+def gave_up(supervisor: Supervisor) -> ChildKeepsFailingError:
+    """The error the supervisor gave up with, on its own: a timer stops it (and fails the test) after
+    `TIMEOUT_S` otherwise."""
+    stop = threading.Event()
+    never_needed = threading.Timer(TIMEOUT_S, stop.set)
+    never_needed.start()
+    try:
+        with pytest.raises(ChildKeepsFailingError) as raised:
+            supervisor.run(stop)
+    finally:
+        never_needed.cancel()
+    assert not stop.is_set(), "the supervisor gave up only when the test stopped it"
+    return raised.value
+
+
 def test_a_child_failing_n_times_in_the_window_stops_every_child_and_fails(tmp_path: Path) -> None:
     steady_port = free_port()
     steady, failing = slot(tmp_path, "steady"), slot(tmp_path, "failing")
@@ -122,17 +137,9 @@ def test_a_child_failing_n_times_in_the_window_stops_every_child_and_fails(tmp_p
         ],
         supervision=FAST,
     )
-    stop = threading.Event()
-    never_needed = threading.Timer(TIMEOUT_S, stop.set)
-    never_needed.start()
-    try:
-        with pytest.raises(ChildKeepsFailingError) as raised:
-            supervisor.run(stop)
-    finally:
-        never_needed.cancel()
-    assert not stop.is_set(), "the supervisor gave up only when the test stopped it"
     assert (
-        str(raised.value) == "failing exited 3 times within 60 s (exit codes 1, 1, 1); every process stopped"
+        str(gave_up(supervisor))
+        == "failing exited 3 times within 60 s (exit codes 1, 1, 1); every process stopped"
     )
     assert len(starts(failing)) == 3
     (steady_pid,) = starts(steady)
@@ -161,17 +168,9 @@ def test_exits_after_long_runs_still_count_and_fail_the_supervisor(tmp_path: Pat
         max_failures=3, failure_window_s=60.0, restart_first_s=0.05, stable_after_s=0.2, check_every_s=0.05
     )
     supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
-    stop = threading.Event()
-    never_needed = threading.Timer(TIMEOUT_S, stop.set)
-    never_needed.start()
-    try:
-        with pytest.raises(ChildKeepsFailingError) as raised:
-            supervisor.run(stop)
-    finally:
-        never_needed.cancel()
-    assert not stop.is_set(), "the supervisor gave up only when the test stopped it"
     assert (
-        str(raised.value) == "crashing exited 3 times within 60 s (exit codes 1, 1, 1); every process stopped"
+        str(gave_up(supervisor))
+        == "crashing exited 3 times within 60 s (exit codes 1, 1, 1); every process stopped"
     )
     assert len(starts(crashing)) == 3
 
