@@ -55,11 +55,7 @@ class WorkerCollector(Collector):
         )
         embedder = worker.spaces.embedder()
         if isinstance(embedder, EngineEmbedder):
-            yield GaugeMetricFamily(
-                "memoryos_embedding_engine_up",
-                "1 while the host's embedding engine answers; 0 while it is unreachable (its pages wait).",
-                value=float(embedder.reachable()),
-            )
+            yield from _engine_families(embedder)
         stats = self.scheduler.batcher_stats()
         yield CounterMetricFamily(
             "memoryos_embed_tokens",
@@ -84,3 +80,38 @@ class WorkerCollector(Collector):
             "Writes moved to the dead-letter list by this worker.",
             value=worker.consumer.dead_letters,
         )
+
+
+def _engine_families(embedder: EngineEmbedder) -> Iterator[Metric]:
+    """The host's embedding engine as its health answer says (`EngineEmbedder.health`): whether it
+    answers, whether it embeds (a model failing every batch answers and embeds nothing), its batches and
+    its last success. Asked at scrape time, at most a second."""
+    said, health = embedder.health()
+    yield GaugeMetricFamily(
+        "memoryos_embedding_engine_up",
+        "1 while the host's embedding engine answers; 0 while it is unreachable (its pages wait).",
+        value=float(health is not None),
+    )
+    yield GaugeMetricFamily(
+        "memoryos_embedding_engine_stalled",
+        "1 while the engine answers and embeds nothing (texts waiting, or every batch failing, for "
+        "embedding_engine_stall_s), or accepts and answers nothing; the supervisor restarts it.",
+        value=float(said in ("stalled", "unresponsive")),
+    )
+    if health is not None:
+        yield CounterMetricFamily(
+            "memoryos_embedding_engine_batches",
+            "Model batches the engine completed.",
+            value=health.batches_total,
+        )
+        yield CounterMetricFamily(
+            "memoryos_embedding_engine_failures",
+            "Model calls that raised (a batch, or a request of a failed batch retried alone).",
+            value=health.failures_total,
+        )
+        if health.last_success_unix is not None:
+            yield GaugeMetricFamily(
+                "memoryos_embedding_engine_last_success_timestamp_seconds",
+                "When the engine's last batch succeeded (Unix time).",
+                value=health.last_success_unix,
+            )

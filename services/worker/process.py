@@ -23,11 +23,13 @@ from memoryos import MemoryConfig
 from memoryos.cli.embedding_engine import serve_engine
 from memoryos.cli.session import config_of
 from memoryos.embedding.engine.client import EngineEmbedder
+from memoryos.embedding.engine.health import EngineWatch
 from memoryos.errors import InvalidInputError
 from memoryos.portability.database_move import unmoved_spaces
 from memoryos.scheduler import shared_scheduler
 from memoryos.storage.network_fs import filesystem_type, is_network_fs
 from memoryos.storage.records.factory import database_url, record_store_exists, uses_database
+from memoryos.tracing import configure_tracing, flush_spans
 from services.allocator import fix_mmap_threshold
 from services.queue.settings import QueueSettings, redacted_url
 from services.worker.health import serving, serving_health
@@ -39,6 +41,10 @@ from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervi
 ENGINE_START_TIMEOUT_S = 600.0
 """How long a worker child waits for the embedding engine's first answer before it takes shards: a large
 model's first load from a cold disk."""
+WORKER_SERVICE_NAME = "memoryos-worker"
+"""A worker process's `service.name` in traces (the supervisor and each applying child), unless
+`OTEL_SERVICE_NAME` names another."""
+ENGINE_SERVICE_NAME = "memoryos-embedding-engine"
 PartsFactory = Callable[[], dict[str, Any]]
 """Builds the parts injected into every space of a worker (an embedder, an LLM): a benchmark's instant
 embedder. A module-level callable, so that a spawned child can import it."""
@@ -70,7 +76,10 @@ def runs_embedding_engine(settings: QueueSettings, config: MemoryConfig) -> bool
 
 def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = None) -> None:
     """`memoryos worker`: run until SIGTERM/SIGINT, then drain (`Worker.run`); one process, or
-    `worker_processes` children under a supervisor, with an embedding engine child where it is on."""
+    `worker_processes` children under a supervisor, with an embedding engine child where it is on.
+    Tracing is turned on first where the `OTEL_*` variables ask (a bad one is refused in one line before
+    anything starts), and again in each child, which is a process of its own."""
+    configure_tracing(WORKER_SERVICE_NAME)
     try:
         refusal = unsafe_store(config_of(args))
     except InvalidInputError as error:  # a database URL libpq cannot read: one line, never the URL
@@ -112,7 +121,8 @@ def run_worker_process(args: argparse.Namespace, parts: PartsFactory | None = No
             max_failures=settings.worker_max_child_failures,
             failure_window_s=settings.worker_child_failure_window_s,
         )
-        supervisor = Supervisor(workers, engine if socket_path else None, supervision)
+        watch = EngineWatch(socket_path, config_of(args).embedding_engine_stall_s) if socket_path else None
+        supervisor = Supervisor(workers, engine if socket_path else None, supervision, watch)
         stop = _stop_on_signals()
         with serving_health(
             settings.worker_health_port, supervisor.liveness, supervisor.readiness, supervisor.metrics
@@ -205,6 +215,7 @@ def _metrics_port(settings: QueueSettings, index: int) -> int:
 
 def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFactory | None) -> None:
     """The host's embedding engine: the configured model, or the embedder of `parts` (a benchmark's)."""
+    configure_tracing(ENGINE_SERVICE_NAME)
     stop = _stop_on_signals()
     embedder = (parts() if parts else {}).get("embedder")
     serve_engine(config_of(args), socket_path, stop, embedder)
@@ -224,6 +235,7 @@ def _child(
     engine (the injected embedder is the engine's) and waits for the engine's first start before it
     takes shards."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    configure_tracing(WORKER_SERVICE_NAME)  # spawned: nothing of the parent's provider came along
     settings = _settings(args)
     torch_threads = max(1, (os.cpu_count() or 1) // settings.worker_processes)
     child_args = argparse.Namespace(**vars(args))
@@ -284,7 +296,10 @@ def _serve(
     )
     # one process: alive and ready while it answers, which it does once it serves
     answering = serving("worker")
-    with serving_health(
-        settings.worker_health_port, answering, answering, partial(generate_latest, registry)
-    ):
-        worker.run(stop)
+    try:
+        with serving_health(
+            settings.worker_health_port, answering, answering, partial(generate_latest, registry)
+        ):
+            worker.run(stop)
+    finally:
+        flush_spans()  # the drain's last spans, before the process goes

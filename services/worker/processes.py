@@ -21,6 +21,13 @@ so one killed for memory every 61 s was restarted forever and the pod never fail
 resets the restart delay. On SIGTERM or SIGINT it passes SIGTERM on and waits for every child to drain
 (each finishes its batch in flight, releases its leases and closes its spaces).
 
+The engine can also stop embedding without exiting: a model that raises on every batch (a sticky CUDA
+error), or a stopped or wedged process that accepts connections and answers none. With an `EngineWatch`
+the loop probes the engine every `engine_check_every_s` (`memoryos/embedding/engine/health.py`) and kills
+one that has been stalled or unresponsive for `embedding_engine_stall_s`; the exit path restarts it and
+counts the exit like any other, so an engine that keeps stalling fails the pod. A page batch's deadline
+outlasts that restart, so what was in flight is embedded by the next engine.
+
 What the health port answers (`health.py`): `Supervisor.liveness` whether this loop still runs (a hung
 supervisor restarts nothing, and only the kubelet can restart it), `Supervisor.readiness` each child's
 state (running or not, restarts, last exit) and whether all serve, `Supervisor.metrics` the children's
@@ -40,6 +47,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from memoryos import backoff
+from memoryos.embedding.engine.health import EngineWatch
 from services.worker.child_metrics import merged_exposition
 from services.worker.health import Verdict, metrics_answer, metrics_text
 
@@ -56,6 +64,9 @@ counts towards `max_failures`)."""
 LOOP_SILENT_AFTER_S = 30.0
 """The supervisor's loop runs every `CHECK_EVERY_S`, and a child's start (spawned) takes well under a
 second: silent this long, the loop is hung, and `liveness` says so."""
+ENGINE_CHECK_EVERY_S = 5.0
+"""How often the loop asks the engine whether it embeds: a probe waits up to a second for its answer, so
+not every round of the loop, and a stall is only acted on after `embedding_engine_stall_s` anyway."""
 Answer = TypeVar("Answer")
 
 
@@ -86,6 +97,7 @@ class Supervision:
     stable_after_s: float = STABLE_AFTER_S
     check_every_s: float = CHECK_EVERY_S
     loop_silent_after_s: float = LOOP_SILENT_AFTER_S
+    engine_check_every_s: float = ENGINE_CHECK_EVERY_S
 
 
 @dataclass(frozen=True)
@@ -137,9 +149,12 @@ class Supervisor:
         workers: Sequence[ChildSpec],
         engine: ChildSpec | None = None,
         supervision: Supervision | None = None,
+        engine_watch: EngineWatch | None = None,
     ) -> None:
         self._supervision = supervision or Supervision()
         self._engine = [_Child(engine)] if engine else []  # none or one slot
+        self._engine_watch = engine_watch if engine else None
+        self._engine_checked_at = 0.0
         self._workers = [_Child(spec) for spec in workers]
         self._children = self._engine + self._workers
         self._context = multiprocessing.get_context("spawn")
@@ -163,6 +178,7 @@ class Supervisor:
                         self._exited(child, process, now)
                     if child.process is None and now >= child.restart_at:
                         self._start(child)
+                self._watch_engine(now)
         finally:
             self._draining = True  # the children's drain may take the grace period: alive meanwhile
             _terminate([child.process for child in self._workers if child.process is not None])
@@ -186,10 +202,13 @@ class Supervisor:
         answered = {id(child): answer for _, child, answer in _probe(self._children, metrics_answer)}
         now = time.monotonic()
         lines, ready = [], True
+        engine_said = self._engine_watch.last[0] if self._engine_watch is not None else None
         for child in self._children:
             problem = None
             if answered.get(id(child)) is False:
                 problem = f"/metrics on port {child.spec.metrics_port} does not answer"
+            if child in self._engine and engine_said in ("stalled", "unresponsive"):
+                problem = f"embedding {engine_said}"
             ready = ready and child.process is not None and problem is None
             lines.append(child.state(now, problem))
         return Verdict(ready, lines)
@@ -201,6 +220,24 @@ class Supervisor:
         return merged_exposition(
             {index: text for index, _, text in _probe(self._workers, metrics_text) if text is not None}
         )
+
+    def _watch_engine(self, now: float) -> None:
+        """Every `engine_check_every_s`, ask the running engine whether it embeds; kill one that has
+        stopped (stalled or unresponsive for the watch's `stall_after_s`): SIGKILL also ends a stopped
+        process, and the exit path restarts it next round."""
+        watch = self._engine_watch
+        if watch is None or now - self._engine_checked_at < self._supervision.engine_check_every_s:
+            return
+        self._engine_checked_at = now
+        (engine,) = self._engine
+        process = engine.process
+        if process is None or not process.is_alive():
+            return
+        reason = watch.restart_reason()
+        if reason is not None:
+            log.warning("%s: %s; restarting it", engine.spec.name, reason)
+            process.kill()
+            watch.reset()
 
     def _start(self, child: _Child) -> None:
         process = self._context.Process(target=child.spec.target, args=child.spec.args, name=child.spec.name)

@@ -83,15 +83,11 @@ def write(queue: WriteQueue, first: int, count: int) -> None:
         queue.enqueue(SPACES[i % len(SPACES)], op)
 
 
-def engine_up(port: int) -> float:
-    """A worker's `memoryos_embedding_engine_up`, scraped."""
+def engine_metric(port: int, name: str = "memoryos_embedding_engine_up") -> float:
+    """One of a worker's `memoryos_embedding_engine_*` samples, scraped."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         scraped = response.read().decode()
-    return float(
-        next(
-            line for line in scraped.splitlines() if line.startswith("memoryos_embedding_engine_up ")
-        ).split()[1]
-    )
+    return float(next(line for line in scraped.splitlines() if line.startswith(f"{name} ")).split()[1])
 
 
 def stores(data_dir: Path) -> list[Path]:
@@ -147,15 +143,18 @@ def test_two_workers_share_one_engine_and_an_engine_killed_mid_batch_loses_nothi
         write(queue, 200, 100)
         wait_for(lambda: Path(f"{hold}.inside").exists() and queue.depth() == 0)
         assert pending_pages(data_dir) > 0  # acknowledged and stored, their batch inside the engine's model
-        assert engine_up(metrics_port) == 1
+        assert engine_metric(metrics_port) == 1
         os.kill(lines.engine_pids()[0], signal.SIGKILL)  # mid-batch
         hold.unlink()
-        wait_for(lambda: engine_up(metrics_port) == 0)  # the worker's metrics say it is unreachable
+        wait_for(lambda: engine_metric(metrics_port) == 0)  # the worker's metrics say it is unreachable
         write(queue, 300, 100)  # acknowledged while the engine is dead
         wait_for(lambda: queue.depth() == 0)  # applied (stored) without it
         wait_for(lambda: len(lines.engine_pids()) == 2)  # the supervisor started it again
         wait_for(lambda: pending_pages(data_dir) == 0)  # and every page got its vector
-        assert engine_up(metrics_port + 1) == 1
+        assert engine_metric(metrics_port + 1) == 1
+        assert engine_metric(metrics_port + 1, "memoryos_embedding_engine_stalled") == 0
+        assert engine_metric(metrics_port + 1, "memoryos_embedding_engine_batches_total") > 0  # the new one's
+        assert engine_metric(metrics_port + 1, "memoryos_embedding_engine_last_success_timestamp_seconds") > 0
 
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=TIMEOUT_S) == 0

@@ -22,10 +22,19 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from memoryos.embedding.engine.client import EngineEmbedder
+from memoryos.embedding.engine.health import EngineWatch
 from services.worker.health import Verdict, metrics_answer, serving, serving_health
 from services.worker.processes import ChildKeepsFailingError, ChildSpec, Supervision, Supervisor
+from tests.support.fakes import FAKE_DIM
 from tests.support.redis_server import free_port
-from tests.support.supervised_children import HeldStartsDir, exit_after, fail_first, serve_metrics
+from tests.support.supervised_children import (
+    HeldStartsDir,
+    engine_wedged_first,
+    exit_after,
+    fail_first,
+    serve_metrics,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -359,3 +368,37 @@ def test_one_process_answers_every_probe_while_it_answers() -> None:
         for path in ("/livez", "/readyz", "/healthz"):
             assert get(port, path)[::2] == (200, "worker: serving\n"), path
         assert get(port, "/metrics")[::2] == (404, "not found: GET /livez, /readyz, /healthz\n")
+
+
+def test_an_engine_that_stops_answering_is_killed_and_started_again(tmp_path: Path) -> None:
+    """An engine that listens and answers nothing (a stopped or wedged process: it never exits) is found
+    by the watch, said in readiness, killed and started again by the supervisor; the new one embeds."""
+    engine_starts = tmp_path / "engine"
+    engine_starts.mkdir()
+    socket_path = tmp_path / "engine.sock"
+    supervision = Supervision(
+        max_failures=3,
+        failure_window_s=60.0,
+        restart_first_s=0.05,
+        check_every_s=0.05,
+        engine_check_every_s=0.2,
+    )
+    supervisor = Supervisor(
+        [],
+        ChildSpec("memoryos-embedding-engine", engine_wedged_first, (engine_starts, socket_path)),
+        supervision,
+        EngineWatch(socket_path, stall_after_s=1.0, probe_timeout_s=0.2),
+    )
+    stop = threading.Event()
+    running = threading.Thread(target=supervisor.run, args=(stop,))
+    running.start()
+    try:
+        wait_for(lambda: "embedding unresponsive" in "\n".join(supervisor.readiness().lines))
+        wait_for(lambda: len(starts(engine_starts)) == 2)
+        first, _ = starts(engine_starts)
+        assert not alive(first)
+        assert EngineEmbedder(socket_path, timeout_s=TIMEOUT_S).encode(["hello"]).shape == (1, FAKE_DIM)
+        wait_for(lambda: supervisor.readiness().ok)
+    finally:
+        stop.set()
+        running.join(TIMEOUT_S)

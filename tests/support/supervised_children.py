@@ -62,3 +62,22 @@ class HeldStartsDir:
     def __reduce__(self) -> tuple[type[Path], tuple[str]]:
         self.released.wait()
         return Path, (str(self.path),)
+
+
+def engine_wedged_first(starts_dir: Path, socket_path: Path) -> None:
+    """The host's embedding engine, wedged on its first start: it listens on `socket_path` and never
+    answers (connections wait in the kernel's backlog, as with a stopped or stuck process); started
+    again, a real engine over the hashed fake embedder."""
+    import socket
+
+    from memoryos.embedding.engine.server import EmbeddingEngine
+    from tests.support.fakes import HashEmbedder
+
+    if _record_start(starts_dir) == 1:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(socket_path))
+        listener.listen(16)
+        threading.Event().wait()
+    socket_path.unlink(missing_ok=True)
+    EmbeddingEngine(HashEmbedder(), socket_path).start()
+    threading.Event().wait()
