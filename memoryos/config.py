@@ -248,6 +248,12 @@ class MemoryConfig(BaseSettings):
         None,
         description="Where exported ONNX models are kept. None: $XDG_CACHE_HOME/memoryos or ~/.cache/memoryos.",
     )
+    # Threads of the model's forward pass (torch's intra-op pool, ONNX Runtime's session). Unset, one per
+    # core up to 4 (`embedding.device.MAX_AUTO_TORCH_THREADS`): a host running several processes that each
+    # load a model, each taking every core, had N × cores threads on its cores; they preempted each other
+    # inside every matrix product and a batch's encode took 15× as long as on its share of the cores. The
+    # worker sets it: each applying process its share of the cores, the host's embedding engine the cores
+    # the applying processes leave free (services/worker/process.py, `engine_threads`).
     torch_threads: int | None = Field(
         None, gt=0, description="None: one per core, at most 4 (oversubscription made encodes 15x slower)."
     )

@@ -213,12 +213,26 @@ def _metrics_port(settings: QueueSettings, index: int) -> int:
     return settings.worker_metrics_port and settings.worker_metrics_port + index
 
 
+def engine_threads(cpu_count: int | None, applying_processes: int) -> int:
+    """The embedding engine's model threads when `torch_threads` is not set: the cores the applying
+    processes leave free, at least one. An applying process is one interpreter lock, so about one core,
+    and it embeds nothing itself with the engine on; the engine is the host's only model, so it takes the
+    rest, not the per-process cap of 4 (`MAX_AUTO_TORCH_THREADS`, set against several processes each
+    loading a model): a 16-core host with 8 processes embedded on 4 threads."""
+    return max(1, (cpu_count or 1) - applying_processes)
+
+
 def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFactory | None) -> None:
-    """The host's embedding engine: the configured model, or the embedder of `parts` (a benchmark's)."""
+    """The host's embedding engine: the configured model, or the embedder of `parts` (a benchmark's), on
+    the cores the applying processes leave free (`engine_threads`) unless `torch_threads` is set."""
     configure_tracing(ENGINE_SERVICE_NAME)
     stop = _stop_on_signals()
     embedder = (parts() if parts else {}).get("embedder")
-    serve_engine(config_of(args), socket_path, stop, embedder)
+    config = config_of(args)
+    if config.torch_threads is None:
+        threads = engine_threads(os.cpu_count(), _settings(args).worker_processes)
+        config = config.model_copy(update={"torch_threads": threads})
+    serve_engine(config, socket_path, stop, embedder)
 
 
 def _child(

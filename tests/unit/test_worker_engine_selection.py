@@ -7,7 +7,7 @@ import pytest
 
 from memoryos import MemoryConfig
 from services.queue.settings import QueueSettings
-from services.worker.process import runs_embedding_engine
+from services.worker.process import engine_threads, runs_embedding_engine
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,18 @@ def test_no_engine_is_started_when_one_runs_apart_or_a_server_embeds(tmp_path: P
     served = MemoryConfig(embedding_api_base_url="http://127.0.0.1:8080/v1")
     assert not runs_embedding_engine(settings, apart)
     assert not runs_embedding_engine(settings, served)
+
+
+@pytest.mark.parametrize(
+    ("cores", "processes", "threads"),
+    [
+        (16, 8, 8),  # the cores the applying processes leave: no longer the per-process cap of 4
+        (2, 2, 1),  # none left: one thread all the same
+        (64, 4, 60),
+        (None, 4, 1),  # the OS cannot tell
+    ],
+)
+def test_the_engine_takes_the_cores_the_applying_processes_leave(
+    cores: int | None, processes: int, threads: int
+) -> None:
+    assert engine_threads(cores, processes) == threads
