@@ -45,8 +45,23 @@ BATCH_SIZE = "memoryos.batch.size"
 """Writes (or texts, for the embedding engine) a batch span applied; its links name each one's trace."""
 QUEUE_WAIT_S = "memoryos.queue.wait_s"
 """Seconds a write waited in its stream between the API's enqueue and the worker's apply."""
+WRITE_ID = "memoryos.write.id"
+"""A write's id, pseudonymised like the space's ids (a caller chooses it, and may put a name in it)."""
+OWNER_CALL = "memoryos.owner_call.name"
+"""Which owner call a read or an edit in Redis mode is (`retrieve`, `write_status`, ...)."""
 LLM_TASK = "memoryos.llm.task"
 """Which memory task an LLM call serves (`profile`, `knowledge`, `answer`, ...: `memoryos.llm.usage`)."""
+
+ERROR_TYPE = "error.type"
+"""A failed span's error: the exception's class name, never its message (it may quote memory text)."""
+
+# The messaging conventions, for the write queue (a Redis stream) and the owner calls (a Redis list).
+MESSAGING_SYSTEM = "messaging.system"
+MESSAGING_DESTINATION = "messaging.destination.name"
+"""The stream or list key: the namespace and the shard, never a space's ids."""
+MESSAGING_OPERATION = "messaging.operation.type"
+MESSAGING_MESSAGE_ID = "messaging.message.id"
+"""The stream entry's id (Redis's millisecond clock and a sequence number)."""
 
 _settings = TracingSettings.model_construct(raw_ids=False, id_hash_key=None, memory_text=False)
 """The rules in force: the defaults until `use_settings` (called by `configure_tracing`)."""

@@ -4,7 +4,9 @@ it applies at once; `services/spaces/calls.py`) and awaits its answer.
 The owner holds the space's open index and the model (queries jump its embedding queue). A request names
 the newest entry of the space's shard when it was sent (`through`): the worker answers once every write of
 that space up to it is applied, so a read sees each write acknowledged before it — the engine's own read
-contract — and the engine then waits for their vectors. No owner (no live worker holds the shard), or
+contract — and the engine then waits for their vectors. Traced, the call is a CLIENT span here and a
+SERVER span at the owner, one trace: the request carries the caller's context (`TRACE_KEY`) beside its
+arguments. No owner (no live worker holds the shard), or
 no answer in time, is `OwnerUnavailableError`: the API's 503 with Retry-After.
 """
 
@@ -13,15 +15,19 @@ import time
 from typing import Any, Protocol, TypeVar
 
 import redis
+from opentelemetry.trace import SpanKind
 from pydantic import TypeAdapter
 
 from memoryos.ids import new_id
 from memoryos.space.pool import SpaceKey
+from memoryos.tracing import current_carrier, tracing_enabled
+from memoryos.tracing.spans import operation_span
 from services.queue.connection import BLOCK_SLICE_S
 from services.queue.keys import Keys, shard_of, space_name
 from services.queue.producer import WriteQueue
 from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
+from services.queue.tracing import OWNER_CALL_OPERATIONS, TRACE_KEY, owner_call_attributes
 
 T = TypeVar("T")
 
@@ -70,7 +76,7 @@ class OwnerCallClient:
         self.settings = settings
         self.keys = Keys(settings.redis_namespace)
         self.writes = WriteQueue(client, settings)
-        self._ask = client.register_script(ASK)
+        self._push = client.register_script(ASK)
 
     def ask(
         self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any], timeout_s: float | None = None
@@ -79,6 +85,22 @@ class OwnerCallClient:
         above. Blocking (up to `timeout_s`, default `read_timeout_s`): the async API runs it on a worker
         thread."""
         timeout_s = self.settings.read_timeout_s if timeout_s is None else timeout_s
+        if not tracing_enabled():
+            return self._ask(key, call, args, timeout_s, None)
+        shard = shard_of(key, self.settings.shard_count)
+        with operation_span(
+            f"owner_call {call.method}",
+            OWNER_CALL_OPERATIONS.get(call.method, call.method),
+            (key.tenant, key.user_id, key.assistant_id),
+            owner_call_attributes(self.keys.owner_calls(shard), shard, call.method, "send"),
+            kind=SpanKind.CLIENT,
+        ):
+            return self._ask(key, call, args, timeout_s, current_carrier())
+
+    def _ask(
+        self, key: SpaceKey, call: OwnerCall[T], args: dict[str, Any], timeout_s: float, trace: str | None
+    ) -> T:
+        """`ask`'s work; the request carries `trace` (the caller's span's context) when traced."""
         shard = shard_of(key, self.settings.shard_count)
         if self.client.get(self.keys.lease(shard)) is None:
             raise OwnerUnavailableError(f"no worker owns shard {shard} yet", self.settings.lease_ttl_s)
@@ -90,7 +112,9 @@ class OwnerCallClient:
             "args": args,
             "through": self.writes.last_write_id(key),
         }
-        self._ask(keys=[self.keys.owner_calls(shard)], args=[json.dumps(request)])
+        if trace is not None:
+            request[TRACE_KEY] = trace
+        self._push(keys=[self.keys.owner_calls(shard)], args=[json.dumps(request)])
         reply = self._wait_reply(request_id, timeout_s)
         if reply is None:
             raise OwnerUnavailableError(

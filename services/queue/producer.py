@@ -8,17 +8,22 @@ is depends on Redis's own settings (AOF with `appendfsync`, `maxmemory-policy no
 from typing import cast
 
 import redis
+from opentelemetry.trace import Span, SpanKind
 
 from memoryos.errors import WriteIdConflictError
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace, op_to_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import caller_content_id
+from memoryos.tracing import current_carrier, tracing_enabled
+from memoryos.tracing.attributes import MESSAGING_MESSAGE_ID
+from memoryos.tracing.spans import operation_span
 from services.queue import streams
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.dead_letters import purge_dead_letters
 from services.queue.keys import Keys, shard_of, space_key, space_name
 from services.queue.redis_full import ALLOW_OOM, SoftLimit
 from services.queue.settings import QueueSettings
+from services.queue.tracing import operation_of, stream_attributes, write_attributes
 
 PURGE_SCAN = 1000
 """Entries read per step when purging a space's writes from its shard's stream."""
@@ -48,7 +53,12 @@ if ARGV[4] ~= '' then
   redis.call('EXPIRE', KEYS[4], ttl)
   redis.call('EXPIRE', KEYS[5], ttl)
 end
-local id = redis.call('XADD', KEYS[1], '*', 'space', ARGV[1], 'op', ARGV[2])
+local id
+if ARGV[7] ~= '' then
+  id = redis.call('XADD', KEYS[1], '*', 'space', ARGV[1], 'op', ARGV[2], 'trace', ARGV[7])
+else
+  id = redis.call('XADD', KEYS[1], '*', 'space', ARGV[1], 'op', ARGV[2])
+end
 redis.call('HSET', KEYS[2], ARGV[1], id)
 redis.call('SADD', KEYS[3], ARGV[1])
 return id
@@ -63,6 +73,9 @@ accepted with (KEYS[4], hash; KEYS[5], the ids by first acceptance): another one
 alone (a table) and appends nothing; the same one (a retry) is appended again, and the worker's op log
 stores it once. A new id is remembered ARGV[6] seconds: each step drops up to 100 ids older than that (more
 than it adds), and both keys expire that long after the space's latest such write.
+
+A traced write carries its enqueue span's context in a field of its own, `trace` (ARGV[7], '' for none:
+tracing off, no field), beside the op and outside its content id (`services/queue/tracing.py`).
 
 A forget runs it as `ALLOW_OOM`: it is accepted even when Redis is full (`redis_full.py`)."""
 
@@ -113,21 +126,50 @@ class WriteQueue:
         """Append `op` for the space; returns the stream entry id once Redis holds it.
         `WriteIdConflictError` (nothing appended) for a write whose caller-chosen id was accepted with
         other content in the last `write_digest_ttl_s`. Any op but a forget is refused with
-        `RedisFullError` (nothing appended) while Redis is over its soft limit (`redis_full.py`)."""
+        `RedisFullError` (nothing appended) while Redis is over its soft limit (`redis_full.py`).
+
+        Traced, it is a PRODUCER span (`enqueue <operation>`, a child of the request's) whose context the
+        entry carries to the worker, where the write's apply span is its child; a refusal ends it in error."""
+        if not tracing_enabled():
+            return self._append(key, op, None)
+        shard, operation = self.shard(key), operation_of(op)
+        with operation_span(
+            f"enqueue {operation}",
+            operation,
+            (key.tenant, key.user_id, key.assistant_id),
+            {
+                **stream_attributes(self.keys.writes(shard), shard, "send"),
+                **write_attributes(op),
+            },
+            kind=SpanKind.PRODUCER,
+        ) as span:
+            return self._append(key, op, span)
+
+    def _append(self, key: SpaceKey, op: AnyOp, span: Span | None) -> str:
+        """`enqueue`'s work, inside its span when traced: the entry carries the span's context."""
         if not isinstance(op, ForgetSpace):
             self.soft_limit.check()
-        added = self.enqueue_on(self.client, key, op)
+        added = self.enqueue_on(self.client, key, op, trace=current_carrier() if span is not None else None)
         if isinstance(added, int):
             raise QueueFullError(self.shard(key), added)
         if isinstance(added, list):
             raise WriteIdConflictError(_caller_write(op)[0])
-        return cast(bytes, added).decode()
+        entry_id = cast(bytes, added).decode()
+        if span is not None:
+            span.set_attribute(MESSAGING_MESSAGE_ID, entry_id)
+        return entry_id
 
-    def enqueue_on(self, client: "redis.Redis | redis.client.Pipeline", key: SpaceKey, op: AnyOp) -> object:
+    def enqueue_on(
+        self,
+        client: "redis.Redis | redis.client.Pipeline",
+        key: SpaceKey,
+        op: AnyOp,
+        trace: str | None = None,
+    ) -> object:
         """Run the append script for `op` on `client`: this queue's connection (its reply: an entry id,
         a depth, or a conflict) or a pipeline, for a bulk loader that queues many writes in one round trip
         and reads the replies from its `execute()` — the same script the API runs, so a loader's writes are
-        exactly the API's."""
+        exactly the API's. `trace`: the context the entry carries (`current_carrier()`), None for none."""
         shard, space = self.shard(key), space_name(key)
         write_id, content_id = _caller_write(op)
         script = self._enqueue_forget if isinstance(op, ForgetSpace) else self._enqueue
@@ -146,6 +188,7 @@ class WriteQueue:
                 write_id,
                 content_id,
                 self.settings.write_digest_ttl_s,
+                trace or "",
             ],
             client=client,
         )

@@ -51,6 +51,7 @@ from memoryos.errors import (
 from memoryos.space.ops import AnyOp, ForgetSpace, op_from_json
 from memoryos.space.pool import SpaceKey
 from memoryos.space.tombstones import digest
+from memoryos.tracing import tracing_enabled
 from services.queue import streams, tombstones
 from services.queue.bundle_transfer import purge_bundles
 from services.queue.keys import CONSUMER_GROUP, Keys, space_key, space_name
@@ -60,6 +61,7 @@ from services.queue.streams import Entry
 from services.worker.held import HeldWrites, UnreadableHeldWrite
 from services.worker.runs import Delivered, space_runs
 from services.worker.stream_progress import StreamProgress
+from services.worker.tracing import UNTRACED, ApplySpans, Untraced
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +261,7 @@ class ShardConsumer:
                     self.held.hold(shard, stream, run)  # behind the space's held writes
                     done += len(run)
                     continue
-                if len(run) > 1 and self._applies_whole(run):
+                if len(run) > 1 and self._applies_whole(shard, run):
                     acks.add([entry.entry_id for entry in run])
                     done += len(run)
                     continue
@@ -322,7 +324,7 @@ class ShardConsumer:
             self.held.ask_release(key)  # the next ones, at the next poll
             return 1
         for run in space_runs(oldest, self.settings.write_run):
-            if len(run) > 1 and self._applies_whole(run):
+            if len(run) > 1 and self._applies_whole(shard, run):
                 self.held.released(shard, key, len(run))
                 done += len(run)
                 continue
@@ -343,11 +345,17 @@ class ShardConsumer:
             self.held.ask_release(key)  # more than a batch was held: the next poll goes on
         return done
 
-    def _applies_whole(self, run: list[Delivered]) -> bool:
+    def _spans(self, shard: int, run: list[Delivered]) -> ApplySpans | Untraced:
+        """The run's spans while it is applied (`services/worker/tracing.py`); with tracing off, one flag
+        read and the shared `UNTRACED`."""
+        return ApplySpans(self.keys.writes(shard), shard, run) if tracing_enabled() else UNTRACED
+
+    def _applies_whole(self, shard: int, run: list[Delivered]) -> bool:
         """Apply a run of one space's writes in one call; False when it failed (nothing of it stored),
         for the caller to apply it entry by entry and find the entry at fault."""
         try:
-            self._apply(run[0].space, [entry.op for entry in run])
+            with self._spans(shard, run) as spans:
+                spans.applied(self._apply(run[0].space, [entry.op for entry in run]))
         except (EmbeddingModelMismatchError, FencedOutError, DatabaseUnavailableError):
             return False  # its first entry says so again (held, or retried uncounted): no log line per run
         except Exception as error:
@@ -359,7 +367,8 @@ class ShardConsumer:
         """Apply one entry; what came of it (`Outcome`). Refused input is dead-lettered at once, any other
         failure after `max_deliveries` tries, and a space on another model is held, never failed."""
         try:
-            self._apply(entry.space, [entry.op])
+            with self._spans(shard, [entry]) as spans:
+                spans.applied(self._apply(entry.space, [entry.op]))
         except EmbeddingModelMismatchError:
             return "held"
         except (FencedOutError, DatabaseUnavailableError) as error:

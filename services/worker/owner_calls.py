@@ -7,7 +7,10 @@ Several threads, because a read waits: for its space's writes to leave the strea
 vectors. With one thread every other user's read would queue behind that wait, and under a steady write
 load reads would time out (503) while the worker only waits (docs/reliability.md, "Reads under load"). A
 request is taken from Redis only when a thread is free, so what waits beyond them waits in Redis, where
-the API's timeout bounds it."""
+the API's timeout bounds it.
+
+Traced, each call is a SERVER span in the caller's trace (its request carries the caller's context), the
+parent of what the call does here: its wait for the space's writes, the engine's work, an LLM request."""
 
 import json
 import logging
@@ -19,15 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import redis
+from opentelemetry.trace import SpanKind
 
 from memoryos import Memoryos
 from memoryos.errors import MemoryOSError
 from memoryos.space.pool import SpaceKey
+from memoryos.tracing import context_of, tracing_enabled
+from memoryos.tracing.spans import mark_failed, operation_span
 from services.queue import streams
 from services.queue.connection import REDIS_UNAVAILABLE
 from services.queue.keys import Keys, space_key
 from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
+from services.queue.tracing import OWNER_CALL_OPERATIONS, TRACE_KEY, owner_call_attributes
 from services.spaces.calls import REINDEX, owner_call, run_call
 from services.worker.bundles import run_bundle_call
 from services.worker.outage import Outage
@@ -138,6 +145,29 @@ class OwnerCallServer:
 
     def _answer(self, queue: str, request: dict[str, Any]) -> None:
         shard = int(queue.rsplit(":", 1)[1])
+        space = str(request.get("space")).split("/")
+        if not tracing_enabled() or len(space) != 3:  # a malformed name: `_run` answers why
+            self._reply_to(request, self._run(shard, request))
+            return
+        kind = str(request.get("kind"))
+        with operation_span(
+            f"owner_call {kind}",
+            OWNER_CALL_OPERATIONS.get(kind, kind),
+            (space[0], space[1], space[2]),
+            owner_call_attributes(queue, shard, kind, "process"),
+            kind=SpanKind.SERVER,
+            context=context_of(request.get(TRACE_KEY)),
+        ) as span:
+            reply = self._run(shard, request)
+            if span is not None and not reply["ok"]:
+                mark_failed(span, reply["error"]["kind"])
+            self._reply_to(request, reply)
+
+    def _reply_to(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        self._reply(keys=[self.keys.reply(request["id"])], args=[json.dumps(reply), REPLY_TTL_S])
+
+    def _run(self, shard: int, request: dict[str, Any]) -> dict[str, Any]:
+        """The call's reply: its result, or the error the API answers with."""
         with self._busy_lock:
             self._busy[shard] += 1
         try:
@@ -174,7 +204,7 @@ class OwnerCallServer:
                 self._busy[shard] -= 1
                 if not self._busy[shard]:
                     del self._busy[shard]
-        self._reply(keys=[self.keys.reply(request["id"])], args=[json.dumps(reply), REPLY_TTL_S])
+        return reply
 
     def _wait_served(self, shard: int) -> None:
         """Until the worker vouches for the shard's lease again: a long apply on the main loop can

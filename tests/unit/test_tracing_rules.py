@@ -21,7 +21,10 @@ from memoryos.tracing import configure_tracing, context_of, current_carrier, lin
 from memoryos.tracing.attributes import path_ids, pseudonym, redacted_url, use_settings
 from memoryos.tracing.settings import TracingSettings
 from memoryos.tracing.setup import check_protocol, tracing_requested
+from memoryos.tracing.spans import NO_SPAN, operation_span, queue_wait_s
 from memoryos.types import Page
+from services.worker.consumer import ShardConsumer
+from services.worker.tracing import UNTRACED, page_ids_of
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.openai_server import openai_server as openai_server  # the fixture
 
@@ -138,3 +141,23 @@ def test_urls_lose_their_query_and_their_ids_unless_allowed(settings: None) -> N
     }
     use_settings(TracingSettings(raw_ids=True, memory_text=True))
     assert redacted_url(url) == url
+
+
+def test_a_writes_queue_wait_is_read_from_its_stream_entry_id() -> None:
+    assert queue_wait_s(b"1700000000250-3", now_s=1700000001.0) == pytest.approx(0.75)
+    assert queue_wait_s("1700000002000-0", now_s=1700000001.0) == 0.0  # Redis's clock a little ahead
+    assert queue_wait_s(b"not-an-id", now_s=1.0) == 0.0
+
+
+def test_tracing_off_a_memory_operation_and_a_run_of_writes_cost_one_shared_object() -> None:
+    assert not tracing_enabled()
+    assert operation_span("create_memory", "create_memory", ("t", "u", "a")) is NO_SPAN
+    consumer = ShardConsumer.__new__(ShardConsumer)  # `_spans` reads nothing of the consumer when off
+    assert consumer._spans(0, []) is UNTRACED
+
+
+def test_each_writes_page_ids_are_read_from_what_its_run_returned() -> None:
+    assert page_ids_of([[1, 2], [3]], 2) == [[1, 2], [3]]
+    assert page_ids_of([{"created": [4]}], 1) == [[4]]
+    assert page_ids_of([{"forgotten": True}], 1) is None
+    assert page_ids_of([[1]], 2) is None

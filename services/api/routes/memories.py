@@ -8,14 +8,19 @@ read. Over the backlog bound, writes are refused with 503 and `Retry-After`.
 """
 
 import time
+from contextlib import AbstractContextManager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
+from opentelemetry.trace import Span
 
 from memoryos.errors import InvalidInputError
 from memoryos.facade.lifecycle import MAX_PAGE_LIST
 from memoryos.space.ops import AddTurns
+from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
+from memoryos.tracing.attributes import CREATE_MEMORY, MEMORY_RECORD_COUNT
+from memoryos.tracing.spans import operation_span
 from memoryos.types import PageList, WriteStatus
 from memoryos.validation import validate_key
 from services.api.deps import ApiState, SpaceDep, StateDep
@@ -50,14 +55,27 @@ def plan(
     )
 
 
+def create_memory_span(key: SpaceKey, turns: int) -> AbstractContextManager[Span | None]:
+    """The write's `create_memory` span (GenAI memory conventions), the parent of its enqueue (Redis) or
+    its commit (embedded): the space's ids pseudonymised, the number of turns, no text; nothing with
+    tracing off (`operation_span`)."""
+    return operation_span(
+        CREATE_MEMORY,
+        CREATE_MEMORY,
+        (key.tenant, key.user_id, key.assistant_id),
+        {MEMORY_RECORD_COUNT: turns},
+    )
+
+
 @router.post("/memories", status_code=201, summary="Remember one exchange", responses=error_responses(413))
 async def add_memory(body: AddMemoryRequest, key: SpaceDep, state: StateDep) -> MemoryAdded:
     """Stores one exchange (creating the space on first write); returns its write id, and its page id
     once known (embedded mode: at once; with Redis, `GET .../writes/{write_id}` after it is applied)."""
     turn = body.model_dump(include={"user_input", "agent_response", "timestamp", "meta_data"})
-    op, page_ids = await state.spaces.write(
-        key, lambda: plan(state, [turn], body.write_id, body.ttl_s, field_prefix="")
-    )
+    with create_memory_span(key, 1):
+        op, page_ids = await state.spaces.write(
+            key, lambda: plan(state, [turn], body.write_id, body.ttl_s, field_prefix="")
+        )
     return MemoryAdded(
         write_id=op.write_id or "", page_ids=page_ids, page_id=page_ids[0] if page_ids else None
     )
@@ -76,9 +94,10 @@ async def add_memories(body: AddBatchRequest, key: SpaceDep, state: StateDep) ->
     if len(body.turns) > limit:
         raise InvalidInputError("turns", f"at most {limit} turns per batch, got {len(body.turns)}")
     turns = [turn.model_dump() for turn in body.turns]
-    op, page_ids = await state.spaces.write(
-        key, lambda: plan(state, turns, body.write_id, body.ttl_s, field_prefix="turns")
-    )
+    with create_memory_span(key, len(turns)):
+        op, page_ids = await state.spaces.write(
+            key, lambda: plan(state, turns, body.write_id, body.ttl_s, field_prefix="turns")
+        )
     return WriteAccepted(write_id=op.write_id or "", page_ids=page_ids)
 
 

@@ -19,12 +19,19 @@ other spaces' in the embedding queue (`EmbeddingBatcher.notify`) and costs no po
 """
 
 import time
+from contextlib import AbstractContextManager
+from typing import cast
 
 import anyio
 from fastapi import APIRouter
+from opentelemetry.trace import Span
+from opentelemetry.util.types import AttributeValue
 
 from memoryos.errors import InvalidInputError
 from memoryos.space.pool import SpaceKey
+from memoryos.tracing import tracing_enabled, with_memory_text
+from memoryos.tracing.attributes import MEMORY_QUERY_TEXT, SEARCH_MEMORY
+from memoryos.tracing.spans import NO_SPAN, operation_span
 from memoryos.types import RetrievedContext
 from services.api.deps import ApiState, SpaceDep, StateDep
 from services.api.models import GeneratedResponse, ResponseRequest, RetrieveRequest
@@ -79,6 +86,18 @@ async def _not_stored(state: ApiState, key: SpaceKey, write_ids: list[str]) -> l
     return [w for w, status in zip(write_ids, statuses, strict=True) if status is None]
 
 
+def search_memory_span(key: SpaceKey, query: str) -> AbstractContextManager[Span | None]:
+    """The read's `search_memory` span (GenAI memory conventions), the parent of its waits and its owner
+    call (Redis) or its retrieval (embedded): the space's ids pseudonymised, the query only when memory
+    text is allowed (`with_memory_text`); nothing with tracing off (`operation_span`)."""
+    if not tracing_enabled():
+        return NO_SPAN
+    attributes = cast(dict[str, AttributeValue], with_memory_text({}, {MEMORY_QUERY_TEXT: query}))
+    return operation_span(
+        SEARCH_MEMORY, SEARCH_MEMORY, (key.tenant, key.user_id, key.assistant_id), attributes
+    )
+
+
 @router.post(
     "/retrieve",
     summary="Retrieve context for a query",
@@ -94,18 +113,19 @@ async def retrieve(body: RetrieveRequest, key: SpaceDep, state: StateDep) -> Ret
         vector_wait = state.settings.read_vector_wait_s
     elif vector_wait > limit:
         raise InvalidInputError("max_vector_wait_s", f"must be at most {limit} s, got {vector_wait}")
-    if body.wait_for_write_ids:
-        began = time.monotonic()
-        await wait_for_writes(state, key, body.wait_for_write_ids, body.wait_timeout_s)
-        vector_wait = max(0.0, vector_wait - (time.monotonic() - began))
-    context = await state.spaces.call(
-        key,
-        RETRIEVE,
-        query=body.query,
-        top_k=body.top_k,
-        knowledge_top_k=body.knowledge_top_k,
-        max_vector_wait_s=vector_wait,
-    )
+    with search_memory_span(key, body.query):
+        if body.wait_for_write_ids:
+            began = time.monotonic()
+            await wait_for_writes(state, key, body.wait_for_write_ids, body.wait_timeout_s)
+            vector_wait = max(0.0, vector_wait - (time.monotonic() - began))
+        context = await state.spaces.call(
+            key,
+            RETRIEVE,
+            query=body.query,
+            top_k=body.top_k,
+            knowledge_top_k=body.knowledge_top_k,
+            max_vector_wait_s=vector_wait,
+        )
     state.metrics.read_answered(context)
     return context
 
