@@ -37,8 +37,11 @@ print(len(memory.retrieve("What class did I take?").retrieved_pages))
 """
 
 
-RUNS = 5
-"""Runs of the script per case: the race lost 2 runs in 5."""
+RUNS = 3
+"""Runs of the script per case: the race lost 2 runs in 5 where it was seen, so 3 clean runs of each case
+leave it about a 1-in-5 chance per case to hide (about 1 in 20 for both); the order itself is held by
+`tests/unit/test_scheduler_exit.py`, which fails every time, and the suite's 10 minutes are spent
+elsewhere."""
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.5], ids=["llm-at-once", "llm-in-flight-at-exit"])
