@@ -22,6 +22,7 @@ and applies with `UNTRACED`, which does nothing.
 """
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -92,14 +93,18 @@ class ApplySpans:
         self._stream, self._shard, self._run = stream, shard, run
         self._writes: list[tuple[int, Span]] = []
         """(index in the run, its span) of each write traced here."""
-        self._batch: Any = None
+        self._batch: AbstractContextManager[Span] | None = None
         """The batch span's context manager (`start_as_current_span`), once entered."""
         self._batch_span: Span | None = None
 
     def __enter__(self) -> "ApplySpans":
         first = self._run[0]
         space = (first.space.tenant, first.space.user_id, first.space.assistant_id)
-        shared = {**stream_attributes(self._stream, self._shard, "process"), BATCH_SIZE: len(self._run)}
+        shared = {
+            **space_attributes(*space),
+            **stream_attributes(self._stream, self._shard, "process"),
+            BATCH_SIZE: len(self._run),
+        }
         for index, entry in enumerate(self._run):
             traced, context = _write_context(entry)
             if not traced:
@@ -111,7 +116,6 @@ class ApplySpans:
                 kind=SpanKind.CONSUMER,
                 attributes={
                     GEN_AI_OPERATION: operation,
-                    **space_attributes(*space),
                     **shared,
                     **write_attributes(entry.op),
                     MESSAGING_MESSAGE_ID: entry.entry_id.decode(),
@@ -126,7 +130,7 @@ class ApplySpans:
             "apply batch",
             kind=SpanKind.INTERNAL,
             links=links,
-            attributes={**space_attributes(*space), **shared},
+            attributes=shared,
             record_exception=False,  # an exception's message may quote the input: its type alone, below
             set_status_on_exception=False,
         )
