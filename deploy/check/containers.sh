@@ -194,7 +194,9 @@ done
 record "images built: api ${size_mb[api]} MB, worker-cpu ${size_mb[worker-cpu]} MB, mcp ${size_mb[mcp]} MB; HEALTHCHECK kept"
 # Over budget is reported at the end, after the stack's checks have run.
 over=()
-[ "${size_mb[api]}" -le 300 ] || over+=("the api image is ${size_mb[api]} MB, over its 300 MB")
+# 300 MB until issue 59: the OTLP exporter the API must carry (OpenTelemetry's SDK, its HTTP exporter,
+# protobuf, requests) is 13 MB (docs/deploy.md).
+[ "${size_mb[api]}" -le 320 ] || over+=("the api image is ${size_mb[api]} MB, over its 320 MB")
 for target in api worker-cpu mcp; do
     ! podman run --rm --entrypoint python "memoryos:$target" -c 'import torch' 2> /dev/null \
         || fail "memoryos:$target carries torch"
