@@ -1,16 +1,19 @@
 """The picture of one real trace in docs/service.md ("Tracing"): one write through the API, the queue and
-a worker, its spans as OTLP decoded in a real run, drawn as a waterfall (no trace UI installs here).
+a worker to its applied batch and its embedding in the worker's embedding engine, its spans as OTLP
+decoded in a real run, drawn as a waterfall (no trace UI installs here).
 
     python -m bench.serving.trace_picture capture --out docs/benchmarks/trace_write.json
     python -m bench.serving.trace_picture render --json docs/benchmarks/trace_write.json \\
         --out docs/images/trace_write.png
 
-`capture` starts a `redis-server`, `memoryos serve --redis-url` and a worker
-(`bench.serving.instant_worker`: the worker's code with the tests' hash embedder), both exporting over
-OTLP/HTTP to `bench.serving.otlp_sink --keep`, sends two writes of one space (the first creates it, so the
-second is a write as most are), and writes the decoded spans of the second's trace and of the batch span
-that links it (with that batch's own trace) to the JSON. `render` draws that JSON:
-one bar per span from its start to its end, by process, the batch's link to the write as a dashed line.
+`capture` starts a `redis-server`, `memoryos serve --redis-url` and a worker with its embedding engine
+(`bench.serving.instant_worker`: the worker's code with the tests' hash embedder, in the engine process),
+all exporting over OTLP/HTTP to `bench.serving.otlp_sink --keep`, sends two writes of one space (the
+first creates it, so the second is a write as most are), and writes to the JSON the decoded spans of the
+second's trace, of the `apply batch` span that links it, of the batcher's `embed` span that links that
+batch and of the engine's `embedding batch` span that links the `embed` (each with its own trace).
+`render` draws that JSON: one bar per span from its start to its end, by process, each link as a dashed
+arrow.
 """
 
 import argparse
@@ -33,6 +36,9 @@ from services.queue.settings import QueueSettings
 from tests.support.redis_server import running_redis
 
 WRITE_SPANS = {"create_memory", "enqueue create_memory", "apply create_memory"}
+LINKING_SPANS = ("apply batch", "embed", "embedding batch")
+"""The chain of batch spans from a write to its embedding, each linking the one before (the first links
+the write's `apply create_memory`); each starts a trace of its own."""
 """The spans of a write's own trace the capture waits for (beside the API's server span)."""
 SPANS_TIMEOUT_S = 30.0
 
@@ -51,9 +57,15 @@ def keeping_sink() -> Iterator[str]:
         sink.wait(timeout=30)
 
 
+def linking(spans: list[dict[str, Any]], name: str, targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The spans named `name` that link one of `targets`."""
+    wanted = [{"trace_id": t["trace_id"], "span_id": t["span_id"]} for t in targets]
+    return [s for s in spans if s["name"] == name and any(link in s["links"] for link in wanted)]
+
+
 def write_trace(spans: list[dict[str, Any]], writes: int) -> list[dict[str, Any]] | None:
-    """The spans of the last of `writes` writes' trace and of the batch that links it (with the batch's
-    trace), once all have arrived; else None."""
+    """The spans of the last of `writes` writes' trace and of the chain of batches that links it (each
+    with its trace: `LINKING_SPANS`), once all have arrived; else None."""
     applied = sorted((s for s in spans if s["name"] == "apply create_memory"), key=lambda s: s["start_ns"])
     if len(applied) < writes:
         return None
@@ -61,14 +73,12 @@ def write_trace(spans: list[dict[str, Any]], writes: int) -> list[dict[str, Any]
         mine = [s for s in spans if s["trace_id"] == apply["trace_id"]]
         names = {s["name"] for s in mine}
         server = any(s["kind"] == "server" for s in mine)
-        batches = [
-            s
-            for s in spans
-            if s["name"] == "apply batch"
-            and {"trace_id": apply["trace_id"], "span_id": apply["span_id"]} in s["links"]
-        ]
-        if names >= WRITE_SPANS and server and batches:
-            batch_traces = {s["trace_id"] for s in batches}
+        chain, targets = [], [apply]
+        for name in LINKING_SPANS:
+            targets = linking(spans, name, targets)
+            chain += targets
+        if names >= WRITE_SPANS and server and targets:
+            batch_traces = {s["trace_id"] for s in chain}
             return mine + [s for s in spans if s["trace_id"] in batch_traces]
     return None
 
@@ -93,7 +103,10 @@ def capture(out: Path) -> None:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": sink,
                 "OTEL_BSP_SCHEDULE_DELAY": "100",
             }
-            worker_env = env | {"MEMORYOS_WORKER_METRICS_PORT": str(free_ports(1))}
+            worker_env = env | {
+                "MEMORYOS_WORKER_METRICS_PORT": str(free_ports(1)),
+                "MEMORYOS_WORKER_EMBEDDING_ENGINE": "true",  # pages embedded in the engine's process
+            }
             with (
                 worker_processes(settings, worker_env, 1, True, root / "worker.log"),
                 served_api(env, root / "api", root / "api.log") as (url, _),
@@ -119,7 +132,8 @@ def capture(out: Path) -> None:
         "captured": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m bench.serving.trace_picture capture",
         "what": "the second POST .../memories of a space through memoryos serve --redis-url, a Redis stream and a worker "
-        "process (bench.serving.instant_worker), exported over OTLP/HTTP protobuf and decoded",
+        "process (bench.serving.instant_worker) whose pages its embedding engine process embeds (the tests' hash "
+        "embedder), exported over OTLP/HTTP protobuf and decoded",
         "spans": sorted(found, key=lambda span: span["start_ns"]),
     }
     out.write_text(json.dumps(record, indent=1) + "\n")
@@ -152,6 +166,8 @@ LABELLED = {
     "memoryos.batch.size": "batch",
     "memoryos.queue.wait_s": "queue wait s",
     "gen_ai.memory.record.id": "pages",
+    "memoryos.batch.tokens": "tokens",
+    "memoryos.batch.padded_tokens": "padded",
 }
 """Attributes written beside a bar (ids are pseudonyms; no span carries memory text)."""
 
@@ -168,7 +184,7 @@ def render(source: Path, out: Path) -> None:
     start = min(span["start_ns"] for _, span in rows)
     end = max(span["end_ns"] for _, span in rows)
     services = sorted({span["service"] for _, span in rows})
-    colours = dict(zip(services, ["#4C72B0", "#DD8452", "#55A868", "#C44E52"], strict=False))
+    colours = dict(zip(services, ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3"], strict=False))
     figure, axes = plt.subplots(figsize=(13, 0.5 * len(rows) + 1.8))
     position = {}
     labels = []
@@ -186,9 +202,9 @@ def render(source: Path, out: Path) -> None:
         axes.text(left + width, row, "  " + text, va="center", fontsize=7)
         position[span["span_id"]] = (row, left)
     for row, (_, span) in enumerate(rows):
-        if span["name"] != "apply batch":
+        if span["name"] not in LINKING_SPANS:
             continue
-        for link in span["links"]:  # the write's span links the batch back: one line per pair
+        for link in span["links"]:  # the write's span links its batch back: one line per pair
             if link["span_id"] in position:
                 other_row, other_left = position[link["span_id"]]
                 axes.annotate(
@@ -209,7 +225,8 @@ def render(source: Path, out: Path) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[name]) for name in services]
     axes.legend(handles, services, loc="upper right", fontsize=8)
     axes.set_title(
-        "One write in Redis mode: API -> Redis stream -> worker; the batch span in a trace of its own, linked",
+        "One write in Redis mode: API -> Redis stream -> worker -> its applied batch -> its embedding\n"
+        "(the batcher's embed, the engine's batch): each batch a trace of its own, linked",
         fontsize=10,
     )
     figure.tight_layout()

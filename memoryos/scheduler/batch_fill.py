@@ -50,6 +50,9 @@ class QueuedSource:
     ready_at: float
     stamp: int
     failures: int = 0
+    carriers: list[str] = field(default_factory=list)
+    """The trace contexts of the runs whose pages wait here (`SpaceWork.pages_written`, tracing on only):
+    the batch that embeds them links each. Dropped once a batch has taken every page."""
 
 
 @dataclass(eq=False)
@@ -77,6 +80,8 @@ class SourcePart:
     drained: bool = False
     """It returned fewer texts than asked and all were taken: nothing else was pending then."""
     error: BaseException | None = None
+    carriers_taken: int = 0
+    """How many of the entry's `carriers` were there when its pages were taken: the batch links those."""
 
 
 @dataclass(eq=False)
@@ -200,10 +205,12 @@ class BatchFilling:
         key = id(entry.source)
         with self._cond:
             stamp = entry.stamp  # read before asking: a notify meanwhile means it may have more
+            carriers_taken = len(entry.carriers)
         part = batch.sources.get(key)
         if part is None:
             part = batch.sources[key] = SourcePart(entry, stamp)
         part.stamp = stamp
+        part.carriers_taken = carriers_taken
         held = set(part.page_ids)
         asked = want + len(held) + 1  # one more than wanted says whether anything is left behind
         try:

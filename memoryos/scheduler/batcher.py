@@ -40,6 +40,11 @@ the thread. Queued pages stay pending (durable; the next open embeds them) and q
 futures fail with `BatcherClosedError`. The thread is a daemon, so an abandoned batcher never keeps a
 process alive (the scheduler closes it at exit).
 
+**Traces.** With tracing on, each page batch is one `embed` span in a trace of its own, linking the runs
+(the worker's `apply batch` spans) whose pages it holds: a write's notify carries its run's trace context
+(`notify(trace=...)`), kept with the queued source until a batch has taken all its pages. With an engine
+the span is current while the engine client sends the batch, so the engine's own span links it in turn.
+
 Logging gives counts and exception class names only, never a text (an exception's message may quote one).
 Future callbacks run on the batcher thread: keep them short.
 """
@@ -50,10 +55,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+from opentelemetry.util.types import AttributeValue
 
 from memoryos import backoff
 from memoryos.embedding.base import Embedder
@@ -67,6 +73,16 @@ from memoryos.scheduler.batch_fill import (
     TextRequest,
 )
 from memoryos.scheduler.priority import lower_this_thread
+from memoryos.tracing import tracing_enabled
+from memoryos.tracing.attributes import (
+    BATCH_SIZE,
+    BATCH_TOKENS,
+    EMBEDDINGS,
+    GEN_AI_OPERATION,
+    GEN_AI_REQUEST_MODEL,
+)
+from memoryos.tracing.setup import LARGEST_BATCH
+from memoryos.tracing.spans import NO_SPAN, linked_span
 
 log = logging.getLogger(__name__)
 
@@ -177,13 +193,22 @@ class EmbeddingBatcher(BatchFilling):
         self._thread.start()
 
     # --- callers ----------------------------------------------------------------------------------------
-    def notify(self, source: PageSource, *, acknowledged: bool = False, awaited: bool = False) -> None:
+    def notify(
+        self,
+        source: PageSource,
+        *,
+        acknowledged: bool = False,
+        awaited: bool = False,
+        trace: str | None = None,
+    ) -> None:
         """`source` has (new) pending pages. Cheap and idempotent while it is queued; ignored after close
         (the pages stay pending in the store). `acknowledged`: they are a write being acknowledged now,
         which page batches give way to for `yield_s`. `awaited`: a reader waits for them, so the source
         goes to the front of the queue — its pages are in the next batch (all of them while the reader
         holds `awaited(source)`), ahead of spaces nobody reads (under a steady write load the queue holds
-        about the write-lag bound's worth of pages, which a read would otherwise wait behind)."""
+        about the write-lag bound's worth of pages, which a read would otherwise wait behind). `trace`: the
+        carrier of the run that stored the pages (`current_carrier`), which the batch embedding them links;
+        at most `LARGEST_BATCH` wait per source (more than a span keeps links of)."""
         with self._cond:
             if self._closing:
                 return
@@ -194,7 +219,9 @@ class EmbeddingBatcher(BatchFilling):
             if isinstance(entry, QueuedSource):
                 entry.stamp = self._arrivals
             else:
-                self._queue[id(source)] = QueuedSource(source, time.monotonic(), self._arrivals)
+                entry = self._queue[id(source)] = QueuedSource(source, time.monotonic(), self._arrivals)
+            if trace is not None and len(entry.carriers) < LARGEST_BATCH:
+                entry.carriers.append(trace)
             if awaited:
                 self._queue.move_to_end(id(source), last=False)
             self._cond.notify_all()
@@ -489,7 +516,8 @@ class EmbeddingBatcher(BatchFilling):
             self._largest = max(self._largest, len(texts))
             self._tokens += batch.tokens
         try:
-            encoded = np.asarray(self._embedder.encode([texts[i] for i in order]), dtype=np.float32)
+            with self._embed_span(batch):
+                encoded = np.asarray(self._embedder.encode([texts[i] for i in order]), dtype=np.float32)
             if encoded.ndim != 2 or encoded.shape[0] != len(texts):
                 raise ValueError(f"the embedder returned shape {encoded.shape} for {len(texts)} texts")
         except Exception as error:
@@ -515,6 +543,28 @@ class EmbeddingBatcher(BatchFilling):
         )
         return vectors, None
 
+    def _embed_span(self, batch: Batch) -> AbstractContextManager[object]:
+        """The batch's `embed` span, linking the runs whose pages it holds; `NO_SPAN` with tracing off (one
+        flag read) or when no run of a traced write is in it (consolidation's texts alone, say)."""
+        if not tracing_enabled():
+            return NO_SPAN
+        with self._cond:
+            carriers = [
+                carrier
+                for part in batch.sources.values()
+                if part.page_ids
+                for carrier in part.entry.carriers[: part.carriers_taken]
+            ]
+        if not carriers:
+            return NO_SPAN
+        attributes: dict[str, AttributeValue] = {
+            GEN_AI_OPERATION: EMBEDDINGS,
+            GEN_AI_REQUEST_MODEL: self._embedder.name,
+            BATCH_SIZE: len(batch.texts),
+            BATCH_TOKENS: batch.tokens,
+        }
+        return linked_span("embed", carriers, attributes)
+
     def _requeue(self, batch: Batch) -> None:
         with self._cond:
             now = time.monotonic()
@@ -529,6 +579,8 @@ class EmbeddingBatcher(BatchFilling):
                     continue
                 if part.page_ids:
                     entry.failures = 0
+                if part.drained:
+                    del entry.carriers[: part.carriers_taken]  # their pages are all embedded
                 if part.drained and part.stamp == entry.stamp:
                     del self._queue[key]
                 elif part.page_ids:

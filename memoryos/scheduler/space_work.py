@@ -40,6 +40,7 @@ from memoryos.planning.rebuild import next_expiry
 from memoryos.space.memory_space import MemorySpace, removes_text_of
 from memoryos.space.ops import AnyOp, EmbedPages, RecordVisits
 from memoryos.storage.records.base import ReadMarks
+from memoryos.tracing import current_carrier, tracing_enabled
 
 if TYPE_CHECKING:
     from memoryos.scheduler import Scheduler
@@ -142,8 +143,12 @@ class SpaceWork:
     def pages_written(self, acknowledged: bool = True) -> None:
         """New pending pages are stored: have the batcher embed them. `acknowledged`: a write being
         acknowledged now, which page batches give way to for a moment (`embedding_yield_ms`); pages found
-        pending when the space opens are not."""
-        self._batcher.notify(self, acknowledged=acknowledged)
+        pending when the space opens are not.
+
+        With tracing on, the current span's context (the worker's `apply batch` of the run that stored
+        them) goes with them, so the batch that embeds them links that run."""
+        trace = current_carrier() if tracing_enabled() else None
+        self._batcher.notify(self, acknowledged=acknowledged, trace=trace)
 
     def wait_embedded(
         self,

@@ -12,7 +12,7 @@ The stream entry's id is Redis's clock in milliseconds when it accepted the writ
 """
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from opentelemetry.context import Context
@@ -21,6 +21,7 @@ from opentelemetry.util.types import AttributeValue
 
 from memoryos.tracing import tracer, tracing_enabled
 from memoryos.tracing.attributes import ERROR_TYPE, GEN_AI_OPERATION, space_attributes
+from memoryos.tracing.carrier import links_to
 
 NO_SPAN: AbstractContextManager[None] = nullcontext()
 """What `operation_span` gives with tracing off: reusable, allocated once."""
@@ -48,6 +49,25 @@ def operation_span(
         links=links,
         attributes={GEN_AI_OPERATION: operation, **space_attributes(*space), **(attributes or {})},
     )
+
+
+def linked_span(
+    name: str,
+    carriers: Iterable[str],
+    attributes: Mapping[str, AttributeValue],
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> AbstractContextManager[Span | None]:
+    """A current span for work done at once for many traces (an embedding batch of many runs' pages), in
+    a trace of its own that links the span each carrier names, once each. `NO_SPAN` when tracing is off
+    or no carrier names a sampled span: a batch of only writes the API did not sample is not traced
+    either, as the worker's `apply batch` is not."""
+    if not tracing_enabled():
+        return NO_SPAN
+    links = links_to(dict.fromkeys(carriers))
+    if not any(link.context.trace_flags.sampled for link in links):
+        return NO_SPAN
+    return _current_span(name, context=Context(), kind=kind, links=links, attributes=attributes)
 
 
 @contextmanager

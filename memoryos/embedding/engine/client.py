@@ -33,6 +33,7 @@ from memoryos.errors import (
     EmbeddingEngineUnavailableError,
     EmbeddingFrameTooLargeError,
 )
+from memoryos.tracing import current_carrier, tracing_enabled
 
 TEXTS_PER_REQUEST = 256
 """Texts sent in one request at most: a longer call is split, so one call never meets the frame bound
@@ -95,11 +96,13 @@ class EngineEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         timeout_s = self.query_timeout_s if is_query else self.timeout_s
         deadline = time.monotonic() + timeout_s
+        header: Header = {"op": "encode", "is_query": is_query}
+        carrier = current_carrier() if tracing_enabled() else None
+        if carrier is not None:  # the batcher's `embed` span (or a read's): the engine's batch links it
+            header["trace"] = carrier
         parts = []
         for chunk in _requests_of(texts):
-            vectors = vectors_of(
-                *self._request({"op": "encode", "texts": chunk, "is_query": is_query}, deadline, timeout_s)
-            )
+            vectors = vectors_of(*self._request({**header, "texts": chunk}, deadline, timeout_s))
             if vectors.shape[0] != len(chunk):
                 raise EmbeddingEngineError(
                     f"the embedding engine answered {vectors.shape[0]} rows for {len(chunk)}"

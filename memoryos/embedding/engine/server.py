@@ -33,6 +33,11 @@ Scheduling and bounds:
 Requests: `hello` (the model's `name` and `dim`, so spaces record the real model), `encode`, `forget`
 (drop texts from the model's cache: a forgotten user leaves no text in the engine either), `stats`,
 `health`. Logging gives counts only.
+
+Traces: with tracing on (`configure_tracing` in the engine's process), each model batch is one
+`embedding batch` span in a trace of its own, linking the span each of its requests named in its `trace`
+key (the applying process's `embed` span, or a read's): the path from a write's trace goes through its
+run's `apply batch` and the batcher's `embed` to here. No text, only counts and the model's name.
 """
 
 import contextlib
@@ -44,11 +49,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from opentelemetry.util.types import AttributeValue
 
 from memoryos.config import MemoryConfig
 from memoryos.embedding.base import Embedder
@@ -66,6 +73,16 @@ from memoryos.embedding.engine.wire import (
     vectors_reply,
 )
 from memoryos.errors import EmbeddingEngineError, EmbeddingFrameTooLargeError, InvalidInputError
+from memoryos.tracing import tracing_enabled
+from memoryos.tracing.attributes import (
+    BATCH_PADDED_TOKENS,
+    BATCH_SIZE,
+    BATCH_TOKENS,
+    EMBEDDINGS,
+    GEN_AI_OPERATION,
+    GEN_AI_REQUEST_MODEL,
+)
+from memoryos.tracing.spans import NO_SPAN, linked_span
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +222,18 @@ class _Connection:
 class _Request:
     """One `encode` request: its rows fill in as its texts come out of batches."""
 
-    def __init__(self, connection: _Connection, request_id: int, size: int, dim: int, is_query: bool) -> None:
+    def __init__(
+        self,
+        connection: _Connection,
+        request_id: int,
+        size: int,
+        dim: int,
+        is_query: bool,
+        trace: str | None = None,
+    ) -> None:
         self.connection = connection
+        self.trace = trace
+        """The sender's span context (`current_carrier`), which the batches holding its texts link."""
         self.request_id = request_id
         self.is_query = is_query
         self.rows = np.empty((size, dim), dtype=np.float32)
@@ -475,7 +502,14 @@ class EmbeddingEngine:
                 self._forget(texts)
                 connection.reply({"id": request_id, "ok": True})
             else:
-                self._enqueue(connection, request_id, texts, bool(header.get("is_query", False)))
+                trace = header.get("trace")
+                self._enqueue(
+                    connection,
+                    request_id,
+                    texts,
+                    bool(header.get("is_query", False)),
+                    trace if isinstance(trace, str) else None,
+                )
         else:
             connection.reply(error_reply(request_id, "invalid_request", f"unknown op {op!r}"))
 
@@ -483,7 +517,14 @@ class EmbeddingEngine:
         self._cache.discard(texts)
         self.embedder.forget_texts(texts)
 
-    def _enqueue(self, connection: _Connection, request_id: int, texts: list[str], is_query: bool) -> None:
+    def _enqueue(
+        self,
+        connection: _Connection,
+        request_id: int,
+        texts: list[str],
+        is_query: bool,
+        trace: str | None = None,
+    ) -> None:
         """Tokenize the request's texts the cache does not hold (on this connection's thread) and queue
         them; a query over the queries' bound is refused at once."""
         if not texts:
@@ -495,7 +536,7 @@ class EmbeddingEngine:
             if waiting + len(texts) > self.limits.max_queued_queries:
                 self._refuse_query(connection, request_id, waiting)
                 return
-        request = _Request(connection, request_id, len(texts), self.embedder.dim, is_query)
+        request = _Request(connection, request_id, len(texts), self.embedder.dim, is_query, trace)
         missing: list[int] = []
         for index, text in enumerate(texts):
             cached = self._cache.get(is_query, text)
@@ -636,13 +677,14 @@ class EmbeddingEngine:
         raised (or `EmbeddingEngineError` for rows of the wrong shape, or a batch that did not prepare)."""
         if batch.prepared is None:
             raise EmbeddingEngineError("the batch could not be prepared")
-        started = time.perf_counter()
-        vectors = self.stages.forward(batch.prepared)
         items = batch.items
-        if vectors.shape != (len(items), self.embedder.dim):
-            raise EmbeddingEngineError(f"the model returned {vectors.shape} for {len(items)} texts")
-        elapsed = time.perf_counter() - started
         lengths = [item.tokens.length for item in items]
+        started = time.perf_counter()
+        with self._batch_span(items, lengths):
+            vectors = self.stages.forward(batch.prepared)
+            if vectors.shape != (len(items), self.embedder.dim):
+                raise EmbeddingEngineError(f"the model returned {vectors.shape} for {len(items)} texts")
+        elapsed = time.perf_counter() - started
         truncated = sum(item.tokens.truncated for item in items)
         if truncated:
             log.warning(
@@ -667,6 +709,23 @@ class EmbeddingEngine:
         for item, vector in zip(items, vectors, strict=True):
             self._cache.put(batch.is_query, item.text, vector)
             item.request.fill(item.index, vector)
+
+    def _batch_span(self, items: list[_Item], lengths: list[int]) -> AbstractContextManager[object]:
+        """The model batch's `embedding batch` span, linking its requests' senders; `NO_SPAN` with tracing
+        off (one flag read) or when no request of it came from a traced span."""
+        if not tracing_enabled():
+            return NO_SPAN
+        carriers = [item.request.trace for item in items if item.request.trace is not None]
+        if not carriers:
+            return NO_SPAN
+        attributes: dict[str, AttributeValue] = {
+            GEN_AI_OPERATION: EMBEDDINGS,
+            GEN_AI_REQUEST_MODEL: self.embedder.name,
+            BATCH_SIZE: len(items),
+            BATCH_TOKENS: sum(lengths),
+            BATCH_PADDED_TOKENS: len(lengths) * max(lengths),
+        }
+        return linked_span("embedding batch", carriers, attributes)
 
     def _count_failure(self, texts: int, error: Exception) -> None:
         log.warning("embedding engine: the model failed on %d texts (%s)", texts, type(error).__name__)

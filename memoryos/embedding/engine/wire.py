@@ -1,7 +1,9 @@
 """Frames between the embedding engine and its clients on a Unix stream socket.
 
 A frame is an 8-byte prefix (header length, payload length: big-endian uint32), a UTF-8 JSON header and a
-raw payload. Requests carry `{"id", "op", "texts", "is_query"}` and no payload; a reply carries `{"id",
+raw payload. Requests carry `{"id", "op", "texts", "is_query"}`, with tracing on an optional `trace` (the
+sender's span context, `memoryos.tracing.current_carrier`: an engine that predates it ignores the key, and
+one given none makes no link), and no payload; a reply carries `{"id",
 "ok", ...}` and, for vectors, `rows` and `dim` with `rows * dim` little-endian float32 as the payload, so
 vectors never pass through JSON. Every frame is bounded (`max_frame_bytes`): one larger is refused from
 its prefix, before its body is read, so a confused or hostile peer cannot make a process allocate without
