@@ -23,7 +23,7 @@ from tests.support.redis_server import running_redis
 pytestmark = pytest.mark.integration
 
 KEY = "key-races"
-ROUNDS = 200
+ROUNDS = 100
 READS = [
     ("GET", "/stats", None),
     ("GET", "/memories", None),

@@ -33,7 +33,7 @@ from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
 
-KILL_ROUNDS = 10
+KILL_ROUNDS = 6
 
 
 @pytest.fixture
