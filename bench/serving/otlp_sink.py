@@ -20,7 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from tests.support.otlp_receiver import attribute_value
 
 PROTOBUF = "application/x-protobuf"
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -30,21 +31,12 @@ _kept: list[dict[str, Any]] | None = None
 _lock = threading.Lock()
 
 
-def _value(value: AnyValue) -> Any:
-    which = value.WhichOneof("value")
-    if which == "array_value":
-        return [_value(item) for item in value.array_value.values]
-    if which == "kvlist_value":
-        return {item.key: _value(item.value) for item in value.kvlist_value.values}
-    return None if which is None else getattr(value, which)
-
-
 def flat_spans(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     """Each span of an export request as a flat JSON-able record: its service, name, kind, ids (hex),
     start and end (ns since the epoch), attributes, links (trace and span ids) and status code."""
     found = []
     for resource_spans in request.resource_spans:
-        resource = {item.key: _value(item.value) for item in resource_spans.resource.attributes}
+        resource = {item.key: attribute_value(item.value) for item in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 found.append(
@@ -58,7 +50,7 @@ def flat_spans(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
                         "parent_span_id": span.parent_span_id.hex(),
                         "start_ns": span.start_time_unix_nano,
                         "end_ns": span.end_time_unix_nano,
-                        "attributes": {item.key: _value(item.value) for item in span.attributes},
+                        "attributes": {item.key: attribute_value(item.value) for item in span.attributes},
                         "links": [
                             {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex()}
                             for link in span.links

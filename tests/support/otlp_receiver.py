@@ -42,19 +42,20 @@ class ReceivedSpan:
     scope: str
 
 
-def _value(value: AnyValue) -> Any:
+def attribute_value(value: AnyValue) -> Any:
+    """An OTLP attribute's value as Python: arrays as lists, key-value lists as dicts, unset as None."""
     which = value.WhichOneof("value")
     if which == "array_value":
-        return [_value(item) for item in value.array_value.values]
+        return [attribute_value(item) for item in value.array_value.values]
     if which == "kvlist_value":
-        return {item.key: _value(item.value) for item in value.kvlist_value.values}
+        return {item.key: attribute_value(item.value) for item in value.kvlist_value.values}
     return None if which is None else getattr(value, which)
 
 
 def spans_of(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
     found = []
     for resource_spans in request.resource_spans:
-        resource = {item.key: _value(item.value) for item in resource_spans.resource.attributes}
+        resource = {item.key: attribute_value(item.value) for item in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 found.append(
@@ -64,7 +65,7 @@ def spans_of(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                         span_id=span.span_id.hex(),
                         parent_span_id=span.parent_span_id.hex(),
                         kind=span.kind,
-                        attributes={item.key: _value(item.value) for item in span.attributes},
+                        attributes={item.key: attribute_value(item.value) for item in span.attributes},
                         links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                         status_code=span.status.code,
                         service_name=str(resource.get("service.name", "")),
