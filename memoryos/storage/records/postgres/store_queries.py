@@ -9,6 +9,7 @@ number found there must be this owner's: a new owner cannot record its number un
 ends, and a stale owner's transaction is refused (`FencedOutError`) before it writes anything.
 """
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -67,13 +68,20 @@ def binary_arrays(sql: str, fixed: Sequence[Any], rows: Sequence[tuple[Any, ...]
     most of the worker's CPU for a run of pages and their terms, twice to five times binary's. Binary
     wants one Python type per array, so the numeric columns are made `float` or `int` (a timestamp may
     come as an int)."""
-    casts = _ARRAY_CAST.findall(sql)
+    binary_sql, numbers = _binary_form(sql)
     columns = [list(column) for column in zip(*rows, strict=True)]
-    for position, cast in enumerate(casts):
-        number = _AS_NUMBER.get(cast)
-        if number is not None:
-            columns[position] = [None if value is None else number(value) for value in columns[position]]
-    return sql.replace("%s", "%b").encode(), [*fixed, *columns]
+    for position, number in numbers:
+        columns[position] = [None if value is None else number(value) for value in columns[position]]
+    return binary_sql, [*fixed, *columns]
+
+
+@functools.cache
+def _binary_form(sql: str) -> tuple[bytes, tuple[tuple[int, Callable[[Any], Any]], ...]]:
+    """`sql` with binary placeholders, and which array columns are numeric (their position, their Python
+    type): read once per statement text, not at every flush (the statements are a handful of constants)."""
+    casts = _ARRAY_CAST.findall(sql)
+    numbers = tuple((position, _AS_NUMBER[cast]) for position, cast in enumerate(casts) if cast in _AS_NUMBER)
+    return sql.replace("%s", "%b").encode(), numbers
 
 
 class _Rows:
