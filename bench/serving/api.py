@@ -89,6 +89,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def serve_command(data_dir: Path, port: int, redis_url: str | None = None) -> list[str]:
+    """`memoryos serve` on `data_dir` and `port` (with `redis_url`: the API of a Redis deployment), run by
+    this interpreter."""
+    return [
+        sys.executable,
+        "-m",
+        "memoryos.cli.main",
+        "--data-dir",
+        str(data_dir),
+        "serve",
+        "--port",
+        str(port),
+        *(["--redis-url", redis_url] if redis_url else []),
+    ]
+
+
 def start_server(
     data_dir: Path, port: int, unbounded: bool = True, redis_url: str | None = None
 ) -> subprocess.Popen[bytes]:
@@ -100,18 +116,7 @@ def start_server(
     if unbounded:
         env["MEMORYOS_API_MAX_PENDING_PAGES"] = "1000000"
         env["MEMORYOS_API_MAX_WRITE_LAG_S"] = "0"
-    command = [
-        sys.executable,
-        "-m",
-        "memoryos.cli.main",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-        *(["--redis-url", redis_url] if redis_url else []),
-    ]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(serve_command(data_dir, port, redis_url), env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:

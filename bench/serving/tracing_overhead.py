@@ -45,6 +45,7 @@ import httpx
 import numpy as np
 
 from bench.output import emit
+from bench.serving.api import serve_command
 from bench.serving.ingest import cpu_seconds, free_ports, worker_processes
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
@@ -113,19 +114,9 @@ def spans_received(sink_url: str) -> int:
 def served_api(env: dict[str, str], data_dir: Path, log: Path) -> Iterator[tuple[str, int]]:
     """`memoryos serve --redis-url` with `env`; its URL and pid once ready."""
     port = free_ports(1)
-    command = [
-        sys.executable,
-        "-m",
-        "memoryos.cli.main",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-    ]
     with log.open("wb") as log_file:
         api = subprocess.Popen(
-            [*command, "--redis-url", env["MEMORYOS_REDIS_URL"]],
+            serve_command(data_dir, port, env["MEMORYOS_REDIS_URL"]),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=log_file,
