@@ -263,6 +263,23 @@ def test_a_float32_snapshot_from_before_fp16_is_rejected(
         FaissIndex.load(path, DIM)
 
 
+@pytest.mark.parametrize("cut", [0.5, 1.0])
+def test_a_checksummed_payload_faiss_cannot_read_is_an_index_snapshot_error(
+    tmp_path: Path, cut: float
+) -> None:
+    """A payload whose checksum holds but which faiss cannot read (cut short, or not an index at all) is
+    refused, not raised as faiss's RuntimeError: the space rebuilds from the store."""
+    ids, vectors = np.arange(50, dtype=np.int64), clustered(50, centroids(4), seed=3)
+    index = FaissIndex(DIM)
+    index.add(ids, vectors)
+    whole = faiss.serialize_index(index._index)
+    payload = whole[: int(len(whole) * cut)] if cut < 1.0 else np.frombuffer(b"not an index" * 40, np.uint8)
+    path = tmp_path / "pages.faiss"
+    path.write_bytes(snapshot_bytes(SnapshotHeader(DIM, 7, 0, None), payload))
+    with pytest.raises(IndexSnapshotError, match="unreadable index snapshot"):
+        FaissIndex.load(path, DIM)
+
+
 def corrupt_payload(data: bytes) -> bytes:
     return data[:-10] + bytes([data[-10] ^ 0xFF]) + data[-9:]
 

@@ -258,11 +258,7 @@ class FaissIndex:
         keeps its nprobe but counts as calibrated on stored vectors: it recalibrates once it has seen
         `MIN_RECENT_QUERIES` queries.
         """
-        header, payload = read_snapshot(path, dim, expected_fingerprint)
-        try:
-            index = faiss.deserialize_index(payload)  # already the concrete class
-        except RuntimeError as exc:
-            raise IndexSnapshotError(f"{path}: unreadable index snapshot: {exc}") from exc
+        header, index = read_snapshot(path, dim, expected_fingerprint)  # already the concrete class
         if not is_expected_index(index, dim, ivf=header.trained_count > 0):
             raise IndexSnapshotError(f"{path}: snapshot holds an unexpected index type")
         loaded = cls(dim, ann_threshold, gpu_policy, omp_threads)
