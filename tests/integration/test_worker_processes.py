@@ -27,11 +27,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.serving.faults import worker_env
 from bench.serving.ingest import descendants, free_ports
+from memoryos import MemoryConfig
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
+from services.worker.process import no_gpu_for
 from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
@@ -187,8 +189,36 @@ def test_a_child_that_cannot_start_fails_the_worker_with_one_line(
         timeout=TIMEOUT_S,
     )
     assert ended.returncode == 1
-    last = ended.stderr.strip().splitlines()[-1]
-    assert last == (
+    lines = ended.stderr.strip().splitlines()
+    assert lines[-1] == (
         "memoryos worker: memoryos-embedding-engine exited 2 times within 300 s (exit codes 1, 1); "
         "every process stopped"
     )
+    refusal = (  # each start refused in one line, before torch's imports (seconds each), no traceback
+        "memoryos embedding-engine: embedding_device: 'cuda' was requested but this host has no GPU device; "
+        "ask for 'auto' or 'cpu', or give the container the GPU"
+    )
+    assert lines.count(refusal) == 2
+    assert "Traceback" not in ended.stderr
+
+
+@pytest.mark.parametrize(
+    ("device", "kwargs", "gpu_present", "refused"),
+    [
+        ("cuda", {}, False, "embedding_device: 'cuda'"),
+        ("auto", {"device": "cuda:1"}, False, "embedding_model_kwargs.device: 'cuda:1'"),
+        ("cuda", {"device": "cpu"}, False, None),  # the kwargs' device wins
+        ("cuda", {}, True, None),  # a GPU may be there: torch judges
+        ("auto", {}, False, None),  # the CPU, then
+        ("auto", {"device": "mps"}, False, None),  # not a CUDA name: torch's to judge
+    ],
+)
+def test_an_engine_that_needs_a_missing_gpu_is_refused_before_torch(
+    device: str, kwargs: dict[str, str], gpu_present: bool, refused: str | None
+) -> None:
+    config = MemoryConfig(embedding_device=device, embedding_model_kwargs=kwargs)
+    refusal = no_gpu_for(config, gpu_present)
+    if refused is None:
+        assert refusal is None
+    else:
+        assert refusal is not None and refusal.startswith(f"{refused} was requested but this host has no GPU")
