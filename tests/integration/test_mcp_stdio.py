@@ -15,6 +15,7 @@ from anyio.from_thread import start_blocking_portal
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult
 
+from memoryos.embedding.random_weights import RANDOM_WEIGHTS_MARKER
 from tests.support.mcp_session import McpSession
 
 pytestmark = pytest.mark.integration
@@ -67,8 +68,15 @@ def test_initialize_is_answered_before_the_model_loads(tmp_path: Path) -> None:
     """A server whose embedding model cannot load at all still completes the handshake and lists its
     tools: nothing before `initialize` touches the model (the start-up time itself is measured by
     `python -m bench.serving.mcp`, docs/mcp.md). The first call that needs the model is a tool error, and the
-    server keeps answering."""
-    env = {**server_env(), "MEMORYOS_EMBEDDING_MODEL_NAME": str(tmp_path / "no-such-model")}
+    server keeps answering.
+
+    The model is a directory marked as random weights, which the embedder refuses on first use, before it
+    imports anything: a missing directory would be found missing only after PyTorch and
+    sentence-transformers are imported (seconds), and would leave a server slower to exit."""
+    model = tmp_path / "random-weights"
+    model.mkdir()
+    (model / RANDOM_WEIGHTS_MARKER).write_text("{}\n")
+    env = {**server_env(), "MEMORYOS_EMBEDDING_MODEL_NAME": str(model)}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "memoryos.cli.main", "--data-dir", str(tmp_path / "data"), "mcp", "--user", "maya"],
