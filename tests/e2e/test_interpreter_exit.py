@@ -48,7 +48,13 @@ elsewhere."""
 def test_a_script_that_never_closes_ends_quietly_and_its_pages_are_all_there_next_time(
     tmp_path: Path, delay_s: float
 ) -> None:
-    with StubLLMServer(rules=MEMORY_TASK_RULES, delay_s=delay_s) as llm:
+    # The script's LLM holds each answer `delay_s`; the check after it uses one that answers at once: what
+    # is checked is the script's exit, and the next open's consolidation pass (which `stats` and `close`
+    # wait for) would otherwise wait out the delay at each of its LLM calls.
+    with (
+        StubLLMServer(rules=MEMORY_TASK_RULES, delay_s=delay_s) as llm,
+        StubLLMServer(rules=MEMORY_TASK_RULES) as at_once,
+    ):
         for run in range(RUNS):
             data = tmp_path / f"run-{run}"
             child = subprocess.run(
@@ -65,7 +71,7 @@ def test_a_script_that_never_closes_ends_quietly_and_its_pages_are_all_there_nex
             memory = Memoryos(
                 user_id="maya",
                 openai_api_key="key",
-                openai_base_url=llm.base_url,
+                openai_base_url=at_once.base_url,
                 data_storage_path=data,
                 short_term_capacity=3,
             )
