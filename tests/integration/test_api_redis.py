@@ -361,46 +361,52 @@ def test_a_read_of_a_page_the_worker_cannot_embed_yet_answers_within_its_vector_
 
 
 def test_a_forget_that_fails_is_answered_202_retried_and_shown_never_dead_lettered(
-    api: RunningApi, queue: QueueSettings, config: MemoryConfig
+    queue: QueueSettings, config: MemoryConfig, tmp_path: Path
 ) -> None:
     """The owner's erase fails (a store that cannot be written, say) until the failure clears: the API
     answers 202 with where to look, the forget is retried after growing pauses, `/readyz` and `/metrics`
     count it meanwhile, it never reaches the dead letters, and once the erase succeeds the space is gone
-    and the count is back to nothing. An erase that works is answered 204 once done."""
-    memory = client(api)
-    worker = Running(queue, config, "w-forget")
-    try:
-        memory.add("lena", "My secret is 4321.", "Noted.")
-        memory.add("omar", "Mine is 1234.", "Noted.")
-        assert memory.stats("lena").short_term_pages == 1
-        broken = threading.Event()
-        broken.set()
-        forget = worker.worker.spaces.forget
+    and the count is back to nothing. An erase that works is answered 204 once done.
 
-        def failing_forget(*args: object, **kwargs: object) -> object:
-            if broken.is_set():
-                raise StorageError("the memory store could not be written: disk I/O error")
-            return forget(*args, **kwargs)  # type: ignore[arg-type]
+    The 202 comes once the read timeout passes, while the retries' pauses double: a read timeout of 1.5 s
+    (the fixture's is 5 s; this worker's reads, hashed embedder, take milliseconds) keeps both short."""
+    short = queue.model_copy(update={"read_timeout_s": 1.5})
+    settings = ApiSettings(keys=KEYS, port=0)
+    with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=short) as api:
+        memory = client(api)
+        worker = Running(short, config, "w-forget")
+        try:
+            memory.add("lena", "My secret is 4321.", "Noted.")
+            memory.add("omar", "Mine is 1234.", "Noted.")
+            assert memory.stats("lena").short_term_pages == 1
+            broken = threading.Event()
+            broken.set()
+            forget = worker.worker.spaces.forget
 
-        worker.worker.spaces.forget = failing_forget  # type: ignore[method-assign]
-        answer = httpx.delete(
-            f"{api.url}/v1/users/lena/assistants/default_assistant_profile",
-            headers={"Authorization": "Bearer key-acme"},
-            timeout=30,
-        )
-        assert answer.status_code == 202
-        assert answer.headers["Location"] == "/v1/users/lena/assistants/default_assistant_profile/stats"
-        wait_for(lambda: httpx.get(f"{api.url}/readyz").json().get("forgets_failing") == 1)
-        assert httpx.get(f"{api.url}/readyz").status_code == 200  # still serving
-        assert "memoryos_forgets_failing 1.0" in httpx.get(f"{api.url}/metrics").text
-        broken.clear()
-        wait_for(lambda: httpx.get(f"{api.url}/readyz").json() == {"status": "ready"})
-        with pytest.raises(ApiError) as gone:
-            memory.stats("lena")
-        assert gone.value.status == 404
-        assert dead_letters(api, "key-acme") == []
-        assert memory.forget("omar") is True  # erased by the time the API answered: 204
-        with pytest.raises(ApiError):
-            memory.stats("omar")
-    finally:
-        worker.stop()
+            def failing_forget(*args: object, **kwargs: object) -> object:
+                if broken.is_set():
+                    raise StorageError("the memory store could not be written: disk I/O error")
+                return forget(*args, **kwargs)  # type: ignore[arg-type]
+
+            worker.worker.spaces.forget = failing_forget  # type: ignore[method-assign]
+            answer = httpx.delete(
+                f"{api.url}/v1/users/lena/assistants/default_assistant_profile",
+                headers={"Authorization": "Bearer key-acme"},
+                timeout=30,
+            )
+            assert answer.status_code == 202
+            assert answer.headers["Location"] == "/v1/users/lena/assistants/default_assistant_profile/stats"
+            wait_for(lambda: httpx.get(f"{api.url}/readyz").json().get("forgets_failing") == 1)
+            assert httpx.get(f"{api.url}/readyz").status_code == 200  # still serving
+            assert "memoryos_forgets_failing 1.0" in httpx.get(f"{api.url}/metrics").text
+            broken.clear()
+            wait_for(lambda: httpx.get(f"{api.url}/readyz").json() == {"status": "ready"})
+            with pytest.raises(ApiError) as gone:
+                memory.stats("lena")
+            assert gone.value.status == 404
+            assert dead_letters(api, "key-acme") == []
+            assert memory.forget("omar") is True  # erased by the time the API answered: 204
+            with pytest.raises(ApiError):
+                memory.stats("omar")
+        finally:
+            worker.stop()
