@@ -125,7 +125,9 @@ def test_the_model_loading_bar_shows_only_with_verbose(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """transformers' "Loading weights" bar, on a PyTorch load (`embedding_runtime=torch`): quiet unless
-    `--verbose` (`show_progress`)."""
+    `--verbose` (`show_progress`). Both commands run in one new process, quiet first: a quiet load that
+    left the bar switched off would hide it from the verbose one, and a second process spent seconds
+    importing PyTorch again."""
     base = ["--data-dir", str(tmp_path)]
     assert (
         run(capsys, *base, "add", "--user", "kai", "--user-input", "I sail.", "--agent-response", "Nice.")[0]
@@ -137,18 +139,24 @@ def test_the_model_loading_bar_shows_only_with_verbose(
         if not k.startswith("MEMORYOS_") or k == "MEMORYOS_MODEL_CACHE_DIR"
     }
     env["MEMORYOS_EMBEDDING_RUNTIME"] = "torch"
-    outputs = {}
-    for flags in ([], ["--verbose"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "memoryos.cli.main", *flags, *base, "retrieve", "--user", "kai", "Do I sail?"],
-            capture_output=True, text=True, env=env, check=True,
-        )  # fmt: skip
-        assert "I sail." in result.stdout
-        outputs[bool(flags)] = result.stderr
-    assert outputs[False] == ""
-    assert (
-        "Loading weights" in outputs[True] and "loaded all-MiniLM-L6-v2 on cpu with PyTorch" in outputs[True]
+    end = "-- command ended --"
+    retrieve = [*base, "retrieve", "--user", "kai", "Do I sail?"]
+    probe = (
+        "import sys\n"
+        "from memoryos.cli.main import main\n"
+        "for flags in ([], ['--verbose']):\n"
+        f"    assert main([*flags, *{retrieve!r}]) == 0\n"
+        f"    print({end!r}, flush=True)\n"
+        f"    print({end!r}, file=sys.stderr, flush=True)\n"
     )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    quiet_out, verbose_out, _ = result.stdout.split(end)
+    quiet_err, verbose_err, _ = result.stderr.split(end)
+    assert "I sail." in quiet_out and "I sail." in verbose_out
+    assert quiet_err == ""
+    assert "Loading weights" in verbose_err and "loaded all-MiniLM-L6-v2 on cpu with PyTorch" in verbose_err
 
 
 def test_bad_input_is_a_clear_error_with_exit_code_2(
