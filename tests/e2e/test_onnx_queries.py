@@ -178,8 +178,9 @@ def test_a_second_process_embeds_without_importing_torch(cache_dir, torch_embedd
     ]
 
 
-def test_a_corrupt_export_is_replaced(tmp_path, torch_vectors, info_log):
-    embedder(tmp_path).encode(QUERIES[:1], is_query=True)
+def test_a_corrupt_export_is_replaced(cache_dir, tmp_path, torch_vectors, info_log):
+    embedder(cache_dir).encode(QUERIES[:1], is_query=True)  # the export and its manifest, if not yet there
+    shutil.copytree(cache_dir / "onnx", tmp_path / "onnx")  # damaged here, not in the module's cache
     [exported] = exported_files(tmp_path)
     assert decided(embedder(tmp_path)).torch_free
     size = exported.stat().st_size
