@@ -38,8 +38,10 @@ def pool_config(tmp_path: Path, server: ScriptedOpenAIServer, concurrency: int) 
 def test_twenty_spaces_consolidating_keep_the_llm_bound_busy(
     tmp_path: Path, openai_server: ScriptedOpenAIServer
 ) -> None:
+    """Each reply takes 0.1 s, long enough that requests overlap: without the bound, these spaces' 220
+    calls reach 64 in flight at once; with it, the 8 slots are all taken."""
     concurrency = 8
-    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.3)
+    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.1)
     config = pool_config(tmp_path, openai_server, concurrency)
     scheduler = Scheduler(config, name="pool-test")
     embedder = HashEmbedder()
@@ -68,8 +70,10 @@ def test_answers_share_the_bound_with_consolidation(
     tmp_path: Path, openai_server: ScriptedOpenAIServer
 ) -> None:
     """`get_response` from many callers while spaces consolidate: never more requests in flight than
-    `llm_max_concurrency`. Answers went around the bound, and a one-slot local model got two at once."""
-    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.2)
+    `llm_max_concurrency`. Answers went around the bound, and a one-slot local model got two at once.
+    Each reply takes 0.05 s: answers let around the bound still overlap each other and consolidation's
+    calls (5 in flight at once when tried), and the 36 calls, one at a time, take about 2 s."""
+    openai_server.respond_always(EVERY_TASK_REPLY, delay_s=0.05)
     config = pool_config(tmp_path, openai_server, 1)
     scheduler = Scheduler(config, name="answer-bound-test")
     embedder = HashEmbedder()
