@@ -115,7 +115,7 @@ def api(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Runnin
         openai_base_url=server.base_url,
         llm_timeout_s=LLM_TIMEOUT_S,
         llm_max_retries=2,
-        llm_backoff_max_s=2.0,
+        llm_backoff_max_s=FIRST_BACKOFF_S,  # the timer's retries, which the test waits for two of, 1 s apart
         short_term_capacity=2,
         faiss_use_gpu="never",
         llm_guards="off",  # the canned facts are not about these turns: the guards would refuse them
