@@ -56,6 +56,11 @@ class Keys:
         deployment's lists keep that name)."""
         return f"{self.namespace}:reads:{shard}"
 
+    def owner_calls_wake(self, server_id: str) -> str:
+        """One worker's own list, popped with its shards' owner calls: its drain pushes to it so that its
+        request thread leaves its blocking pop at once (`services/worker/owner_calls.py`)."""
+        return f"{self.namespace}:owner-calls-wake:{server_id}"
+
     def reply(self, request_id: str) -> str:
         return f"{self.namespace}:reply:{request_id}"
 

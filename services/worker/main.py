@@ -301,6 +301,8 @@ class Worker:
                 target=self._renew_until, args=(closed,), name="memoryos-drain-leases", daemon=True
             )
             renewing.start()
+            # on a thread of its own: a Redis that does not answer must not hold the drain up for longer
+            threading.Thread(target=self._owner_calls.wake, name="memoryos-wake-reads", daemon=True).start()
             try:
                 owner_calls.join(timeout=5)
                 self.spaces.close()

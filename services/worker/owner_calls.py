@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from memoryos.space.pool import SpaceKey
 from memoryos.tracing import context_of, tracing_enabled
 from memoryos.tracing.spans import mark_failed, operation_span
 from services.queue import streams
-from services.queue.connection import REDIS_UNAVAILABLE
+from services.queue.connection import BLOCK_SLICE_S, REDIS_UNAVAILABLE
 from services.queue.keys import Keys, space_key
 from services.queue.redis_full import ALLOW_OOM
 from services.queue.settings import QueueSettings
@@ -55,6 +56,16 @@ return redis.call('EXPIRE', KEYS[1], ARGV[2])
 )
 """Push a call's answer with its expiry in one step, even while Redis is full: the API took the request
 before, and waits for this answer (`services/queue/redis_full.py`)."""
+WAKE = (
+    ALLOW_OOM
+    + """
+redis.call('RPUSH', KEYS[1], '1')
+return redis.call('PEXPIRE', KEYS[1], ARGV[1])
+"""
+)
+"""Wake the request thread from its blocking pop (`OwnerCallServer.wake`), even while Redis is full: the
+drain waits for that thread. One small entry, with an expiry: the thread may have left already."""
+WAKE_TTL_MS = 10_000
 SERVED_POLL_S = 0.01
 """How often a call waits to be served again on a shard whose lease the main loop is renewing."""
 
@@ -91,6 +102,8 @@ class OwnerCallServer:
         self._awaiting: Counter[int] = Counter()
         self._busy_lock = threading.Lock()
         self._reply = client.register_script(REPLY)
+        self._wake = client.register_script(WAKE)
+        self._wake_key = self.keys.owner_calls_wake(uuid.uuid4().hex[:12])
 
     def busy_shards(self) -> frozenset[int]:
         """The shards of the calls running now: the worker does not give them back meanwhile (a reindex or
@@ -120,7 +133,8 @@ class OwnerCallServer:
                 if not free.acquire(timeout=0.1):
                     continue
                 try:
-                    popped = self.client.blpop([self.keys.owner_calls(s) for s in shards], timeout=1)
+                    queues = [self._wake_key, *(self.keys.owner_calls(s) for s in shards)]
+                    popped = self.client.blpop(queues, timeout=BLOCK_SLICE_S)
                 except REDIS_UNAVAILABLE as error:
                     # A call caught midway: its caller times out (503) and retries.
                     free.release()
@@ -131,9 +145,22 @@ class OwnerCallServer:
                     free.release()
                     continue
                 queue, request = cast(tuple[bytes, bytes], popped)
+                if queue.decode() == self._wake_key:  # `wake`: the loop sees `stop` now
+                    free.release()
+                    continue
                 pool.submit(self._answer_then_free, queue.decode(), json.loads(request), free)
         finally:
             pool.shutdown(wait=True)
+
+    def wake(self) -> None:
+        """Bring `serve` out of its blocking pop now, once `stop` is set, rather than at the pop's timeout
+        (`BLOCK_SLICE_S`, a second): the worker's drain waits for that thread before it closes the spaces
+        and gives the leases back, and every stop (each rollout's) waited out most of that second with
+        its shards served by nobody. Redis away: the pop's own timeout ends the wait, as before."""
+        try:
+            self._wake(keys=[self._wake_key], args=[WAKE_TTL_MS])
+        except REDIS_UNAVAILABLE:
+            log.info("read server not woken: Redis is away; its pop times out instead")
 
     def _answer_then_free(self, queue: str, request: dict[str, Any], free: threading.Semaphore) -> None:
         try:

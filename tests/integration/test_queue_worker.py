@@ -26,6 +26,7 @@ from services.queue.owner_calls import OwnerCallClient, OwnerRefusedError, Owner
 from services.queue.producer import QueueFullError, WriteQueue
 from services.queue.settings import QueueSettings
 from services.spaces.calls import LIST_PAGES, RETRIEVE, STATS, WRITE_STATUS
+from services.worker import owner_calls as owner_calls_module
 from services.worker.consumer import ShardConsumer
 from services.worker.main import Worker
 from services.worker.metrics import WorkerCollector
@@ -548,6 +549,22 @@ def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
     stopping.join(30)
     assert len(owners_seen) >= 20 and set(owners_seen) == {b"w-drain"}
     assert client.get(lease) is None  # and given back once closed
+
+
+def test_a_drain_wakes_the_read_thread_from_its_blocking_pop(
+    settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain waits for the read thread (at most 5 s) before it closes the spaces and releases the
+    leases; that thread sits in a blocking pop of the shards' owner calls. The drain pushes to the
+    thread's own wake list, so the thread leaves at once: with the pop made 8 s long here, a drain that
+    waited for its timeout would give up on the thread after 5 s and leave it running."""
+    monkeypatch.setattr(owner_calls_module, "BLOCK_SLICE_S", 8.0)  # under the 10 s socket timeout
+    worker = Running(settings, config, "w-wake")
+    wait_for(lambda: len(worker.worker.leases.owned) == 8)
+    time.sleep(0.2)  # the read thread is in its pop by now
+    worker.stop()
+    assert not worker.thread.is_alive()
+    assert not [thread for thread in threading.enumerate() if thread.name == "memoryos-owner-calls"]
 
 
 def test_a_redis_write_refused_at_maxmemory_pauses_the_worker_never_ends_it(
