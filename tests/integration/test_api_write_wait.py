@@ -205,7 +205,8 @@ def test_with_redis_a_reads_wait_for_its_writes_spends_its_vector_wait(
         try:
             faulty = FaultyApply(worker)
             first = write(api, {"user_input": "I live in Lisbon.", "agent_response": "Noted."})
-            assert read(api, [first]).status_code == 200
+            # Applied, so the space exists; asked with no vector wait (the stuck embedder makes it 1.5 s).
+            assert read(api, [first], max_vector_wait_s=0).status_code == 200
             faulty.failing["w1"] = StorageError
             later = write(
                 api,
