@@ -40,24 +40,36 @@ def make(
     embedder: HashEmbedder | None = None,
     max_text_chars: int = 200,
     ingest_mode: Literal["background", "inline"] = "inline",
+    llm_backoff_max_s: float | None = None,
     **kwargs: Any,
 ) -> Memoryos:
     """Inline ingest by default: these tests inspect the space right after a write.
     tests/unit/test_background_ingest.py covers the background mode. On the store of the test
-    (`store_settings`): SQLite files unless the module runs on both stores."""
+    (`store_settings`): SQLite files unless the module runs on both stores. A test that waits for a
+    failed LLM step's retry, and is not about the pause before it (1 s at first), shortens that pause
+    with `llm_backoff_max_s`."""
     return Memoryos(
         user_id,
         None,
         root,
         assistant_id=assistant_id,
         config=MemoryConfig(
-            faiss_use_gpu="never", max_text_chars=max_text_chars, ingest_mode=ingest_mode, **store_settings()
+            faiss_use_gpu="never",
+            max_text_chars=max_text_chars,
+            ingest_mode=ingest_mode,
+            **({} if llm_backoff_max_s is None else {"llm_backoff_max_s": llm_backoff_max_s}),
+            **store_settings(),
         ),
         embedder=embedder or HashEmbedder(),
         llm=llm or OfflineLLM(),
         clock=clock or FakeClock(),
         **kwargs,
     )
+
+
+RETRY_S = 0.1
+"""The pause before a failed LLM step is retried, in the tests that wait for the retry (1 s at first by
+default; the pause itself is tests/unit/test_scheduler.py's)."""
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
@@ -266,7 +278,9 @@ def test_a_fact_said_again_is_stored_once_and_facts_are_bounded(tmp_path: Path) 
 # --- an LLM failure never becomes memory --------------------------------------------------------------
 def test_profile_failure_keeps_the_previous_profile_and_the_pages_and_is_retried(tmp_path: Path) -> None:
     llm = ScriptedLLM()
-    memory = make(tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0)
+    memory = make(
+        tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0, llm_backoff_max_s=RETRY_S
+    )
     add_all(memory, [NURSE, CAT])  # NURSE leaves STM and is analyzed at once
     first = memory.get_user_profile_summary()
     assert "nurse" in first
@@ -284,7 +298,7 @@ def test_profile_failure_keeps_the_previous_profile_and_the_pages_and_is_retried
 
     llm.fail_on = set()
     add_all(memory, [GUITAR], start_minute=3)
-    # The space backs off after a failure (not retried on every write): the retry comes after 1 s.
+    # The space backs off after a failure (not retried on every write): the retry comes after RETRY_S.
     wait_until(lambda: "Miso" in memory.get_user_profile_summary())
     profile = memory.get_user_profile_summary()
     assert "nurse" in profile and "Miso" in profile and "hiking" in profile
@@ -294,7 +308,7 @@ def test_profile_failure_keeps_the_previous_profile_and_the_pages_and_is_retried
 
 def test_topic_failure_keeps_pages_in_short_term_memory_until_it_succeeds(tmp_path: Path) -> None:
     llm = ScriptedLLM(fail_on={"topic"})
-    memory = make(tmp_path, llm=llm, short_term_capacity=1)
+    memory = make(tmp_path, llm=llm, short_term_capacity=1, llm_backoff_max_s=RETRY_S)
     add_all(memory, TOPICS[:3])
     stats = memory.get_memory_stats()
     assert (stats["short_term_pages"], stats["mid_term_pages"], stats["segments"]) == (3, 0, [])
@@ -326,7 +340,9 @@ def test_a_segment_whose_analysis_keeps_failing_does_not_starve_the_others(tmp_p
 
 def test_pages_that_cannot_be_filed_yet_do_not_hold_back_promotion(tmp_path: Path) -> None:
     llm = ScriptedLLM(fail_on={"profile"})
-    memory = make(tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0)
+    memory = make(
+        tmp_path, llm=llm, short_term_capacity=1, mid_term_heat_threshold=1.0, llm_backoff_max_s=RETRY_S
+    )
     add_all(memory, [NURSE, CAT])  # NURSE is filed; its analysis fails
     assert memory.get_user_profile_summary() == ""
     llm.fail_on = {"topic"}
