@@ -64,6 +64,13 @@ def queue(
 
 
 @pytest.fixture
+def quick_job_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands that wait for a job look at it every 0.05 s, not 0.5 s: a test waits on the command
+    after each burst of jobs."""
+    monkeypatch.setattr("services.jobs.request.POLL_S", 0.05)
+
+
+@pytest.fixture
 def config(tmp_path: Path) -> MemoryConfig:
     return MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
 
@@ -274,6 +281,7 @@ def in_thread(run: Callable[[], int]) -> tuple[threading.Thread, list[int]]:
     return thread, codes
 
 
+@pytest.mark.usefixtures("quick_job_polls")
 def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
     api: RunningApi,
     queue: QueueSettings,
@@ -359,6 +367,7 @@ def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
         worker.stop()
 
 
+@pytest.mark.usefixtures("quick_job_polls")
 def test_a_job_no_rq_worker_takes_ends_the_command_with_how_to_start_one(
     queue: QueueSettings,
     rq_queue: Queue,
@@ -368,7 +377,7 @@ def test_a_job_no_rq_worker_takes_ends_the_command_with_how_to_start_one(
 ) -> None:
     """No rq worker on the queue: the command stops after the grace period (exit 4) instead of waiting
     forever. An export's job is canceled (its bundle would have no reader); a reindex's stays queued."""
-    monkeypatch.setattr("services.jobs.request.NO_RQ_WORKER_GRACE_S", 1.0)
+    monkeypatch.setattr("services.jobs.request.NO_RQ_WORKER_GRACE_S", 0.3)
     out = tmp_path / "never.bundle"
     assert main(["export", "--redis-url", queue.redis_url, "--user", "rui", "--out", str(out)]) == 4
     error = capsys.readouterr().err
