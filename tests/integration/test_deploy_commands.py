@@ -11,8 +11,12 @@ run) both are this interpreter's. The API image has no torch: the API and rq run
 
 Container paths (/data, /models) become temporary directories, the API binds 127.0.0.1 on a free port,
 and a GPU worker's `cuda` becomes `cpu` when torch sees no GPU (same command and code path otherwise).
+A worker from the image venv starts on an empty models volume, as a new container does, and builds the
+model's export without PyTorch; a worker from this interpreter starts on a volume holding this run's
+export (`seed_models_volume`).
 """
 
+import functools
 import json
 import os
 import re
@@ -29,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from memoryos.config import MemoryConfig
+from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 from tests.support.deploy_files import (
     COMPOSE_FILES,
     Container,
@@ -52,6 +58,28 @@ def bin_dir(variable: str) -> Path:
 
 API_BIN = bin_dir("DEPLOY_CHECK_API_BIN")
 WORKER_BIN = bin_dir("DEPLOY_CHECK_WORKER_BIN")
+
+
+@functools.cache
+def built_export() -> Path:
+    """The `onnx` directory of this run's model cache (tests/conftest.py) once it holds the default model's
+    verified export and manifest, made here when no earlier test made them."""
+    cache = Path(os.environ["MEMORYOS_MODEL_CACHE_DIR"])
+    SentenceTransformerEmbedder(
+        MemoryConfig(embedding_device="cpu", embedding_cache_size=0, model_cache_dir=cache)
+    ).encode(["a page"])
+    return cache / "onnx"
+
+
+def seed_models_volume(env: dict[str, str]) -> None:
+    """When the worker runs from this interpreter: its models volume (`MEMORYOS_MODEL_CACHE_DIR` in `env`)
+    as a restarted container finds it, holding the export its first start made. This interpreter has
+    PyTorch, which no CPU worker image has, so its first start would export with PyTorch as the e2e tests
+    do (tests/e2e/test_onnx_queries.py): seconds of CPU for nothing these tests check. The image venv's
+    worker (.ci/deploy-check) starts on an empty volume and builds the export without PyTorch, as a new
+    container does."""
+    if Path(sys.executable).parent == WORKER_BIN:
+        shutil.copytree(built_export(), Path(env["MEMORYOS_MODEL_CACHE_DIR"]) / "onnx")
 
 
 @dataclass(frozen=True)
@@ -168,6 +196,8 @@ def test_the_command_serves_against_redis(case: Case, redis_server: RedisServer,
     if reason:
         pytest.skip(f"{reason}: {case.sources}")
     is_mcp = case.argv[:2] == ("memoryos", "mcp")
+    if case.argv[:2] == ("memoryos", "worker"):
+        seed_models_volume(env)
     process = subprocess.Popen(
         argv,
         env=env,

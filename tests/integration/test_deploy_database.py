@@ -9,9 +9,7 @@ data directory (tests/support/deploy_files.py keeps the database's settings apar
 their database half. `.ci/deploy-check` runs both with the image venvs (DEPLOY_CHECK_WORKER_BIN).
 """
 
-import os
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,8 +20,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memoryos.config import MemoryConfig
-from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 from tests.integration.test_deploy_commands import (
     START_TIMEOUT_S,
     WORKER_BIN,
@@ -31,6 +27,7 @@ from tests.integration.test_deploy_commands import (
     Output,
     container_env,
     readiness,
+    seed_models_volume,
 )
 from tests.support.deploy_files import COMPOSE_FILES, Container, compose_containers, interpolate
 from tests.support.postgres_server import PostgresServer
@@ -90,25 +87,11 @@ def postgres() -> Iterator[tuple[PostgresServer, str]]:
         server.cleanup()
 
 
-@pytest.fixture(scope="module")
-def models_volume_export() -> Path:
-    """The `onnx` directory of this run's model cache once it holds the default model's verified export and
-    manifest (made here when no earlier test made them): what the compose files' `models` volume holds
-    after a worker's first start. This test is about the database, so its worker starts as a restarted
-    container does, without building the export again (seconds of CPU); test_deploy_commands.py starts
-    the same worker on an empty volume."""
-    cache = Path(os.environ["MEMORYOS_MODEL_CACHE_DIR"])  # tests/conftest.py: this run's cache
-    config = MemoryConfig(embedding_device="cpu", embedding_cache_size=0, model_cache_dir=cache)
-    SentenceTransformerEmbedder(config).encode(["a page"])
-    return cache / "onnx"
-
-
 @pytest.mark.parametrize("worker", workers(), ids=lambda c: c.source)
 def test_the_compose_worker_serves_from_its_database(
     worker: Container,
     redis_server: RedisServer,
     postgres: tuple[PostgresServer, str],
-    models_volume_export: Path,
     tmp_path: Path,
 ) -> None:
     server, password = postgres
@@ -128,7 +111,7 @@ def test_the_compose_worker_serves_from_its_database(
     case = Case(tuple(worker.argv), tuple(sorted(worker.environment.items())), WORKER_BIN, worker.source)
     argv, env, ports = container_env(case, tmp_path, redis_server.url)
     env["MEMORYOS_DATABASE_URL"] = local_url
-    shutil.copytree(models_volume_export, Path(env["MEMORYOS_MODEL_CACHE_DIR"]) / "onnx")
+    seed_models_volume(env)  # this test is about the database: no export built at the worker's start
     script = worker.entry_script.replace(SECRET_PATH, str(secret))
     process = subprocess.Popen(
         ["/bin/sh", "-c", script, "postgres-password", *argv],
