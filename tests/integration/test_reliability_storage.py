@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from memoryos import MemoryConfig
@@ -40,15 +39,15 @@ def page_text(i: int) -> str:
 
 def write_pages(api: RunningApi, user: str, numbers: range) -> None:
     turns = [{"user_input": page_text(i), "agent_response": "ok"} for i in numbers]
-    answer = httpx.post(f"{api.space_url(user)}/memories/batch", json={"turns": turns}, timeout=30)
+    answer = api.http.post(f"{api.space_url(user)}/memories/batch", json={"turns": turns}, timeout=30)
     assert answer.status_code == 202, answer.text
 
 
 def assert_every_page_found(api: RunningApi, user: str, numbers: range) -> None:
-    pages = httpx.get(f"{api.space_url(user)}/memories", params={"limit": 1000}, timeout=30).json()
+    pages = api.http.get(f"{api.space_url(user)}/memories", params={"limit": 1000}, timeout=30).json()
     assert sorted(p["user_input"] for p in pages["pages"]) == sorted(page_text(i) for i in numbers)
     for i in numbers:
-        found = httpx.post(
+        found = api.http.post(
             f"{api.space_url(user)}/retrieve", json={"query": page_text(i), "top_k": 1}, timeout=30
         )
         assert found.status_code == 200, found.text
@@ -101,13 +100,13 @@ def test_a_corrupt_store_is_refused_with_a_clear_error_and_left_as_it_was(
             ("POST", f"{space}/memories", {"user_input": "new", "agent_response": "ok"}),
             ("GET", f"{space}/profile", None),
         ]:
-            answer = httpx.request(method, url, json=body, timeout=30)
+            answer = api.http.request(method, url, json=body, timeout=30)
             assert answer.status_code == 500 and answer.json()["error"] == "storage_error", (
                 method,
                 url,
                 answer.text,
             )
-        assert httpx.get(f"{api.url}/readyz").status_code == 200
+        assert api.http.get(f"{api.url}/readyz").status_code == 200
         assert_every_page_found(api, "ola", range(5))  # the other spaces keep working
         write_pages(api, "ola", range(5, 8))
     assert store.read_bytes() == damaged  # nothing was written over it
@@ -145,7 +144,7 @@ def test_a_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(
             refused = None
             for i in range(5000):
                 text = page_text(i) + " padding" * 150
-                answer = httpx.post(
+                answer = api.http.post(
                     f"{space}/memories", json={"user_input": text, "agent_response": "ok"}, timeout=30
                 )
                 if answer.status_code != 201:
@@ -155,20 +154,24 @@ def test_a_full_disk_refuses_writes_cleanly_and_loses_nothing_acknowledged(
             assert refused is not None and acknowledged, "the disk never filled"
             assert refused.status_code == 500 and refused.json()["error"] == "storage_error", refused.text
             assert "database or disk is full" in caplog.text  # the log says why
-            listed = httpx.get(f"{space}/memories", params={"limit": 1000}, timeout=30)
+            listed = api.http.get(f"{space}/memories", params={"limit": 1000}, timeout=30)
             assert listed.status_code == 200 and listed.json()["total"] == len(acknowledged)  # reads go on
 
             ballast.unlink()  # room again: the same process recovers without a restart
             extra = {"user_input": "written after the disk had room again", "agent_response": "ok"}
-            assert httpx.post(f"{space}/memories", json=extra, timeout=30).status_code == 201
+            assert api.http.post(f"{space}/memories", json=extra, timeout=30).status_code == 201
             acknowledged.append(extra["user_input"])
-            found = httpx.post(f"{space}/retrieve", json={"query": acknowledged[0], "top_k": 1}, timeout=30)
+            found = api.http.post(
+                f"{space}/retrieve", json={"query": acknowledged[0], "top_k": 1}, timeout=30
+            )
             assert found.status_code == 200, found.text
         with api_on(disk / "data") as api:  # and after a restart, every acknowledged write is there
-            pages = httpx.get(f"{api.space_url('maya')}/memories", params={"limit": 1000}, timeout=30).json()
+            pages = api.http.get(
+                f"{api.space_url('maya')}/memories", params={"limit": 1000}, timeout=30
+            ).json()
             assert [p["user_input"] for p in pages["pages"]] == acknowledged
             for text in (acknowledged[0], acknowledged[-1]):
-                hit = httpx.post(
+                hit = api.http.post(
                     f"{api.space_url('maya')}/retrieve", json={"query": text, "top_k": 1}, timeout=30
                 )
                 assert hit.json()["retrieved_pages"][0]["user_input"] == text
@@ -220,7 +223,7 @@ def test_a_file_size_limit_refuses_writes_with_a_storage_error_and_loses_nothing
     assert len(report["acknowledged"]) > 2
     with api_on(tmp_path) as api:
         url = f"{api.url}/v1/users/maya/assistants/default_assistant_profile/memories"
-        pages = httpx.get(url, params={"limit": 1000}, timeout=30).json()
+        pages = api.http.get(url, params={"limit": 1000}, timeout=30).json()
         listed = [p["user_input"] for p in pages["pages"]]
         # The refused write may be there too: where the limit struck its vectors, its text had been
         # committed already (an inline write stores the page, then waits for its vector); it is embedded
