@@ -43,33 +43,33 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
         yield running
 
 
-def post_raw(url: str, body: str) -> httpx.Response:
+def post_raw(api: RunningApi, url: str, body: str) -> httpx.Response:
     """`body` is JSON text as a client may send it, escapes included (`\\udcff`)."""
-    return httpx.post(url, content=body.encode(), headers=JSON)
+    return api.http.post(url, content=body.encode(), headers=JSON)
 
 
 def test_a_body_over_the_limit_is_413_before_it_is_read(api: RunningApi) -> None:
     url = f"{api.space_url('maya')}/memories"
-    declared = httpx.post(url, content=b"x" * (65 * 1024), headers=JSON)
+    declared = api.http.post(url, content=b"x" * (65 * 1024), headers=JSON)
     assert declared.status_code == 413 and declared.json()["error"] == "body_too_large"
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
         yield from (b"x" * 8192 for _ in range(20))
 
-    streamed = httpx.post(url, content=chunks(), headers=JSON)
+    streamed = api.http.post(url, content=chunks(), headers=JSON)
     assert streamed.status_code == 413 and "65536" in streamed.json()["message"]
 
 
 def test_too_many_turns_in_a_batch_is_422(api: RunningApi) -> None:
     turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(5)]
-    answer = httpx.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
+    answer = api.http.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
     assert answer.status_code == 422 and answer.json()["field"] == "turns"
     assert "at most 4 turns" in answer.json()["message"]
 
 
 def test_a_text_over_the_engines_limit_names_its_field(api: RunningApi) -> None:
     turns = [{"user_input": "ok", "agent_response": "a"}, {"user_input": "ok", "agent_response": "b" * 1001}]
-    answer = httpx.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
+    answer = api.http.post(f"{api.space_url('maya')}/memories/batch", json={"turns": turns})
     assert answer.status_code == 422
     assert (
         answer.json()["field"] == "turns[1].agent_response" and "1001 characters" in answer.json()["message"]
@@ -99,7 +99,7 @@ def test_a_text_over_the_engines_limit_names_its_field(api: RunningApi) -> None:
     ],
 )
 def test_a_lone_surrogate_is_422_naming_the_field(api: RunningApi, route: str, body: str, field: str) -> None:
-    answer = post_raw(f"{api.space_url('surrogates')}/{route}", body)
+    answer = post_raw(api, f"{api.space_url('surrogates')}/{route}", body)
     assert answer.status_code == 422, answer.text
     assert answer.json()["field"] == field and "surrogate" in answer.json()["message"]
 
@@ -129,7 +129,7 @@ def test_a_lone_surrogate_is_422_naming_the_field(api: RunningApi, route: str, b
     ],
 )
 def test_malformed_writes_are_422_naming_the_field(api: RunningApi, body: str, field: str) -> None:
-    answer = post_raw(f"{api.space_url('malformed')}/memories", body)
+    answer = post_raw(api, f"{api.space_url('malformed')}/memories", body)
     assert answer.status_code == 422, answer.text
     assert answer.json()["field"] == field and answer.json()["message"]
     assert len(answer.json()["message"]) < 200  # a short message, not a path through 500 levels
@@ -141,12 +141,12 @@ def test_malformed_writes_are_422_naming_the_field(api: RunningApi, body: str, f
 def test_bad_ids_never_touch_a_file_outside_the_data_dir(api: RunningApi, user_id: str) -> None:
     before = sorted(p.name for p in api.data_dir.parent.iterdir())
     for answer in (
-        httpx.post(
+        api.http.post(
             f"{api.url}/v1/users/{user_id}/assistants/bot/memories",
             json={"user_input": "a", "agent_response": "b"},
         ),
-        httpx.get(f"{api.url}/v1/users/{user_id}/assistants/bot/memories"),
-        httpx.get(f"{api.url}/v1/users/maya/assistants/{user_id}/stats"),
+        api.http.get(f"{api.url}/v1/users/{user_id}/assistants/bot/memories"),
+        api.http.get(f"{api.url}/v1/users/maya/assistants/{user_id}/stats"),
     ):
         assert answer.status_code in (404, 422), answer.text
         assert answer.json()["message"]
@@ -166,15 +166,15 @@ def test_bad_ids_never_touch_a_file_outside_the_data_dir(api: RunningApi, user_i
     ],
 )
 def test_bad_item_ids_are_4xx(api: RunningApi, path: str) -> None:
-    httpx.post(f"{api.space_url('items')}/memories", json={"user_input": "a", "agent_response": "b"})
-    answer = httpx.get(f"{api.space_url('items')}/{path}")
+    api.http.post(f"{api.space_url('items')}/memories", json={"user_input": "a", "agent_response": "b"})
+    answer = api.http.get(f"{api.space_url('items')}/{path}")
     assert 400 <= answer.status_code < 500, answer.text
 
 
 def test_paging_bounds_are_422(api: RunningApi) -> None:
     url = f"{api.space_url('items')}/memories"
     for params in ({"limit": 0}, {"limit": 100000}, {"offset": -1}, {"offset": 2**70}):
-        answer = httpx.get(url, params=params)
+        answer = api.http.get(url, params=params)
         assert answer.status_code == 422 and answer.json()["field"] in ("limit", "offset")
 
 
@@ -189,16 +189,16 @@ def test_writes_over_the_backlog_bound_get_429_with_retry_after(tmp_path: Path) 
     with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
         space = api.space_url("flood")
         turns = [{"user_input": f"u{i}", "agent_response": "a"} for i in range(3)]
-        assert httpx.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
-        refused = httpx.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
+        assert api.http.post(f"{space}/memories/batch", json={"turns": turns}).status_code == 202
+        refused = api.http.post(f"{space}/memories", json={"user_input": "one more", "agent_response": "a"})
         assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
         assert refused.json()["error"] == "overloaded"
         deadline = time.monotonic() + 5  # the sampler's next figure: the 3 pages stuck in the embedder
-        while "memoryos_queue_depth 3.0" not in httpx.get(f"{api.url}/metrics").text:
+        while "memoryos_queue_depth 3.0" not in api.http.get(f"{api.url}/metrics").text:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         embedder.release.set()
-        status = httpx.get(f"{space}/memories")  # reads go on meanwhile
+        status = api.http.get(f"{space}/memories")  # reads go on meanwhile
         assert status.status_code == 200 and status.json()["total"] == 3
 
 
@@ -211,17 +211,17 @@ def test_writes_are_acknowledged_while_reads_wait_for_the_embedder(tmp_path: Pat
     with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
         space = api.space_url("reader")
         first = {"user_input": "the first exchange", "agent_response": "noted"}
-        assert httpx.post(f"{space}/memories", json=first).status_code == 201
+        assert api.http.post(f"{space}/memories", json=first).status_code == 201
         strict_read = {"query": "first", "max_vector_wait_s": 30}  # waits for the stuck embedder
         with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS + 5) as readers:
             reads = [
-                readers.submit(httpx.post, f"{space}/retrieve", json=strict_read, timeout=120)
+                readers.submit(api.http.post, f"{space}/retrieve", json=strict_read, timeout=120)
                 for _ in range(REQUEST_THREADS + 5)
             ]
             time.sleep(2)  # every read has reached the server and waits for the stuck embedder
             assert not any(read.done() for read in reads)
             later = {"user_input": "written while reads wait", "agent_response": "noted"}
-            written = httpx.post(f"{api.space_url('writer')}/memories", json=later, timeout=20)
+            written = api.http.post(f"{api.space_url('writer')}/memories", json=later, timeout=20)
             assert written.status_code == 201
             embedder.release.set()
             assert all(read.result().status_code == 200 for read in reads)
@@ -242,19 +242,19 @@ def test_writes_get_429_while_the_oldest_unembedded_write_is_older_than_the_boun
     with stuck_embedder_api(settings, config) as (api, embedder):
         space = api.space_url("lagging")
         turn = {"user_input": "stuck in the embedder", "agent_response": "noted"}
-        assert httpx.post(f"{space}/memories", json=turn).status_code == 201
+        assert api.http.post(f"{space}/memories", json=turn).status_code == 201
         deadline = time.monotonic() + 10
-        while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 201:
+        while (answer := api.http.post(f"{space}/memories", json=turn)).status_code == 201:
             assert time.monotonic() < deadline, "never refused"
             time.sleep(0.1)
         assert answer.status_code == 429 and "acknowledged" in answer.json()["message"]
-        refusals = [httpx.post(f"{space}/memories", json=turn) for _ in range(20)]
+        refusals = [api.http.post(f"{space}/memories", json=turn) for _ in range(20)]
         assert {r.status_code for r in refusals} == {429}
         waits = {int(r.headers["retry-after"]) for r in [*refusals, answer]}
         assert len(waits) > 1 and waits <= set(range(3, 8))
         embedder.release.set()
         deadline = time.monotonic() + 10
-        while (answer := httpx.post(f"{space}/memories", json=turn)).status_code == 429:
+        while (answer := api.http.post(f"{space}/memories", json=turn)).status_code == 429:
             assert time.monotonic() < deadline, "still refused once embedded"
             time.sleep(0.1)
         assert answer.status_code == 201
@@ -268,19 +268,19 @@ def test_a_read_answers_within_its_vector_wait_says_what_it_lacked_and_is_counte
     with stuck_embedder_api(settings, offline_config(tmp_path)) as (api, embedder):
         space = api.space_url("reader")
         turn = {"user_input": "My zeppelin model is painted red.", "agent_response": "Lovely."}
-        assert httpx.post(f"{space}/memories", json=turn).status_code == 201
-        read = httpx.post(f"{space}/retrieve", json={"query": "zeppelin"}, timeout=20)
+        assert api.http.post(f"{space}/memories", json=turn).status_code == 201
+        read = api.http.post(f"{space}/retrieve", json={"query": "zeppelin"}, timeout=20)
         assert read.status_code == 200, read.text
         context = read.json()
         assert context["pages_without_vectors"] == 1
         assert [p["user_input"] for p in context["short_term_memory"]] == [turn["user_input"]]
-        metrics = httpx.get(f"{api.url}/metrics").text
+        metrics = api.http.get(f"{api.url}/metrics").text
         assert "memoryos_retrieves_without_vectors_total 1.0" in metrics
         assert "memoryos_retrieves_total 1.0" in metrics
         for bad in (6, -1):
-            refused = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": bad})
+            refused = api.http.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": bad})
             assert refused.status_code == 422 and "max_vector_wait_s" in refused.text
         embedder.release.set()
-        complete = httpx.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
+        complete = api.http.post(f"{space}/retrieve", json={"query": "zeppelin", "max_vector_wait_s": 5})
         assert complete.status_code == 200 and complete.json()["pages_without_vectors"] == 0
         assert complete.json()["retrieved_pages"][0]["user_input"] == turn["user_input"]
