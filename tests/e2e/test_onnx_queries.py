@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -274,9 +275,23 @@ def test_a_pooling_mode_the_encoder_lacks_keeps_pytorch_and_says_why(cache_dir, 
     assert not again.torch_free and "did not pass its check against PyTorch" in info_log.text
 
 
-def test_an_export_that_disagrees_with_pytorch_is_not_used(cache_dir, torch_vectors, monkeypatch, caplog):
+@pytest.fixture
+def manifests_aside(cache_dir: Path, tmp_path: Path) -> Iterator[None]:
+    """The module's cache without its manifests (else a verified one serves without PyTorch), put back
+    after the test: the tests after it find them instead of loading PyTorch to write them again."""
+    aside = tmp_path / "manifests"
+    aside.mkdir()
     for manifest in manifests(cache_dir):
-        manifest.unlink()  # else the verified manifest of the earlier tests serves without PyTorch
+        manifest.rename(aside / manifest.name)
+    yield
+    for manifest in aside.iterdir():
+        manifest.replace(cache_dir / "onnx" / manifest.name)
+
+
+def test_an_export_that_disagrees_with_pytorch_is_not_used(
+    cache_dir, manifests_aside, torch_vectors, monkeypatch, caplog
+):
+    assert manifests(cache_dir) == []
     monkeypatch.setattr(onnx_queries, "MAX_PROBE_DIFFERENCE", -1.0)  # no export can pass the check
     with caplog.at_level(logging.WARNING, logger="memoryos.embedding"):
         fallback = embedder(cache_dir)
