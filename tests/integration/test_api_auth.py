@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 
 from services.api.auth import KeysFileError, KeyStore, parse_keys_file
@@ -68,7 +67,7 @@ def test_every_route_refuses_a_missing_or_wrong_key(api: RunningApi) -> None:
     assert len(routes) >= 15
     for method, url in routes:
         for headers in ({}, as_key("not-a-key"), {"authorization": "Basic " + KEY_A}):
-            answer = httpx.request(method, url, headers=headers, json={})
+            answer = api.http.request(method, url, headers=headers, json={})
             assert answer.status_code == 401, (method, url, answer.text)
             assert answer.headers["www-authenticate"] == "Bearer"
             assert answer.json()["error"] == "unauthorized"
@@ -85,27 +84,27 @@ def test_the_schema_declares_the_bearer_key_exactly_where_one_is_needed(api: Run
 
 
 def test_health_and_metrics_need_no_key(api: RunningApi) -> None:
-    assert httpx.get(f"{api.url}/healthz").status_code == 200
-    assert httpx.get(f"{api.url}/metrics").status_code == 200
+    assert api.http.get(f"{api.url}/healthz").status_code == 200
+    assert api.http.get(f"{api.url}/metrics").status_code == 200
 
 
 def test_a_key_never_reaches_another_tenants_memory(api: RunningApi) -> None:
     space = api.space_url("maya")
-    added = httpx.post(
+    added = api.http.post(
         f"{space}/memories", headers=as_key(KEY_A), json={"user_input": "A secret", "agent_response": "ok"}
     )
     assert added.status_code == 201
     page_id = added.json()["page_id"]
     b = as_key(KEY_B)
-    assert httpx.post(f"{space}/retrieve", headers=b, json={"query": "secret"}).status_code == 404
-    assert httpx.get(f"{space}/memories", headers=b).status_code == 404
-    assert httpx.get(f"{space}/memories/{page_id}", headers=b).status_code == 404
-    assert httpx.delete(f"{space}/memories/{page_id}", headers=b).status_code == 404
-    assert httpx.get(f"{space}/export", headers=b).status_code == 404
-    assert httpx.delete(space, headers=b).status_code == 404
+    assert api.http.post(f"{space}/retrieve", headers=b, json={"query": "secret"}).status_code == 404
+    assert api.http.get(f"{space}/memories", headers=b).status_code == 404
+    assert api.http.get(f"{space}/memories/{page_id}", headers=b).status_code == 404
+    assert api.http.delete(f"{space}/memories/{page_id}", headers=b).status_code == 404
+    assert api.http.get(f"{space}/export", headers=b).status_code == 404
+    assert api.http.delete(space, headers=b).status_code == 404
     # B writing "maya" makes B's own space; A's is untouched.
-    httpx.post(f"{space}/memories", headers=b, json={"user_input": "B's note", "agent_response": "ok"})
-    a_pages = httpx.get(f"{space}/memories", headers=as_key(KEY_A)).json()["pages"]
+    api.http.post(f"{space}/memories", headers=b, json={"user_input": "B's note", "agent_response": "ok"})
+    a_pages = api.http.get(f"{space}/memories", headers=as_key(KEY_A)).json()["pages"]
     assert [p["user_input"] for p in a_pages] == ["A secret"]
     assert (api.data_dir / "tenant-a" / "maya").is_dir() and (api.data_dir / "tenant-b" / "maya").is_dir()
 
@@ -115,23 +114,23 @@ def test_keys_rotate_and_revoke_without_restart(api: RunningApi, keys_file: Path
     new_key = "rotated-key-for-tenant-a-987654"
     try:
         write_keys(keys_file, {new_key: "tenant-a", KEY_B: "tenant-b"})
-        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 401  # revoked
-        assert httpx.get(url, headers=as_key(new_key)).status_code == 404  # valid: no such space yet
+        assert api.http.get(url, headers=as_key(KEY_A)).status_code == 401  # revoked
+        assert api.http.get(url, headers=as_key(new_key)).status_code == 404  # valid: no such space yet
         keys_file.write_text("{not json")  # a broken file keeps the keys in force
         os.utime(keys_file, ns=(time.time_ns() + 5 * 10**9,) * 2)
-        assert httpx.get(url, headers=as_key(new_key)).status_code == 404
+        assert api.http.get(url, headers=as_key(new_key)).status_code == 404
     finally:
         write_keys(keys_file, {KEY_A: "tenant-a", KEY_B: "tenant-b"})
-    assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404
+    assert api.http.get(url, headers=as_key(KEY_A)).status_code == 404
 
 
 def test_requests_over_a_keys_rate_get_429_with_retry_after(tmp_path: Path) -> None:
     settings = ApiSettings(port=0, keys={KEY_A: "t"}, rate_limit_per_s=0.5, rate_limit_burst=2)
     with running_api(settings, offline_config(tmp_path), embedder=HashEmbedder()) as api:
         url = f"{api.space_url('maya')}/memories"
-        codes = [httpx.get(url, headers=as_key(KEY_A)).status_code for _ in range(3)]
+        codes = [api.http.get(url, headers=as_key(KEY_A)).status_code for _ in range(3)]
         assert codes == [404, 404, 429]
-        limited = httpx.get(url, headers=as_key(KEY_A))
+        limited = api.http.get(url, headers=as_key(KEY_A))
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
         assert limited.json()["error"] == "rate_limited"
 
@@ -142,7 +141,7 @@ def test_a_key_bound_to_one_user_reaches_that_user_only_over_rest_and_mcp(tmp_pa
     path.write_text(json.dumps({"keys": [{"key": agent_key, "tenant": "clinic", "user_id": "maya"}]}))
     settings = ApiSettings(port=0, keys_file=path)
     with running_api(settings, offline_config(tmp_path / "data"), embedder=HashEmbedder()) as api:
-        maya = httpx.post(
+        maya = api.http.post(
             f"{api.space_url('maya')}/memories",
             json={"user_input": "I take insulin.", "agent_response": "Noted."},
             headers=as_key(agent_key),
@@ -152,7 +151,7 @@ def test_a_key_bound_to_one_user_reaches_that_user_only_over_rest_and_mcp(tmp_pa
             if "/users/maya/" not in url:
                 continue  # not a space route (/v1/dead-letters: the key's own, scoped to maya)
             other = url.replace("/users/maya/", "/users/ola/")
-            response = httpx.request(method, other, headers=as_key(agent_key), json={})
+            response = api.http.request(method, other, headers=as_key(agent_key), json={})
             assert response.status_code == 403, (method, other, response.text)
             assert response.json()["error"] == "forbidden"
         with ExitStack() as stack:
@@ -208,11 +207,11 @@ def test_a_reload_with_a_weak_key_keeps_the_keys_in_force(tmp_path: Path) -> Non
     settings = ApiSettings(port=0, keys_file=path, keys_reload_interval_s=0)
     with running_api(settings, offline_config(tmp_path / "data"), embedder=HashEmbedder()) as api:
         url = f"{api.space_url('maya')}/memories"
-        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404  # a valid key: no such space yet
+        assert api.http.get(url, headers=as_key(KEY_A)).status_code == 404  # a valid key: no such space yet
         write_keys(path, {KEY_B: "tenant-b", "k": "tenant-b"})
-        assert httpx.get(url, headers=as_key("k")).status_code == 401
-        assert httpx.get(url, headers=as_key(KEY_B)).status_code == 401, "the whole file is refused"
-        assert httpx.get(url, headers=as_key(KEY_A)).status_code == 404
+        assert api.http.get(url, headers=as_key("k")).status_code == 401
+        assert api.http.get(url, headers=as_key(KEY_B)).status_code == 401, "the whole file is refused"
+        assert api.http.get(url, headers=as_key(KEY_A)).status_code == 404
 
 
 @pytest.mark.parametrize(
