@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
@@ -76,7 +75,7 @@ def test_writes_are_acknowledged_by_redis_alone_and_applied_in_order_by_the_owne
     api: RunningApi, queue: QueueSettings, config: MemoryConfig, tmp_path: Path
 ) -> None:
     memory = client(api)
-    assert httpx.get(f"{api.url}/readyz").status_code == 200  # Redis answers: ready with no worker
+    assert api.http.get(f"{api.url}/readyz").status_code == 200  # Redis answers: ready with no worker
     added = memory.add("maya", "I adopted a dog called Pico.", "Lovely name!", write_id="w-dog")
     assert added.page_id is None and added.page_ids == []  # the owner assigns them when it applies
     batch = memory.add_batch(
@@ -85,7 +84,7 @@ def test_writes_are_acknowledged_by_redis_alone_and_applied_in_order_by_the_owne
     with pytest.raises(ApiError) as no_owner:
         memory.stats("maya")
     assert no_owner.value.status == 503 and no_owner.value.retry_after_s is not None
-    scraped = httpx.get(f"{api.url}/metrics").text
+    scraped = api.http.get(f"{api.url}/metrics").text
     assert "memoryos_queue_depth 2.0" in scraped  # two writes wait in Redis
     assert not (tmp_path / "api-side").exists()  # the API opened no space
 
@@ -103,7 +102,7 @@ def test_writes_are_acknowledged_by_redis_alone_and_applied_in_order_by_the_owne
         assert status.searchable and status.page_ids == [listed.pages[0].page_id]
         assert memory.add("maya", "I adopted a dog called Pico.", "Lovely name!", write_id="w-dog")  # retry
         assert memory.list_pages("maya").total == 6  # stored once
-        assert "memoryos_queue_depth 0.0" in httpx.get(f"{api.url}/metrics").text
+        assert "memoryos_queue_depth 0.0" in api.http.get(f"{api.url}/metrics").text
     finally:
         worker.stop()
 
@@ -238,7 +237,7 @@ def test_dead_letters_are_listed_to_their_tenant_only_and_go_with_a_forget(
 
 
 def dead_letters(api: RunningApi, key: str) -> list[dict[str, object]]:
-    response = httpx.get(f"{api.url}/v1/dead-letters", headers={"authorization": f"Bearer {key}"})
+    response = api.http.get(f"{api.url}/v1/dead-letters", headers={"authorization": f"Bearer {key}"})
     assert response.status_code == 200, response.text
     letters: list[dict[str, object]] = response.json()
     return letters
@@ -258,8 +257,8 @@ def test_a_write_to_a_full_shard_stream_gets_429_with_spread_retry_after(
         space = f"{running.space_url('ann')}/memories"
         acme = {"Authorization": "Bearer key-acme"}
         turn = {"user_input": "queued while no worker runs", "agent_response": "noted"}
-        assert httpx.post(space, json=turn, headers=acme).status_code == 201
-        refusals = [httpx.post(space, json=turn, headers=acme) for _ in range(20)]
+        assert running.http.post(space, json=turn, headers=acme).status_code == 201
+        refusals = [running.http.post(space, json=turn, headers=acme) for _ in range(20)]
     assert {r.status_code for r in refusals} == {429}
     assert {r.json()["error"] for r in refusals} == {"overloaded"}
     waits = {int(r.headers["retry-after"]) for r in refusals}
@@ -277,19 +276,21 @@ def test_writes_get_429_while_the_oldest_queued_write_waits_past_the_lag_bound(
         space = running.space_url("ann")
         acme = {"Authorization": "Bearer key-acme"}
         turn = {"user_input": "queued while no worker runs", "agent_response": "noted"}
-        assert httpx.post(f"{space}/memories", json=turn, headers=acme).status_code == 201
+        assert running.http.post(f"{space}/memories", json=turn, headers=acme).status_code == 201
         time.sleep(1.0)  # no worker: the write stays queued past the bound, and the sampler sees it
-        refused = httpx.post(f"{space}/memories", json=turn, headers=acme)
+        refused = running.http.post(f"{space}/memories", json=turn, headers=acme)
         assert refused.status_code == 429, refused.text
         assert "not applied" in refused.json()["message"] and refused.headers["retry-after"]
         worker = Running(queue, config, "w-lag")
         try:
             deadline = time.monotonic() + 30
-            while (answer := httpx.post(f"{space}/memories", json=turn, headers=acme)).status_code == 429:
+            while (
+                answer := running.http.post(f"{space}/memories", json=turn, headers=acme)
+            ).status_code == 429:
                 assert time.monotonic() < deadline, "writes still refused after the queue was applied"
                 time.sleep(0.1)
             assert answer.status_code == 201
-            read = httpx.post(f"{space}/retrieve", json={"query": "queued"}, headers=acme, timeout=30)
+            read = running.http.post(f"{space}/retrieve", json={"query": "queued"}, headers=acme, timeout=30)
             assert read.status_code == 200
         finally:
             worker.stop()
@@ -311,7 +312,9 @@ def test_a_worker_behind_on_embedding_leaves_new_writes_queued_so_the_api_refuse
     try:
         with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=holding) as running:
             space = f"{running.space_url('ann')}/memories"
-            assert httpx.post(space, json=turn, headers=acme).status_code == 201  # applied, not embedded
+            assert (
+                running.http.post(space, json=turn, headers=acme).status_code == 201
+            )  # applied, not embedded
             wait_for(
                 lambda: (
                     worker.worker.consumer is not None
@@ -319,13 +322,13 @@ def test_a_worker_behind_on_embedding_leaves_new_writes_queued_so_the_api_refuse
                 )
             )
             time.sleep(0.4)  # its page now waits past the worker's bound
-            assert httpx.post(space, json=turn, headers=acme).status_code == 201  # queued, left there
+            assert running.http.post(space, json=turn, headers=acme).status_code == 201  # queued, left there
             time.sleep(1.0)  # ... past the API's bound
-            refused = httpx.post(space, json=turn, headers=acme)
+            refused = running.http.post(space, json=turn, headers=acme)
             assert refused.status_code == 429, refused.text
             embedder.release.set()
             deadline = time.monotonic() + 30
-            while (answer := httpx.post(space, json=turn, headers=acme)).status_code == 429:
+            while (answer := running.http.post(space, json=turn, headers=acme)).status_code == 429:
                 assert time.monotonic() < deadline, "writes still refused after the embedder caught up"
                 time.sleep(0.1)
             assert answer.status_code == 201
@@ -348,10 +351,10 @@ def test_a_read_of_a_page_the_worker_cannot_embed_yet_answers_within_its_vector_
     try:
         with running_api(settings, MemoryConfig(data_dir=tmp_path / "api-side"), queue=queue) as running:
             space = running.space_url("ann")
-            written = httpx.post(f"{space}/memories", json=turn, headers=acme)
+            written = running.http.post(f"{space}/memories", json=turn, headers=acme)
             assert written.status_code == 201
             body = {"query": "zeppelin", "wait_for_write_ids": [written.json()["write_id"]]}
-            read = httpx.post(f"{space}/retrieve", json=body, headers=acme, timeout=30)
+            read = running.http.post(f"{space}/retrieve", json=body, headers=acme, timeout=30)
             assert read.status_code == 200, read.text
             assert read.json()["pages_without_vectors"] == 1
             assert [p["user_input"] for p in read.json()["short_term_memory"]] == [turn["user_input"]]
@@ -389,18 +392,18 @@ def test_a_forget_that_fails_is_answered_202_retried_and_shown_never_dead_letter
                 return forget(*args, **kwargs)  # type: ignore[arg-type]
 
             worker.worker.spaces.forget = failing_forget  # type: ignore[method-assign]
-            answer = httpx.delete(
+            answer = api.http.delete(
                 f"{api.url}/v1/users/lena/assistants/default_assistant_profile",
                 headers={"Authorization": "Bearer key-acme"},
                 timeout=30,
             )
             assert answer.status_code == 202
             assert answer.headers["Location"] == "/v1/users/lena/assistants/default_assistant_profile/stats"
-            wait_for(lambda: httpx.get(f"{api.url}/readyz").json().get("forgets_failing") == 1)
-            assert httpx.get(f"{api.url}/readyz").status_code == 200  # still serving
-            assert "memoryos_forgets_failing 1.0" in httpx.get(f"{api.url}/metrics").text
+            wait_for(lambda: api.http.get(f"{api.url}/readyz").json().get("forgets_failing") == 1)
+            assert api.http.get(f"{api.url}/readyz").status_code == 200  # still serving
+            assert "memoryos_forgets_failing 1.0" in api.http.get(f"{api.url}/metrics").text
             broken.clear()
-            wait_for(lambda: httpx.get(f"{api.url}/readyz").json() == {"status": "ready"})
+            wait_for(lambda: api.http.get(f"{api.url}/readyz").json() == {"status": "ready"})
             with pytest.raises(ApiError) as gone:
                 memory.stats("lena")
             assert gone.value.status == 404
