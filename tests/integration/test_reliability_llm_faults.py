@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from memoryos import MemoryConfig
@@ -147,11 +146,11 @@ def remembered(api: RunningApi, user: str) -> str:
     with the pages, as one lower-cased text."""
     space = api.space_url(user)
     parts = [
-        httpx.get(f"{space}/profile", timeout=30).json(),
-        httpx.get(f"{space}/facts", timeout=30).json(),
-        httpx.get(f"{space}/facts?kind=assistant", timeout=30).json(),
-        httpx.get(f"{space}/stats", timeout=30).json()["segments"],
-        httpx.get(f"{space}/memories", timeout=30).json()["pages"],
+        api.http.get(f"{space}/profile", timeout=30).json(),
+        api.http.get(f"{space}/facts", timeout=30).json(),
+        api.http.get(f"{space}/facts?kind=assistant", timeout=30).json(),
+        api.http.get(f"{space}/stats", timeout=30).json()["segments"],
+        api.http.get(f"{space}/memories", timeout=30).json()["pages"],
     ]
     return json.dumps(parts).lower()
 
@@ -161,10 +160,10 @@ def write_and_find(api: RunningApi, user: str, words: list[str]) -> None:
     space = api.space_url(user)
     for word in words:
         turn = {"user_input": f"I bought a {word} today.", "agent_response": f"A {word}, nice."}
-        written = httpx.post(f"{space}/memories", json=turn, timeout=30)
+        written = api.http.post(f"{space}/memories", json=turn, timeout=30)
         assert written.status_code == 201, written.text
     for word in words:
-        found = httpx.post(f"{space}/retrieve", json={"query": f"{word} bought", "top_k": 3}, timeout=30)
+        found = api.http.post(f"{space}/retrieve", json={"query": f"{word} bought", "top_k": 3}, timeout=30)
         assert found.status_code == 200, found.text
         texts = [p["user_input"] for p in found.json()["retrieved_pages"]]
         texts += [p["user_input"] for p in found.json()["short_term_memory"]]
@@ -181,7 +180,7 @@ def test_a_failing_llm_never_becomes_memory_and_consolidation_completes_once_it_
     logging.getLogger("memoryos.planning.consolidation").addHandler(postponed)
     try:
         write_and_find(running, "maya", ["kettle", "bicycle", "lantern", "umbrella", "violin"])
-        forced = httpx.post(f"{running.space_url('maya')}/consolidate", timeout=60)
+        forced = running.http.post(f"{running.space_url('maya')}/consolidate", timeout=60)
         assert forced.status_code == 502 and forced.json()["error"] == "llm_failed", forced.text
         # The scheduler retries on its own, after a pause: no write asks for it.
         forced_at = len(postponed.at)  # the forced pass's own line is the last before this
@@ -223,15 +222,15 @@ def test_a_failing_llm_never_becomes_memory_and_consolidation_completes_once_it_
     failing = remembered(running, "maya")
     assert "kettle" in failing and "teapot" in failing  # the check below reads the real pages
     assert not [word for word in ERROR_WORDS if word in failing], failing
-    stats = httpx.get(f"{running.space_url('maya')}/stats").json()
+    stats = running.http.get(f"{running.space_url('maya')}/stats").json()
     assert stats["user_knowledge"] == 0 and stats["mid_term_pages"] == 0  # nothing moved on a failure
 
     server.respond_with(obedient_reply)  # the model answers again
-    forced = httpx.post(f"{running.space_url('maya')}/consolidate", timeout=60)
+    forced = running.http.post(f"{running.space_url('maya')}/consolidate", timeout=60)
     assert forced.status_code == 204, forced.text
-    stats = httpx.get(f"{running.space_url('maya')}/stats").json()
+    stats = running.http.get(f"{running.space_url('maya')}/stats").json()
     assert stats["short_term_pages"] == 2 and stats["mid_term_pages"] == 5 and stats["user_knowledge"] >= 1
-    profile = httpx.get(f"{running.space_url('maya')}/profile").json()["profile"]
+    profile = running.http.get(f"{running.space_url('maya')}/profile").json()["profile"]
     assert profile == "- The user talks with the assistant."
     recovered = remembered(running, "maya")
     assert not [word for word in ERROR_WORDS if word in recovered], recovered
