@@ -40,7 +40,7 @@ StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
 def write(api: RunningApi, user: str, text: str, write_id: str | None = None) -> None:
     body = {"user_input": text, "agent_response": "Noted."} | ({"write_id": write_id} if write_id else {})
-    answer = httpx.post(
+    answer = api.http.post(
         f"{api.space_url(user)}/memories",
         json=body,
         headers=HEADERS,
@@ -49,11 +49,11 @@ def write(api: RunningApi, user: str, text: str, write_id: str | None = None) ->
 
 
 def memories(api: RunningApi, user: str) -> httpx.Response:
-    return httpx.get(f"{api.space_url(user)}/memories", headers=HEADERS, timeout=30)
+    return api.http.get(f"{api.space_url(user)}/memories", headers=HEADERS, timeout=30)
 
 
 def forget(api: RunningApi, user: str) -> None:
-    assert httpx.delete(api.space_url(user), headers=HEADERS, timeout=30).status_code == 204
+    assert api.http.delete(api.space_url(user), headers=HEADERS, timeout=30).status_code == 204
 
 
 def files_holding(directory: Path, text: str) -> list[Path]:
