@@ -62,7 +62,9 @@ def api_settings(**overrides: Any) -> ApiSettings:
 
 def write(api: RunningApi, body: dict[str, Any], user: str = "maya") -> str:
     """Its write id, once acknowledged."""
-    answer = httpx.post(f"{api.space_url(user)}/memories", json=body, headers=AUTH, timeout=CLIENT_TIMEOUT_S)
+    answer = api.http.post(
+        f"{api.space_url(user)}/memories", json=body, headers=AUTH, timeout=CLIENT_TIMEOUT_S
+    )
     assert answer.status_code == 201, answer.text
     write_id: str = answer.json()["write_id"]
     return write_id
@@ -72,7 +74,7 @@ def read(
     api: RunningApi, write_ids: Sequence[str], wait_timeout_s: float = NEVER_WAITED_S, **body: Any
 ) -> httpx.Response:
     request = {"query": "What is my dog called?", "wait_for_write_ids": list(write_ids), **body}
-    return httpx.post(
+    return api.http.post(
         f"{api.space_url('maya')}/retrieve",
         json={**request, "wait_timeout_s": wait_timeout_s},
         headers=AUTH,

@@ -136,7 +136,7 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
     texts = ["I keep my bike in the blue shed.", "My sister lives in Lisbon.", "I play the cello."]
     write_turns(api, "rui", texts)  # accepted by Redis alone: no worker yet
     space_jobs = f"{api.url}/v1/users/rui/assistants/{ASSISTANT}"
-    job_id = queued(httpx.post(f"{space_jobs}/export-jobs", headers=ACME))
+    job_id = queued(api.http.post(f"{space_jobs}/export-jobs", headers=ACME))
     job = Job.fetch(job_id, connection=rq_queue.connection)
     assert job.retries_left == queue.bundle_job_retries and job.retry_intervals == RETRY_INTERVALS_S
     info = subprocess.run(
@@ -146,24 +146,24 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         timeout=60,
     )
     assert f"{QUEUE_NAME} |" in info.stdout and "1 jobs total" in info.stdout, info.stdout
-    status = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
+    status = api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
     assert (status["kind"], status["status"], status["user_id"]) == ("export", "queued", "rui")
-    early = httpx.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=ACME)
+    early = api.http.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=ACME)
     assert (early.status_code, early.json()["error"]) == (409, "job_not_finished")
 
     # No owner yet: the job fails and rq schedules its retry.
     run_jobs(rq_queue)
-    waiting = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
+    waiting = api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
     assert (waiting["status"], waiting["retries_left"]) == ("scheduled", queue.bundle_job_retries - 1)
 
     # Another tenant's key, a key bound to another user, or an id that is not one, learn nothing of it.
     for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/bundle"):
         for headers in (GLOBEX, {"Authorization": "Bearer key-acme-ann-0123456789"}):
-            other = httpx.get(f"{api.url}{path}", headers=headers)
+            other = api.http.get(f"{api.url}{path}", headers=headers)
             assert (other.status_code, other.json()["error"]) == (404, "job_not_found"), path
-    malformed = httpx.get(f"{api.url}/v1/jobs/..%2F..%2Fetc", headers=ACME)
+    malformed = api.http.get(f"{api.url}/v1/jobs/..%2F..%2Fetc", headers=ACME)
     assert malformed.status_code in (404, 422) and "etc" not in malformed.text
-    assert httpx.get(f"{api.url}/v1/jobs/not-a-job", headers=ACME).json()["field"] == "job_id"
+    assert api.http.get(f"{api.url}/v1/jobs/not-a-job", headers=ACME).json()["field"] == "job_id"
 
     worker = Running(queue, config, "w-jobs")
     try:
@@ -172,14 +172,14 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         job_data = tmp_path / "rq-has-no-data"
         run_rq_worker_process(queue.redis_url, job_data)  # rq's own forking worker, as deployed
         assert not job_data.exists()  # the job's process never looked for a space
-        done = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
+        done = api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
         assert done["status"] == "finished" and done["error"] is None, done
         assert done["result"]["download"] == f"/v1/jobs/{job_id}/bundle"
-        downloaded = httpx.get(f"{api.url}{done['result']['download']}", headers=ACME)
+        downloaded = api.http.get(f"{api.url}{done['result']['download']}", headers=ACME)
         assert downloaded.status_code == 200 and len(downloaded.content) == done["result"]["size_bytes"]
-        again = httpx.get(f"{api.url}{done['result']['download']}", headers=ACME)
+        again = api.http.get(f"{api.url}{done['result']['download']}", headers=ACME)
         assert again.content == downloaded.content  # kept until it expires, not taken by a download
-        synchronous = httpx.get(f"{space_jobs}/export", headers=ACME, timeout=60)
+        synchronous = api.http.get(f"{space_jobs}/export", headers=ACME, timeout=60)
         (tmp_path / "job.bundle").write_bytes(downloaded.content)
         (tmp_path / "sync.bundle").write_bytes(synchronous.content)
         with (
@@ -188,7 +188,7 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         ):
             assert by_job.manifest.items_sha256 == by_api.manifest.items_sha256
             assert by_job.manifest.counts() == by_api.manifest.counts()
-        assert httpx.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=GLOBEX).status_code == 404
+        assert api.http.get(f"{api.url}/v1/jobs/{job_id}/bundle", headers=GLOBEX).status_code == 404
 
         # The bundle back, into another user's empty space, through an import job (the typed client).
         with MemoryClient(api.url, api_key="key-acme-0123456789", timeout_s=30) as acme:
@@ -202,15 +202,15 @@ def test_export_and_import_jobs_go_through_the_owner_and_stay_with_their_tenant(
         assert imported.result["space"] == f"rui-copy/{ASSISTANT}"
         assert pages_of(api, "rui-copy") == pages_of(api, "rui") == texts
         assert len(bundle_keys(queue)) == 1  # the upload deleted once imported
-        assert httpx.get(f"{api.url}/v1/jobs/{import_id}", headers=GLOBEX).status_code == 404
-        not_export = httpx.get(f"{api.url}/v1/jobs/{import_id}/bundle", headers=ACME)
+        assert api.http.get(f"{api.url}/v1/jobs/{import_id}", headers=GLOBEX).status_code == 404
+        not_export = api.http.get(f"{api.url}/v1/jobs/{import_id}/bundle", headers=ACME)
         assert not_export.status_code == 404
     finally:
         worker.stop()
 
 
 def test_an_import_job_with_no_bundle_is_422_and_queues_nothing(api: RunningApi, rq_queue: Queue) -> None:
-    empty = httpx.post(f"{api.url}/v1/users/zed/assistants/{ASSISTANT}/import-jobs", headers=ACME)
+    empty = api.http.post(f"{api.url}/v1/users/zed/assistants/{ASSISTANT}/import-jobs", headers=ACME)
     assert empty.status_code == 422 and empty.json()["field"] == "body", empty.text
     assert rq_queue.count == 0
 
@@ -221,9 +221,9 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
     worker = Running(queue, config, "w-poison")
     try:
         poison = f"{api.url}/v1/users/zed/assistants/{ASSISTANT}/import-jobs"
-        job_id = queued(httpx.post(poison, headers=ACME, content=b"PK\x03\x04 not a bundle at all"))
+        job_id = queued(api.http.post(poison, headers=ACME, content=b"PK\x03\x04 not a bundle at all"))
         run_jobs(rq_queue)
-        failed = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
+        failed = api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
         assert failed["status"] == "failed" and failed["result"] is None, failed
         error = failed["error"]
         assert (error["status"], error["field"]) == (422, "bundle")
@@ -231,14 +231,14 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
         # Failed, not scheduled for a retry: a retry would only be refused again.
         assert not config.space_dir("zed", ASSISTANT).exists()
         assert bundle_keys(queue) == []  # the upload went with the job
-        assert httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=GLOBEX).status_code == 404
+        assert api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=GLOBEX).status_code == 404
 
         # An export of a space that does not exist: 404 at once, in words that name no path of the owner's.
         nobody = queued(
-            httpx.post(f"{api.url}/v1/users/nobody/assistants/{ASSISTANT}/export-jobs", headers=ACME)
+            api.http.post(f"{api.url}/v1/users/nobody/assistants/{ASSISTANT}/export-jobs", headers=ACME)
         )
         run_jobs(rq_queue)
-        missing = httpx.get(f"{api.url}/v1/jobs/{nobody}", headers=ACME).json()
+        missing = api.http.get(f"{api.url}/v1/jobs/{nobody}", headers=ACME).json()
         assert missing["status"] == "failed" and missing["error"]["status"] == 404, missing
         assert (
             missing["error"]["message"]
@@ -249,11 +249,11 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
         # A space that already holds memory is refused the same way (409), and keeps what it held.
         write_turns(api, "ann", ["I like tea."])
         wait_for(lambda: pages_of(api, "ann") == ["I like tea."])
-        exported = httpx.get(f"{api.url}/v1/users/ann/assistants/{ASSISTANT}/export", headers=ACME)
+        exported = api.http.get(f"{api.url}/v1/users/ann/assistants/{ASSISTANT}/export", headers=ACME)
         into_full = f"{api.url}/v1/users/ann/assistants/{ASSISTANT}/import-jobs"
-        conflict_id = queued(httpx.post(into_full, headers=ACME, content=exported.content))
+        conflict_id = queued(api.http.post(into_full, headers=ACME, content=exported.content))
         run_jobs(rq_queue)
-        conflict = httpx.get(f"{api.url}/v1/jobs/{conflict_id}", headers=ACME).json()
+        conflict = api.http.get(f"{api.url}/v1/jobs/{conflict_id}", headers=ACME).json()
         assert (conflict["status"], conflict["error"]["status"]) == ("failed", 409), conflict
         assert pages_of(api, "ann") == ["I like tea."]
     finally:
@@ -267,7 +267,7 @@ def test_a_poison_bundle_fails_its_import_job_at_once_and_writes_nothing(
     api_side = MemoryConfig(data_dir=config.data_dir.parent / "api-side-2")
     with running_api(ApiSettings(keys=KEYS, port=0), api_side, queue=full) as small:
         for route in ("export-jobs", "import-jobs"):
-            refused = httpx.post(
+            refused = small.http.post(
                 f"{small.url}/v1/users/ann/assistants/{ASSISTANT}/{route}", headers=ACME, content=b"PK"
             )
             assert refused.status_code == 503 and refused.headers["retry-after"] == "60", refused.text
@@ -297,21 +297,21 @@ def test_reindex_route_every_space_reindex_and_the_cli_bundles_through_jobs(
     try:
         wait_for(lambda: len(pages_of(api, "rui")) == 2)
         reindex = f"{api.url}/v1/users/rui/assistants/{ASSISTANT}/reindex-jobs"
-        job_id = queued(httpx.post(reindex, headers=ACME, json={"model": MODEL}))
-        wrong_id = queued(httpx.post(reindex, headers=ACME, json={"model": "another-model"}))
-        assert httpx.post(reindex, headers=ACME, json={"model": ""}).status_code == 422
+        job_id = queued(api.http.post(reindex, headers=ACME, json={"model": MODEL}))
+        wrong_id = queued(api.http.post(reindex, headers=ACME, json={"model": "another-model"}))
+        assert api.http.post(reindex, headers=ACME, json={"model": ""}).status_code == 422
         run_jobs(rq_queue)
-        done = httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
+        done = api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=ACME).json()
         assert done["status"] == "finished" and done["result"] == {
             "model": MODEL,
             "dim": worker.embedder.dim,
             "pages": 2,
             "facts": 0,
         }
-        wrong = httpx.get(f"{api.url}/v1/jobs/{wrong_id}", headers=ACME).json()
+        wrong = api.http.get(f"{api.url}/v1/jobs/{wrong_id}", headers=ACME).json()
         assert wrong["status"] == "failed" and wrong["error"]["status"] == 422
         assert "MEMORYOS_EMBEDDING_MODEL_NAME=another-model" in wrong["error"]["message"]
-        assert httpx.get(f"{api.url}/v1/jobs/{job_id}", headers=GLOBEX).status_code == 404
+        assert api.http.get(f"{api.url}/v1/jobs/{job_id}", headers=GLOBEX).status_code == 404
 
         # Every space the queue knows, every tenant's: one job each.
         assert main(["reindex", "--redis-url", queue.redis_url, "--all", "--model", MODEL]) == 0
