@@ -277,10 +277,18 @@ def test_workers_share_a_server_with_few_connections(settings: QueueSettings, tm
 
 
 def test_the_database_killed_and_restarted_loses_no_acknowledged_write(
-    settings: QueueSettings, tmp_path: Path
+    settings: QueueSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """PostgreSQL SIGKILLed while writes are queued and applied, then started again: every acknowledged
     write is stored once and in order, none dead-lettered (a database away is retried, uncounted)."""
+
+    def failed_connects() -> int:
+        """The worker's connection pool's failed attempts to reach the server (each logged)."""
+        return sum(
+            record.name == "psycopg.pool" and "error connecting" in record.getMessage()
+            for record in list(caplog.records)
+        )
+
     with running_postgres() as server:
         client = redis.Redis.from_url(settings.redis_url)
         queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
@@ -291,7 +299,10 @@ def test_the_database_killed_and_restarted_loses_no_acknowledged_write(
             server.kill()
             for n in range(20):
                 write(queue, USERS[n % 2], f"while down {n}")  # acknowledged by Redis alone
-            time.sleep(2)  # the worker tries, and fails, meanwhile
+            # The worker tries, and fails, meanwhile: waited for, not slept (a fixed 2 s hoped for it,
+            # and, with the server's start, often outlasted the worker's 5 s wait for a connection,
+            # which then failed its write and its leases, and took seconds more to recover).
+            wait_for(lambda: failed_connects() > 0)
             server.start()
             for n in range(10):
                 write(queue, USERS[n % 2], f"after {n}")
