@@ -21,7 +21,9 @@ def wait_for(condition: Any, timeout_s: float = 20.0) -> None:
 
 class Running:
     """A worker on a thread; `stop()` drains it, `kill()` abandons it as a crash would (no release).
-    Starting returns once it owns a shard."""
+    Starting returns once it serves: a round has taken its leases, every one it could, with their
+    fences. Returning at its first lease let a test ask for a space whose shard the same round had not
+    reached yet ("no worker owns shard 6 yet")."""
 
     def __init__(self, settings: QueueSettings, config: MemoryConfig, name: str, **parts: Any) -> None:
         """`parts` replace the default hashed embedder (the model this worker serves: the fake one every
@@ -33,7 +35,7 @@ class Running:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.worker.run, args=(self.stop_event,), daemon=True)
         self.thread.start()
-        wait_for(lambda: bool(self.worker.leases.owned))
+        wait_for(lambda: bool(self.worker.serving()))
 
     def stop(self) -> None:
         self.stop_event.set()
