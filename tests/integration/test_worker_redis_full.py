@@ -40,8 +40,11 @@ pytestmark = pytest.mark.integration
 KEY = "key-full"
 ROOM_BYTES = 8 * 1024 * 1024
 """`maxmemory` is what Redis holds at the start plus this: the soft limit (80%) is reached after ~6 MB of
-writes, about a thousand. Less would leave the queue small beside what Redis's client buffers take for
-a moment (a worker's read of 256 entries is a 1 MB reply), and the test would measure those."""
+writes, about 700. Less would leave the queue small beside what Redis's client buffers take for a
+moment (a worker's read of `BATCH_ENTRIES` is a 1 MB reply), and the test would measure those."""
+BATCH_ENTRIES = 128
+"""A worker's read of a shard: 128 writes of 8 KB, the 1 MB reply that 256 writes of 4 KB (the default
+batch) make."""
 SHARDS = 4
 
 
@@ -59,9 +62,10 @@ def users() -> tuple[str, str, str, str]:
 
 
 def turn(number: int) -> dict[str, str]:
-    """A write of ~4 KB."""
+    """A write of ~8 KB: the room fills in ~700 writes, each an HTTP request to the API (at ~4 KB, 1,200
+    requests took half of the test's 10 s)."""
     return {
-        "user_input": f"Note {number}: " + "I keep a long diary of my garden. " * 120,
+        "user_input": f"Note {number}: " + "I keep a long diary of my garden. " * 240,
         "agent_response": "Noted.",
         "write_id": f"w-{number}",
     }
@@ -101,12 +105,15 @@ def test_a_worker_drains_a_full_redis_and_the_api_takes_writes_again(
             lease_ttl_s=1.0,
             read_timeout_s=10.0,
             worker_max_embedding_lag_s=0.2,
+            batch_entries=BATCH_ENTRIES,
         )
         keys = Keys(queue.redis_namespace)
         first, second, forgotten, late = users()
         writers = (first, second, forgotten)
         bound = queue.worker_max_embedding_lag_s
-        config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
+        # Every page stays in short-term memory: consolidating the pages of a full Redis (the offline
+        # LLM's summaries of 4 MB of text) took seconds of the worker's stop, and is not what this is about
+        config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never", short_term_capacity=1000)
         embedder = BlockedEmbedder()  # page batches wait for `release`: a running worker holds new writes
         worker: Running | None = None
         with (
