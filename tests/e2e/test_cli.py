@@ -124,27 +124,26 @@ def test_stats_and_profile_start_without_the_model_stack(tmp_path: Path) -> None
 def test_the_model_loading_bar_shows_only_with_verbose(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """transformers' "Loading weights" bar, on a PyTorch load (`embedding_runtime=torch`): quiet unless
-    `--verbose` (`show_progress`). Both commands run in one new process, quiet first: a quiet load that
-    left the bar switched off would hide it from the verbose one, and a second process spent seconds
-    importing PyTorch again."""
-    base = ["--data-dir", str(tmp_path)]
+    """transformers' "Loading weights" bar, on a PyTorch load: quiet unless `--verbose` (`show_progress`).
+    The quiet command is a first run, on an empty model cache: PyTorch loads, and on CPU the model is
+    exported and its manifest written, all without a line on stderr (what a new user's first command and
+    the README's snippet print). The verbose one loads PyTorch again (`embedding_runtime=torch`). Both run
+    in one new process, quiet first: a quiet load that left the bar switched off would hide it from the
+    verbose one, and a second process spent seconds importing PyTorch again."""
+    base = ["--data-dir", str(tmp_path / "data")]
     assert (
         run(capsys, *base, "add", "--user", "kai", "--user-input", "I sail.", "--agent-response", "Nice.")[0]
         == 0
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MEMORYOS_") or k == "MEMORYOS_MODEL_CACHE_DIR"
-    }
-    env["MEMORYOS_EMBEDDING_RUNTIME"] = "torch"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYOS_")}
+    env["MEMORYOS_MODEL_CACHE_DIR"] = str(tmp_path / "models")
     end = "-- command ended --"
     retrieve = [*base, "retrieve", "--user", "kai", "Do I sail?"]
     probe = (
-        "import sys\n"
+        "import os, sys\n"
         "from memoryos.cli.main import main\n"
-        "for flags in ([], ['--verbose']):\n"
+        "for flags, runtime in (([], 'auto'), (['--verbose'], 'torch')):\n"
+        "    os.environ['MEMORYOS_EMBEDDING_RUNTIME'] = runtime\n"
         f"    assert main([*flags, *{retrieve!r}]) == 0\n"
         f"    print({end!r}, flush=True)\n"
         f"    print({end!r}, file=sys.stderr, flush=True)\n"
@@ -156,6 +155,8 @@ def test_the_model_loading_bar_shows_only_with_verbose(
     quiet_err, verbose_err, _ = result.stderr.split(end)
     assert "I sail." in quiet_out and "I sail." in verbose_out
     assert quiet_err == ""
+    if not gpu_may_be_present():  # else torch chooses the device, and on a GPU nothing is exported
+        assert len(list((tmp_path / "models" / "onnx").glob("*.onnx"))) == 1  # made by the quiet one
     assert "Loading weights" in verbose_err and "loaded all-MiniLM-L6-v2 on cpu with PyTorch" in verbose_err
 
 
