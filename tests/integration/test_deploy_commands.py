@@ -16,7 +16,9 @@ model's export without PyTorch; a worker from this interpreter starts on a volum
 export (`seed_models_volume`).
 """
 
+import contextlib
 import functools
+import io
 import json
 import os
 import re
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from memoryos.cli.main import main
 from memoryos.config import MemoryConfig
 from memoryos.embedding.sentence_transformers_backend import SentenceTransformerEmbedder
 from tests.support.deploy_files import (
@@ -119,14 +122,30 @@ def supports(bin: Path, argv: list[str], flag: str | None) -> str | None:
     """Why the installed CLI cannot run this command yet (a part still being built), or None."""
     if argv[0] != "memoryos":
         return None
-    help_run = subprocess.run(
-        [str(bin / "memoryos"), argv[1], "--help"], capture_output=True, text=True, timeout=120
-    )
-    if help_run.returncode != 0:
+    text = command_help(bin, argv[1])
+    if text is None:
         return f"`memoryos {argv[1]}` does not exist yet in this tree"
-    if flag and flag not in help_run.stdout:
+    if flag and flag not in text:
         return f"`memoryos {argv[1]}` has no {flag} yet (the API's Redis mode is being added)"
     return None
+
+
+def command_help(bin: Path, command: str) -> str | None:
+    """`memoryos <command> --help`'s output from the CLI in `bin`, or None when it fails. This interpreter's
+    CLI answers in this process (the console script runs the same `main`): an interpreter start for each
+    command's help took about a second."""
+    if bin != Path(sys.executable).parent:
+        run = subprocess.run(
+            [str(bin / "memoryos"), command, "--help"], capture_output=True, text=True, timeout=120
+        )
+        return run.stdout if run.returncode == 0 else None
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code: object = main([command, "--help"])
+        except SystemExit as exited:  # argparse, after printing the help or an error
+            code = exited.code
+    return out.getvalue() if code in (0, None) else None
 
 
 @pytest.fixture(scope="module")
