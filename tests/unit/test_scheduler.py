@@ -109,13 +109,15 @@ def open_memory(root: Path, user: str, scheduler: Scheduler, **parts: object) ->
     return Memoryos.from_config(user, config, scheduler=scheduler, **parts)
 
 
-def test_200_spaces_adding_one_turn_each_are_encoded_in_a_few_pooled_batches(
+def test_130_spaces_adding_one_turn_each_are_encoded_in_a_few_pooled_batches(
     tmp_path: Path, scheduler: Scheduler
 ) -> None:
-    """The first write's batch is held in flight while the other 199 spaces write: the batcher then packs
-    them into full batches instead of one encode per space."""
+    """The first write's batch is held in flight while the other 129 spaces write: the batcher then packs
+    them into full batches instead of one encode per space. 130 spaces fill two batches of 64 and start a
+    third; each space costs the test ~10 ms."""
     embedder = GatedEmbedder()
-    memories = [open_memory(tmp_path, f"user{i}", scheduler, embedder=embedder) for i in range(200)]
+    spaces = 130
+    memories = [open_memory(tmp_path, f"user{i}", scheduler, embedder=embedder) for i in range(spaces)]
     embedder.gate.clear()
     memories[0].add_memory("first write of user0", "ok")
     assert embedder.entered.wait(10)
@@ -126,8 +128,8 @@ def test_200_spaces_adding_one_turn_each_are_encoded_in_a_few_pooled_batches(
         found = memory.retrieve(f"colour{i}" if i else "first write", top_k=1).retrieved_pages
         assert len(found) == 1
     batch = MemoryConfig().embedding_batch_size
-    assert sum(embedder.page_calls) == 200
-    assert len(embedder.page_calls) <= math.ceil(200 / batch) + 2, embedder.page_calls
+    assert sum(embedder.page_calls) == spaces
+    assert len(embedder.page_calls) <= math.ceil(spaces / batch) + 2, embedder.page_calls
     for memory in memories:
         memory.close()
 
