@@ -72,6 +72,12 @@ def torch_vectors(torch_embedder) -> np.ndarray:
     return vectors
 
 
+@pytest.fixture(scope="module")
+def torch_pages(torch_embedder) -> np.ndarray:
+    """PyTorch's vectors for PAGES, which two tests compare with (one of them 256 tokens long)."""
+    return torch_embedder.encode(PAGES)
+
+
 def decided(made: SentenceTransformerEmbedder) -> SentenceTransformerEmbedder:
     """The embedder once it has chosen its runtime (asking `dim` makes it choose)."""
     assert made.dim == 384
@@ -114,11 +120,11 @@ def test_onnx_queries_match_pytorch_and_the_manifest_is_written_once_and_reused(
     assert (exported.stat().st_mtime_ns, manifest.stat().st_mtime_ns) == written  # reused, not rewritten
 
 
-def test_torch_free_pages_and_queries_equal_pytorchs(cache_dir, torch_embedder, torch_vectors):
+def test_torch_free_pages_and_queries_equal_pytorchs(cache_dir, torch_pages, torch_vectors):
     torch_free = embedder(cache_dir)
     pages = torch_free.encode(PAGES)
     assert torch_free.torch_free
-    np.testing.assert_allclose(pages, torch_embedder.encode(PAGES), atol=1e-5)
+    np.testing.assert_allclose(pages, torch_pages, atol=1e-5)
     np.testing.assert_allclose(torch_free.encode(QUERIES, is_query=True), torch_vectors, atol=1e-5)
     one_at_a_time = np.stack([torch_free.encode([page])[0] for page in PAGES])  # other padding
     np.testing.assert_allclose(one_at_a_time, pages, atol=1e-5)
@@ -145,11 +151,11 @@ def test_on_the_cpu_a_batch_runs_in_runs_of_the_cpu_run_size(cache_dir, torch_em
     monkeypatch.setattr(
         model, "encode", lambda texts, **kw: asked.append(kw["batch_size"]) or encode(texts, **kw)
     )
-    with_torch.encode(pages)
+    with_torch.encode(pages[:4])  # one call is enough to see its batch size: PyTorch is slow on pages
     assert asked == [3]
 
 
-def test_a_second_process_embeds_without_importing_torch(cache_dir, torch_embedder):
+def test_a_second_process_embeds_without_importing_torch(cache_dir, torch_pages, torch_vectors):
     """The manifest made in this process serves a new one: no torch, transformers or sentence-transformers,
     and the same vectors."""
     embedder(cache_dir).encode(QUERIES[:1], is_query=True)  # the manifest exists
@@ -169,10 +175,8 @@ def test_a_second_process_embeds_without_importing_torch(cache_dir, torch_embedd
     )
     out = json.loads(result.stdout)
     assert out["loaded"] == [] and out["dim"] == 384, result.stderr
-    np.testing.assert_allclose(np.array(out["pages"]), torch_embedder.encode(PAGES), atol=1e-5)
-    np.testing.assert_allclose(
-        np.array(out["query"]), torch_embedder.encode(QUERIES[:1], is_query=True), atol=1e-5
-    )
+    np.testing.assert_allclose(np.array(out["pages"]), torch_pages, atol=1e-5)
+    np.testing.assert_allclose(np.array(out["query"]), torch_vectors[:1], atol=1e-5)
     # Nothing else on stderr (no progress bar): the truncation warning of the long page, as on PyTorch.
     assert result.stderr.splitlines() == [
         "embedding: 1 of 5 texts exceed all-MiniLM-L6-v2's limit of 256 tokens and were truncated"
