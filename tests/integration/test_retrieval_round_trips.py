@@ -1,7 +1,7 @@
 """A retrieval's reads folded into few calls to the store (`RecordStore.read_marks`, `retrieval_basis`,
 `retrieved_rows`, `document_frequencies` of several asks) give what the single reads give, on both
 stores; a whole retrieval (pages, facts with their sources, short-term memory, profile) is the same on
-both; and on PostgreSQL a retrieval costs a bounded number of round trips."""
+both; and on PostgreSQL a retrieval and a write cost a bounded number of round trips."""
 
 import json
 from collections.abc import Iterator
@@ -13,13 +13,21 @@ import psycopg
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.space.ops import AddTurns
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.postgres.connection import close_pools
+from memoryos.types import Turn
 from tests.support.fakes import FakeClock, HashEmbedder
 
 pytestmark = pytest.mark.integration
 
 CONVERSATION = Path(__file__).parents[1] / "data" / "own_conversation.json"
+
+ROUND_TRIPS_PER_WRITE = 4
+"""What applying a run of turns costs on PostgreSQL when no other process wrote the space meanwhile: BEGIN
+with the space's lock (counters, meta, fence), the op log's entries for the run, the writes with the op
+log, counters and COMMIT (one pipeline), and the data version after it. Catching the index up asks
+nothing: the counters read under the lock show no vector or withdrawal newer than the index holds."""
 
 ROUND_TRIPS_PER_RETRIEVE = 5
 """What a retrieval with nothing to wait for or catch up with costs on PostgreSQL: its marks, its words'
@@ -155,16 +163,22 @@ def test_whole_retrievals_are_the_same_on_both_stores(tmp_path: Path, database_u
 
 @contextmanager
 def counted_round_trips() -> Iterator[list[int]]:
-    """Round trips psycopg makes on this thread: each statement sent outside a pipeline, and each
-    pipeline (however many statements it sends)."""
+    """Round trips psycopg makes on this thread: each statement or transaction command (psycopg's own
+    BEGIN and COMMIT) sent outside a pipeline, and each pipeline (however many statements it sends)."""
     trips = [0]
     execute, pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
+    command = psycopg.Connection._exec_command
     depth = [0]
 
     def counted_execute(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
         if not depth[0]:
             trips[0] += 1
         return execute(self, *args, **kwargs)
+
+    def counted_command(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
+        if not depth[0]:
+            trips[0] += 1
+        return command(self, *args, **kwargs)
 
     @contextmanager
     def counted_pipeline(self: psycopg.Connection) -> Iterator[Any]:
@@ -179,11 +193,13 @@ def counted_round_trips() -> Iterator[list[int]]:
 
     psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]
     psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
+    psycopg.Connection._exec_command = counted_command  # type: ignore[method-assign]
     try:
         yield trips
     finally:
         psycopg.Connection.execute = execute  # type: ignore[method-assign]
         psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
+        psycopg.Connection._exec_command = command  # type: ignore[method-assign]
 
 
 def test_a_retrieval_costs_few_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
@@ -192,3 +208,19 @@ def test_a_retrieval_costs_few_round_trips_on_postgres(tmp_path: Path, database_
         with counted_round_trips() as trips:
             memory.retrieve("What did my sister say about the pottery class?")
         assert trips[0] == ROUND_TRIPS_PER_RETRIEVE
+
+
+def test_a_write_costs_few_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        space = memory.space
+        vectors = HashEmbedder().encode(["one", "two"])
+        turns = [
+            Turn(user_input=f"turn {n}", agent_response="noted", timestamp="2026-12-06 08:00:00")
+            for n in range(2)
+        ]
+        space.apply(AddTurns(turns=turns, vectors=vectors))  # anything left to catch up with is caught up
+        stored, indexed = space.store.max_page_id(), space.page_index.count()
+        with counted_round_trips() as trips:
+            space.apply(AddTurns(turns=turns, vectors=vectors))
+        assert trips[0] == ROUND_TRIPS_PER_WRITE
+        assert (space.store.max_page_id(), space.page_index.count()) == (stored + 2, indexed + 2)

@@ -207,6 +207,8 @@ class PostgresPageQueries(PostgresQueries):
         return ids, from_blobs([bytes(found[pid]) for pid in ids], dim)
 
     def page_vectors_after(self, after_seq: int, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+        if self._none_given_after("max_vector_seq", after_seq):
+            return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32), after_seq
         rows = self._all(
             "SELECT page_id, vector, vector_seq FROM pages WHERE space_id = %s AND vector_seq > %s "
             "ORDER BY vector_seq LIMIT %s",
@@ -370,6 +372,8 @@ class PostgresPageQueries(PostgresQueries):
         self._write("DELETE FROM page_terms WHERE space_id = %s", (self.space_id,))
 
     def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]:
+        if self._none_given_after("next_withdrawn_seq", after_seq + 1):
+            return [], after_seq
         rows = self._all(
             "SELECT seq, page_id FROM withdrawn_vectors WHERE space_id = %s AND seq > %s ORDER BY seq",
             (self.space_id, after_seq),

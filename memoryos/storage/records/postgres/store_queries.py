@@ -9,6 +9,7 @@ number found there must be this owner's: a new owner cannot record its number un
 ends, and a stale owner's transaction is refused (`FencedOutError`) before it writes anything.
 """
 
+import contextlib
 import functools
 import re
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -96,6 +98,15 @@ class _Rows:
         self.rows: list[tuple[Any, ...]] = []
 
 
+def _roll_back(connection: psycopg.Connection) -> None:
+    """End a transaction that failed, where it is still open: the connection goes back to the pool
+    clean. A connection the database dropped has nothing to roll back (the server did it)."""
+    if connection.closed or connection.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with contextlib.suppress(psycopg.Error):  # the pool discards a connection broken or still in one
+        connection.execute(b"ROLLBACK")
+
+
 @contextmanager
 def borrowed(pool: ConnectionPool) -> Iterator[psycopg.Connection]:
     """A connection of the pool for one block; a database that went away under it is raised as
@@ -137,16 +148,21 @@ class _Transaction:
         self.dirty = False
 
     def flush(self) -> None:
-        """Send the writes waiting, in order, in one pipeline."""
-        if not self.deferred:
-            return
+        """Send the writes waiting, in order, in one pipeline (before a read of the transaction)."""
+        if self.deferred:
+            with self.connection.pipeline():
+                for sql, params in self.statements():
+                    self.connection.execute(sql, params)
+
+    def statements(self) -> list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]]:
+        """The writes waiting, in order, as statements to send; none wait after."""
         waiting, self.deferred = self.deferred, []
-        with self.connection.pipeline():
-            for write in waiting:
-                if isinstance(write, _Rows):
-                    self.connection.execute(*binary_arrays(write.sql, write.fixed, write.rows))
-                else:
-                    self.connection.execute(write[0].encode(), write[1])
+        return [
+            binary_arrays(write.sql, write.fixed, write.rows)
+            if isinstance(write, _Rows)
+            else (write[0].encode(), write[1])
+            for write in waiting
+        ]
 
 
 class PostgresQueries:
@@ -232,6 +248,17 @@ class PostgresQueries:
         transaction.pages_added += pages
         transaction.tokens_added += tokens
 
+    def _none_given_after(self, counter: str, value: int) -> bool:
+        """Whether the open transaction's `counter` shows that no row can have a sequence past `value`
+        (False outside a transaction: only a query can tell).
+
+        Why: a write catches its page index up first (`SpacePageIndex.catch_up`: the vectors and the
+        withdrawals other processes stored since it last looked), and almost always there are none: two
+        round trips of a write's eight, answered from the counters read under the space's row lock, which
+        every writer of the space takes, so none can have given out a later sequence meanwhile."""
+        transaction = self._current()
+        return transaction is not None and transaction.counters[counter] <= value
+
     def _counter(self, counter: str) -> int:
         transaction = self._current()
         if transaction is not None:
@@ -250,38 +277,64 @@ class PostgresQueries:
         if self._current() is not None:
             raise StorageError("transactions of a memory space do not nest")
         try:
-            with self._pool.connection() as connection, connection.transaction():
-                transaction = _Transaction(connection, *self._lock_space(connection, wait_for_writers))
-                self._local.transaction = transaction
+            with self._pool.connection() as connection:
                 try:
-                    yield
-                    if transaction.dirty:
-                        self._write_back(connection, transaction)
-                finally:
-                    self._local.transaction = None
+                    transaction = _Transaction(connection, *self._begin(connection, wait_for_writers))
+                    self._local.transaction = transaction
+                    try:
+                        yield
+                        self._commit(connection, transaction)
+                    finally:
+                        self._local.transaction = None
+                except BaseException:
+                    _roll_back(connection)
+                    raise
         except pg_errors.LockNotAvailable as error:
             raise StoreBusyError("another connection is writing this memory space") from error
         except (pg_errors.DiskFull, pg_errors.OutOfMemory, *_UNREACHABLE) as error:
             raise storage_error(error) from error
 
-    def _lock_space(
+    def _begin(
         self, connection: psycopg.Connection, wait_for_writers: bool
     ) -> tuple[dict[str, int], dict[str, str]]:
-        """Lock the space's row (and its shard's fence row, shared) and read its counters and meta, in
-        one round trip: the ops of the transaction read meta without asking the server again."""
+        """BEGIN and the lock of the space's row (and its shard's fence row, shared), reading its counters
+        and meta, in one message of the simple query protocol: one round trip, not two, and the ops of
+        the transaction read meta without asking the server again.
+
+        Why not a pipeline: psycopg ends a pipeline with a Sync and then a Flush request, and a server that
+        reads anything after the Sync leaves `idle_in_transaction_session_timeout` unarmed until the next
+        ReadyForQuery, so a worker frozen inside the transaction would hold the fence row for good. A
+        simple query ends on ReadyForQuery. It carries no parameters, so the ids go in as integer
+        literals (`int()`: nothing else can reach the text)."""
         nowait = "" if wait_for_writers else " NOWAIT"
         fence_column = (
-            "(SELECT number FROM shard_fences f WHERE f.shard = %s FOR SHARE" + nowait + ")"
+            f"(SELECT number FROM shard_fences f WHERE f.shard = {int(self.shard)} FOR SHARE{nowait})"
             if self.shard is not None
             else "NULL::bigint"
         )
-        params: list[Any] = [] if self.shard is None else [self.shard]
-        row = connection.execute(
-            f"SELECT {', '.join(COUNTERS)}, (SELECT json_object_agg(key, value) FROM meta m "
-            f"WHERE m.space_id = s.space_id), {fence_column} FROM spaces s WHERE space_id = %s "
-            f"FOR UPDATE OF s{nowait}".encode(),
-            [*params, self.space_id],
-        ).fetchone()
+        cursor = connection.execute(
+            f"BEGIN; SELECT {', '.join(COUNTERS)}, (SELECT json_object_agg(key, value) FROM meta m "
+            f"WHERE m.space_id = s.space_id), {fence_column} FROM spaces s WHERE space_id = "
+            f"{int(self.space_id)} FOR UPDATE OF s{nowait}".encode()
+        )
+        cursor.nextset()  # past BEGIN's result
+        return self._locked_space(cursor.fetchone())
+
+    def _commit(self, connection: psycopg.Connection, transaction: _Transaction) -> None:
+        """The writes still waiting, the op log and counters (`_write_back`) and COMMIT in one pipeline:
+        one round trip instead of two. An error of any of them is raised here, the transaction rolled
+        back by the server. Every statement is built before the first is sent, so the server waits on
+        this process mid-pipeline (where no timeout watches it) only for psycopg's sends."""
+        statements = transaction.statements()
+        if transaction.dirty:
+            statements += self._write_back(transaction)
+        with connection.pipeline():
+            for sql, params in statements:
+                connection.execute(sql, params)
+            connection.execute(b"COMMIT")
+
+    def _locked_space(self, row: tuple[Any, ...] | None) -> tuple[dict[str, int], dict[str, str]]:
+        """The counters and meta of `_lock_statement`'s row, once its fencing number is checked."""
         if row is None:
             raise StorageError("the memory space was erased (forgotten) while it was open")
         if self.shard is not None:
@@ -291,23 +344,23 @@ class PostgresQueries:
         counters = dict(zip(COUNTERS, (int(value) for value in row[: len(COUNTERS)]), strict=True))
         return counters, dict(row[len(COUNTERS)] or {})
 
-    def _write_back(self, connection: psycopg.Connection, transaction: _Transaction) -> None:
-        """The op log rows of the transaction, then its counters (with `change_seq` bumped), before COMMIT:
-        two statements, sent together."""
+    def _write_back(self, transaction: _Transaction) -> list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]]:
+        """The op log rows of the transaction, then its counters (with `change_seq` bumped): the
+        statements `_commit` sends before COMMIT."""
         assignments = ", ".join(f"{name} = %s" for name in COUNTERS)
-        transaction.flush()
-        with connection.pipeline():
-            if transaction.logged:
-                connection.execute(
-                    *binary_arrays(
-                        "INSERT INTO op_log(space_id, seq, kind, at, detail, op_id, write_id) SELECT %s, * "
-                        "FROM unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[], %s::text[], "
-                        "%s::text[])",
-                        (self.space_id,),
-                        transaction.logged,
-                    )
+        statements: list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]] = []
+        if transaction.logged:
+            statements.append(
+                binary_arrays(
+                    "INSERT INTO op_log(space_id, seq, kind, at, detail, op_id, write_id) SELECT %s, * "
+                    "FROM unnest(%s::bigint[], %s::text[], %s::float8[], %s::text[], %s::text[], "
+                    "%s::text[])",
+                    (self.space_id,),
+                    transaction.logged,
                 )
-            connection.execute(
+            )
+        statements.append(
+            (
                 f"UPDATE spaces SET {assignments}, page_count = page_count + %s, token_count = token_count + "
                 "%s, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
                 [
@@ -317,6 +370,8 @@ class PostgresQueries:
                     self.space_id,
                 ],
             )
+        )
+        return statements
 
     def _vectors_by_id(self, table: str, key: str, ids: Sequence[int], dim: int) -> np.ndarray:
         if not ids:
