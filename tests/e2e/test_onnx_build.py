@@ -76,9 +76,8 @@ def conversation_texts() -> tuple[list[str], list[str]]:
 def embedder(cache_dir: Path, **settings: object) -> SentenceTransformerEmbedder:
     config = MemoryConfig(
         embedding_model_name=str(settings.pop("model", MODEL)),
-        embedding_cache_size=0,
         model_cache_dir=cache_dir,
-        **{"embedding_device": "cpu", **settings},
+        **{"embedding_device": "cpu", "embedding_cache_size": 0, **settings},
     )
     return SentenceTransformerEmbedder(config)
 
@@ -105,7 +104,9 @@ def built(tmp_path_factory) -> tuple[ExportManifest, Path]:
 
 @pytest.fixture(scope="module")
 def pytorch(tmp_path_factory) -> SentenceTransformerEmbedder:
-    return embedder(tmp_path_factory.mktemp("torch"), embedding_runtime="torch")
+    """PyTorch's vectors, the reference, each text encoded once for the module (its cache holds them: the
+    tests compare overlapping texts, the conversation's and the probes)."""
+    return embedder(tmp_path_factory.mktemp("torch"), embedding_runtime="torch", embedding_cache_size=4096)
 
 
 @pytest.mark.locomo  # conversation_texts() adds LoCoMo's texts when found
