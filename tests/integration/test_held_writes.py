@@ -54,7 +54,7 @@ class Deployment:
             redis_url=server.url,
             redis_namespace=namespace,
             shard_count=1,
-            lease_ttl_s=2.0,
+            lease_ttl_s=1.0,  # a killed owner's shard moves after it; a stop waits out a poll of a quarter
             max_deliveries=2,
             batch_entries=2,  # held writes then apply over several polls, as a long backlog would
         )
