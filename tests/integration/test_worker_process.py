@@ -163,7 +163,9 @@ def test_a_worker_rides_through_a_redis_restart(redis_server: RedisServer, tmp_p
         write(0)
         wait_for(lambda: queue.depth() == 0)
         redis_server.stop()
-        time.sleep(2.5)  # past the 1 s lease TTL: the leases expire while Redis is away
+        # past the 1 s lease TTL, counted from the worker's last renewal, which reached Redis before the
+        # stop: the leases expire while Redis is away
+        time.sleep(1.2)
         redis_server.start()
         write(20)
         wait_for(lambda: queue.depth() == 0 and owned_shards(client, "w-ride") == 4)
