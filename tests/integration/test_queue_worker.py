@@ -190,7 +190,8 @@ def test_a_round_longer_than_the_lease_keeps_it(
     settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Applying a backlog can outlast the lease TTL (1 s here): the worker renews between runs (one entry
-    each here), so its shard never lapses to another writer while it lives."""
+    each here), so its shard never lapses to another writer while it lives. Two TTLs: without a renewal
+    the lease would lapse midway, and the entries after would see it gone."""
     settings = settings.model_copy(update={"write_run": 1})
     client = redis.Redis.from_url(settings.redis_url)
     lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))
@@ -202,7 +203,7 @@ def test_a_round_longer_than_the_lease_keeps_it(
 
     def slow_apply(self: Worker, key: SpaceKey, ops: list[AnyOp]) -> object:
         owners_seen.append(client.get(lease))
-        time.sleep(0.4)  # 8 entries: 3.2 s in one round, three TTLs
+        time.sleep(0.25)  # 8 entries: 2 s in one round, two TTLs
         return applying(self, key, ops)
 
     monkeypatch.setattr(Worker, "_apply", slow_apply)
@@ -521,7 +522,7 @@ def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
     settings: QueueSettings, config: MemoryConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Closing a space on drain waits for its background work, which can outlast the lease TTL (1 s
-    here; the close takes 3): the worker renews while it closes, so the shard is never free for another
+    here; the close takes 2): the worker renews while it closes, so the shard is never free for another
     worker while its spaces are still open here, and the leases go only after."""
     client = redis.Redis.from_url(settings.redis_url)
     lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, 8))
@@ -534,7 +535,7 @@ def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
 
     def slow_close(self: Memoryos) -> None:
         closing.set()
-        time.sleep(3 * settings.lease_ttl_s)
+        time.sleep(2 * settings.lease_ttl_s)
         close(self)
         closed.set()
 
@@ -547,7 +548,7 @@ def test_a_drain_keeps_its_leases_until_its_spaces_are_closed(
         owners_seen.append(client.get(lease))
         time.sleep(0.1)
     stopping.join(30)
-    assert len(owners_seen) >= 20 and set(owners_seen) == {b"w-drain"}
+    assert len(owners_seen) >= 10 and set(owners_seen) == {b"w-drain"}  # sampled throughout the 2 s
     assert client.get(lease) is None  # and given back once closed
 
 

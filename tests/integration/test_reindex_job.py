@@ -221,7 +221,7 @@ class SlowOnce(HashEmbedder):
 def test_a_write_waiting_for_a_long_reindex_keeps_the_leases(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    """The owner holds the space closed while it re-embeds (3 s here, three lease TTLs); a write of the
+    """The owner holds the space closed while it re-embeds (2 s here, two lease TTLs); a write of the
     space arriving meanwhile waits for it on the worker's main thread, which renews the leases while it
     waits: the shard never lapses to another writer, and the write applies after the reindex."""
     settings = QueueSettings(
@@ -231,7 +231,7 @@ def test_a_write_waiting_for_a_long_reindex_keeps_the_leases(
     queue, reads = WriteQueue(client, settings), OwnerCallClient(client, settings)
     lease = Keys(settings.redis_namespace).lease(shard_of(MAYA, settings.shard_count))
     config = MemoryConfig(data_dir=tmp_path / "data", faiss_use_gpu="never")
-    embedder = SlowOnce(delay_s=3.0)
+    embedder = SlowOnce(delay_s=2.0)
     worker = Running(settings, config, "w-slow", embedder=embedder)
     try:
         write(queue, "I keep my bike in the blue shed")
