@@ -208,14 +208,14 @@ def test_a_long_run_resets_the_restart_delay_not_the_count(tmp_path: Path) -> No
 
 def test_exits_spread_wider_than_the_window_are_restarted(tmp_path: Path) -> None:
     """The window, not the runs' length, forgives: each run outlasts a 0.3 s window, so no two exits fall
-    in it, and a bound of 2 never gives up."""
+    in it, and a bound of 2 never gives up (counted over all time, the second exit would end it)."""
     crashing = slot(tmp_path, "crashing")
     supervision = Supervision(
         max_failures=2, failure_window_s=0.3, restart_first_s=0.05, stable_after_s=60.0, check_every_s=0.05
     )
     supervisor = Supervisor([ChildSpec("crashing", exit_after, (crashing, 0.4))], supervision=supervision)
     with running(supervisor):
-        wait_for(lambda: len(starts(crashing)) >= 4)  # 3 exits, none within the window of another
+        wait_for(lambda: len(starts(crashing)) >= 3)  # 2 exits, not within the window of each other
 
 
 def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path: Path) -> None:
@@ -224,7 +224,8 @@ def test_readiness_is_503_while_a_child_is_down_and_200_once_it_is_back(tmp_path
     supervisor = Supervisor(
         [ChildSpec("worker-0", serve_metrics, (worker, worker_port), worker_port)],
         ChildSpec("engine", exit_after, (engine, TIMEOUT_S)),
-        Supervision(restart_first_s=1.0),  # the window in which the test sees the child down
+        # the window in which the test sees the child down; an exit noticed within 0.05 s, not 0.5
+        Supervision(restart_first_s=1.0, check_every_s=0.05),
     )
     with serving_health(health_port, supervisor.liveness, supervisor.readiness), running(supervisor):
         wait_for(lambda: get(health_port, "/readyz")[0] == 200)
