@@ -162,7 +162,7 @@ def test_fewer_failures_than_the_bound_are_restarted(tmp_path: Path) -> None:
     supervisor = Supervisor([ChildSpec("flaky", fail_first, (flaky, 2, port), port)], supervision=FAST)
     with running(supervisor):
         wait_for(lambda: metrics_answer(port))  # its third start works
-        time.sleep(0.5)  # several checks of the supervisor's: it keeps the child
+        time.sleep(0.25)  # five checks of the supervisor's: it keeps the child
         assert len(starts(flaky)) == 3
         assert metrics_answer(port)
 
