@@ -72,13 +72,23 @@ class Container:
     database_environment: dict[str, str] = field(default_factory=dict)
 
 
+YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader on libyaml where it is built in (it is in PyPI's wheels): the same documents, parsed
+about ten times faster; deploy/ holds CRDs of 150 KB, which the tests read many times."""
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, on `YAML_LOADER`."""
+    return yaml.load(text, Loader=YAML_LOADER)
+
+
 def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [doc for doc in yaml.load_all(path.read_text(), Loader=YAML_LOADER) if doc]
 
 
 def compose_containers(path: Path) -> list[Container]:
     """The services built from our images (not redis, not vllm)."""
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path.read_text())
     containers = []
     for name, service in data["services"].items():
         image = str(service.get("image", ""))
@@ -111,7 +121,7 @@ def compose_containers(path: Path) -> list[Container]:
 
 def kustomize_documents() -> list[tuple[Path, dict[str, Any]]]:
     """Every YAML document under deploy/ (base resources, overlay patches), with its file."""
-    documents = []
+    documents: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(DEPLOY.rglob("*.yaml")):
         documents.extend((path, doc) for doc in load_yaml_documents(path))
     return documents
@@ -129,7 +139,7 @@ def pod_specs() -> list[tuple[Path, str, dict[str, Any]]]:
 
 def configmap_literals() -> dict[str, str]:
     """The memoryos-config ConfigMap's variables (base kustomization's configMapGenerator)."""
-    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    kustomization = load_yaml((DEPLOY / "base" / "kustomization.yaml").read_text())
     literals: dict[str, str] = {}
     for generator in kustomization.get("configMapGenerator", []):
         if generator["name"] == "memoryos-config":
