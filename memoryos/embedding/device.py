@@ -42,6 +42,29 @@ def select_device(requested: str, cuda_available: bool, field: str = "embedding_
     return "cuda" if cuda_available else "cpu"
 
 
+def requested_device(embedding_device: str, model_kwargs: Mapping[str, object]) -> tuple[str, str]:
+    """The device asked for and the setting that asked: the `device` of `embedding_model_kwargs` wins over
+    `embedding_device` (the backend's `select_device` and the engine's `no_gpu_for` read it alike)."""
+    if "device" in model_kwargs:
+        return str(model_kwargs["device"]), "embedding_model_kwargs.device"
+    return embedding_device, "embedding_device"
+
+
+def no_gpu_for(embedding_device: str, model_kwargs: Mapping[str, object], gpu_present: bool) -> str | None:
+    """Why the requested device cannot be had on this host, known before torch is imported, or None: a
+    CUDA device asked for (`requested_device`) where no GPU can be (`gpu_present` false:
+    `gpu_may_be_present`). Torch would refuse it too, but only after its and sentence-transformers'
+    imports, seconds of CPU at every start of an engine child that cannot start, which the supervisor
+    restarts until it gives up. Any other device name is torch's to judge."""
+    device, field = requested_device(embedding_device, model_kwargs)
+    if gpu_present or not (device == "cuda" or device.startswith("cuda:")):
+        return None
+    return (
+        f"{field}: {device!r} was requested but this host has no GPU device; ask for 'auto' or 'cpu', or "
+        "give the container the GPU"
+    )
+
+
 def use_fp16(device: str, dtype_requested: bool = False) -> bool:
     """Half precision on CUDA only: it halves GPU memory and time there, while on CPU it is slower.
 

@@ -32,6 +32,7 @@ from memoryos.embedding.device import (
     choose_route,
     choose_torch_threads,
     cpu_without_torch,
+    requested_device,
     run_size,
     select_device,
     use_fp16,
@@ -462,12 +463,9 @@ class SentenceTransformerEmbedder:
 
         torch.set_num_threads(choose_torch_threads(self._torch_threads, os.cpu_count()))
         kwargs = dict(self._model_kwargs)
-        if "device" in kwargs:
-            device = select_device(
-                str(kwargs.pop("device")), torch.cuda.is_available(), "embedding_model_kwargs.device"
-            )
-        else:
-            device = select_device(self._requested_device, torch.cuda.is_available())
+        requested, field = requested_device(self._requested_device, kwargs)
+        kwargs.pop("device", None)
+        device = select_device(requested, torch.cuda.is_available(), field)
         if not device.startswith("cuda"):
             # On CPU the tokenizers thread pool keeps competing with torch after a batch encode (docs/engine.md,
             # "spinning off"). On a GPU the forward pass leaves the cores idle, and the

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from memoryos import MemoryConfig
 from memoryos.cli.embedding_engine import serve_engine
 from memoryos.cli.session import config_of
-from memoryos.embedding.device import gpu_may_be_present
+from memoryos.embedding.device import gpu_may_be_present, no_gpu_for
 from memoryos.embedding.engine.client import EngineEmbedder
 from memoryos.embedding.engine.health import EngineWatch
 from memoryos.errors import InvalidInputError
@@ -223,24 +223,6 @@ def engine_threads(cpu_count: int | None, applying_processes: int) -> int:
     return max(1, (cpu_count or 1) - applying_processes)
 
 
-def no_gpu_for(config: MemoryConfig, gpu_present: bool) -> str | None:
-    """Why the configured model cannot load on this host, known before torch is imported, or None: a CUDA
-    device asked for (`embedding_device`, or the `device` of `embedding_model_kwargs`, which wins) where no
-    GPU can be (`gpu_present` false: `gpu_may_be_present`). Torch would refuse it too, but only after its
-    and sentence-transformers' imports, seconds of CPU at every start of an engine child that cannot
-    start, which the supervisor restarts until it gives up (`ChildKeepsFailingError`). Any other device
-    name is torch's to judge."""
-    kwargs_device = config.embedding_model_kwargs.get("device")
-    device = config.embedding_device if kwargs_device is None else str(kwargs_device)
-    if gpu_present or not (device == "cuda" or device.startswith("cuda:")):
-        return None
-    field = "embedding_device" if kwargs_device is None else "embedding_model_kwargs.device"
-    return (
-        f"{field}: {device!r} was requested but this host has no GPU device; ask for 'auto' or 'cpu', or "
-        "give the container the GPU"
-    )
-
-
 def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFactory | None) -> None:
     """The host's embedding engine: the configured model, or the embedder of `parts` (a benchmark's), on
     the cores the applying processes leave free (`engine_threads`) unless `torch_threads` is set. A model
@@ -249,7 +231,11 @@ def _engine_child(args: argparse.Namespace, socket_path: Path, parts: PartsFacto
     stop = _stop_on_signals()
     embedder = (parts() if parts else {}).get("embedder")
     config = config_of(args)
-    refusal = None if embedder is not None else no_gpu_for(config, gpu_may_be_present())
+    refusal = (
+        None
+        if embedder is not None
+        else no_gpu_for(config.embedding_device, config.embedding_model_kwargs, gpu_may_be_present())
+    )
     if refusal is not None:
         raise SystemExit(f"memoryos embedding-engine: {refusal}")  # exit status 1, the line on stderr
     if config.torch_threads is None:

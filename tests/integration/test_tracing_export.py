@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.serving.api import serve_command
 from tests.support.mcp_session import http_session
 from tests.support.openai_server import ScriptedOpenAIServer, ScriptedReply
 from tests.support.openai_server import openai_server as openai_server  # the fixture
@@ -81,18 +82,10 @@ def served_api(receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory)
     data_dir = tmp_path_factory.mktemp("traced-api")
     port = free_port()
     env = tracing_env(receiver, MEMORYOS_API_PRELOAD_MODEL="false")
-    command = [
-        sys.executable,
-        "-m",
-        "memoryos.cli.main",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-    ]
     log = data_dir / "serve.log"  # a file, not a pipe nobody drains while the tests run
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    server = subprocess.Popen(
+        serve_command(data_dir, port), env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb")
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -28,12 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.serving.faults import worker_env
 from bench.serving.ingest import descendants, free_ports
 from memoryos import MemoryConfig
+from memoryos.embedding.device import no_gpu_for
 from memoryos.space.pool import SpaceKey
 from memoryos.space.writes import plan_write
 from services.queue.keys import Keys
 from services.queue.producer import WriteQueue
 from services.queue.settings import QueueSettings
-from services.worker.process import no_gpu_for
 from tests.support.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.integration
@@ -217,7 +217,7 @@ def test_an_engine_that_needs_a_missing_gpu_is_refused_before_torch(
     device: str, kwargs: dict[str, str], gpu_present: bool, refused: str | None
 ) -> None:
     config = MemoryConfig(embedding_device=device, embedding_model_kwargs=kwargs)
-    refusal = no_gpu_for(config, gpu_present)
+    refusal = no_gpu_for(config.embedding_device, config.embedding_model_kwargs, gpu_present)
     if refused is None:
         assert refusal is None
     else:
