@@ -372,6 +372,7 @@ class PostgresPageQueries(PostgresQueries):
         self._write("DELETE FROM page_terms WHERE space_id = %s", (self.space_id,))
 
     def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]:
+        # `next_withdrawn_seq` is the next to give out: none past `after_seq` while it is at most one more
         if self._none_given_after("next_withdrawn_seq", after_seq + 1):
             return [], after_seq
         rows = self._all(

@@ -86,6 +86,10 @@ def _binary_form(sql: str) -> tuple[bytes, tuple[tuple[int, Callable[[Any], Any]
     return sql.replace("%s", "%b").encode(), numbers
 
 
+Statement = tuple[bytes, Sequence[Any] | Mapping[str, Any]]
+"""A statement's text and its parameters, ready to send."""
+
+
 class _Rows:
     """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
     while the writes of a transaction come in the same kind one after another."""
@@ -154,7 +158,7 @@ class _Transaction:
                 for sql, params in self.statements():
                     self.connection.execute(sql, params)
 
-    def statements(self) -> list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]]:
+    def statements(self) -> list[Statement]:
         """The writes waiting, in order, as statements to send; none wait after."""
         waiting, self.deferred = self.deferred, []
         return [
@@ -254,8 +258,8 @@ class PostgresQueries:
 
         Why: a write catches its page index up first (`SpacePageIndex.catch_up`: the vectors and the
         withdrawals other processes stored since it last looked), and almost always there are none: two
-        round trips of a write's eight, answered from the counters read under the space's row lock, which
-        every writer of the space takes, so none can have given out a later sequence meanwhile."""
+        round trips a write used to make, answered from the counters read under the space's row lock,
+        which every writer of the space takes, so none can have given out a later sequence meanwhile."""
         transaction = self._current()
         return transaction is not None and transaction.counters[counter] <= value
 
@@ -334,7 +338,7 @@ class PostgresQueries:
             connection.execute(b"COMMIT")
 
     def _locked_space(self, row: tuple[Any, ...] | None) -> tuple[dict[str, int], dict[str, str]]:
-        """The counters and meta of `_lock_statement`'s row, once its fencing number is checked."""
+        """The counters and meta of `_begin`'s row, once its fencing number is checked."""
         if row is None:
             raise StorageError("the memory space was erased (forgotten) while it was open")
         if self.shard is not None:
@@ -344,11 +348,11 @@ class PostgresQueries:
         counters = dict(zip(COUNTERS, (int(value) for value in row[: len(COUNTERS)]), strict=True))
         return counters, dict(row[len(COUNTERS)] or {})
 
-    def _write_back(self, transaction: _Transaction) -> list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]]:
+    def _write_back(self, transaction: _Transaction) -> list[Statement]:
         """The op log rows of the transaction, then its counters (with `change_seq` bumped): the
         statements `_commit` sends before COMMIT."""
         assignments = ", ".join(f"{name} = %s" for name in COUNTERS)
-        statements: list[tuple[bytes, Sequence[Any] | Mapping[str, Any]]] = []
+        statements: list[Statement] = []
         if transaction.logged:
             statements.append(
                 binary_arrays(
