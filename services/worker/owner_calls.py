@@ -145,10 +145,11 @@ class OwnerCallServer:
                     free.release()
                     continue
                 queue, request = cast(tuple[bytes, bytes], popped)
-                if queue.decode() == self._wake_key:  # `wake`: the loop sees `stop` now
+                name = queue.decode()
+                if name == self._wake_key:  # `wake`: the loop sees `stop` now
                     free.release()
                     continue
-                pool.submit(self._answer_then_free, queue.decode(), json.loads(request), free)
+                pool.submit(self._answer_then_free, name, json.loads(request), free)
         finally:
             pool.shutdown(wait=True)
 
