@@ -4,7 +4,7 @@ A retrieve waits at most `max_vector_wait_s` (the API's `read_vector_wait_s`) fo
 stored before it; pages still without one are ranked by their words and date alone (a dense z-score of
 0), as `retrieval.page_signals` ranks any page it finds no vector for. This measures the worst case of
 that on the LoCoMo dev conversations: for each question, *its own evidence pages* are the ones without
-vectors — the index and the vector lookup of the engine's ranking are shown the space without them — and
+vectors — the index and the store's vector lookup of the engine's ranking are shown the space without them — and
 evidence recall@k is compared with the engine's on the same stored spaces. Also measured: the newest 4 and
 64 pages of each conversation without vectors, for every question (a backlog as the service has one).
 
@@ -29,7 +29,6 @@ from memoryos.eval.locomo import LocomoQuestion
 from memoryos.eval.metrics import RecallReport, ranked_dia_ids
 from memoryos.planning.retrieval import dense_query_text, rank_pages
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.records.base import RankingRows
 from memoryos.storage.vectors.vector_index import SearchResult
 
 NEWEST = (4, 64)
@@ -59,24 +58,23 @@ class _IndexWithout:
 
 @contextlib.contextmanager
 def without_vectors(space: MemorySpace, page_ids: Sequence[int]) -> Iterator[None]:
-    """`space` ranked as if `page_ids` had no vector yet (restored after)."""
+    """`space` ranked as if `page_ids` had no vector yet (restored after): out of its index, and out of
+    what the store answers for vectors the index lacks (`retrieval.dense_scores`)."""
     missing = frozenset(page_ids)
     pages = space._pages  # the space's own index holder: retrieval reads `space.page_index` from it
     index, store = pages.index, space.store
-    rows_of = store.ranking_rows
+    vectors_of = store.embedded_page_vectors
 
-    def embedded_only(*args: Any, **kwargs: Any) -> RankingRows:
-        rows = rows_of(*args, **kwargs)
-        kept = [i for i, pid in enumerate(rows.vector_ids) if pid not in missing]
-        return rows._replace(vector_ids=[rows.vector_ids[i] for i in kept], vectors=rows.vectors[kept])
+    def embedded_only(page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
+        return vectors_of([pid for pid in page_ids if pid not in missing], dim)
 
     pages.index = _IndexWithout(index, missing)  # type: ignore[assignment]
-    store.ranking_rows = embedded_only  # type: ignore[method-assign]
+    store.embedded_page_vectors = embedded_only  # type: ignore[method-assign]
     try:
         yield
     finally:
         pages.index = index
-        del store.ranking_rows  # the class's method again
+        del store.embedded_page_vectors  # the class's method again
 
 
 def _evidence_pages(stored: StoredConversation, question: LocomoQuestion) -> list[int]:

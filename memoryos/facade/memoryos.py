@@ -22,7 +22,7 @@ from memoryos.facade.lifecycle import MemoryLifecycle
 from memoryos.llm import MemoryLLM, create_llm
 from memoryos.planning.generation import answer_request
 from memoryos.planning.query_rewrite import query_rewriter
-from memoryos.planning.retrieval import query_words, retrieve_context
+from memoryos.planning.retrieval import retrieve_context, word_asks
 from memoryos.scheduler import Scheduler, shared_scheduler
 from memoryos.scheduler.space_work import SpaceWork
 from memoryos.space import policy
@@ -282,7 +282,13 @@ class Memoryos(MemoryLifecycle):
         wait_s = _vector_wait("max_vector_wait_s", max_vector_wait_s)
         page_k = self._positive("top_k", top_k, self.config.retrieval_queue_capacity)
         fact_k = self._positive("knowledge_top_k", knowledge_top_k, self.config.knowledge_top_k)
-        marks = self.space.read_marks()  # every write before this read, in one look at the store
+        search = self._rewriter.search_text(text) if self._rewriter else text
+        asks = word_asks(self.space, search)
+        now = self.clock()
+        # Every write before this read, the page counts its words need and what every retrieval reads
+        # besides its ranking, in one look at the store.
+        opening = self.space.read_opening(asks.asks, now)
+        marks = opening.marks
         through = marks.max_page_id
         try:
             looked_again = self._work.wait_embedded(through, wait_s, stop_when_futile=True, marks=marks)
@@ -292,11 +298,11 @@ class Memoryos(MemoryLifecycle):
         # Vectors other processes stored since the last look: the marks' data version is the store's
         # when they found no page to wait for (no query then), else it is read again.
         self.space.refresh(None if looked_again else marks.data_version)
-        search = self._rewriter.search_text(text) if self._rewriter else text
-        words = query_words(self.space, search)  # every page count the query's words need, at once
+        words = asks.counted(self.space, opening.counts)
         query_vector = self._work.encode_query(words.dense_text)
-        now = self.clock()
-        context = retrieve_context(self.space, text, query_vector, page_k, fact_k, now, search, words)
+        context = retrieve_context(
+            self.space, text, query_vector, page_k, fact_k, now, search, words, opening.basis
+        )
         if waited_out:  # a read whose wait completed had every vector: no count query on that path
             context.pages_without_vectors = self.space.pending_page_count(through)
         visited = sorted(

@@ -10,6 +10,7 @@ docs/retrieval.md has the measurements.
 Retrieval only reads; the facade records segment visits as a separate op.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,7 +28,7 @@ from memoryos.planning.speaker import (
 )
 from memoryos.planning.temporal import date_proximity, julian_to_epoch_days, query_date_windows
 from memoryos.space.memory_space import MemorySpace
-from memoryos.storage.records.base import FrequencyAsk, needed_pages, ranking_candidates
+from memoryos.storage.records.base import FrequencyAsk, RetrievalBasis, needed_pages, ranking_candidates
 from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import KnowledgeKind, Page, RetrievedContext, RetrievedKnowledge, RetrievedPage
 from memoryos.validation import format_unix_timestamp
@@ -129,24 +130,61 @@ class QueryWords:
     column_weights: tuple[float, float] | None
 
 
-def query_words(space: MemorySpace, query: str) -> QueryWords:
-    """`QueryWords` of `query`, every count asked at once."""
+@dataclass(frozen=True)
+class WordAsks:
+    """The page counts a query's words need (`QueryWords`), before they are counted: asked by the caller
+    with its other first reads (`RecordStore.read_opening`), then turned into `QueryWords` (`counted`).
+
+    What is asked depends on the space's size (`speaker.common_name_limit`): asks made before the read
+    caught up with other processes' writes are made again after it, and counted again if they changed."""
+
+    query: str
+    terms: list[str]
+    sides: list[FrequencyAsk]
+    names: _Names | None
+    budget: int
+
+    @property
+    def asks(self) -> list[FrequencyAsk]:
+        """Every count, in the order `counted` reads them: the terms, the sides, the names."""
+        return [
+            FrequencyAsk(self.terms, at_most=self.budget + 1),
+            *self.sides,
+            *([] if self.names is None else [self.names.ask]),
+        ]
+
+    def counted(self, space: MemorySpace, counts: list[list[int]]) -> QueryWords:
+        """`QueryWords` from `counts` of `asks`; asked again (one more call to the store) when the space
+        now asks otherwise: its size changed since the asks were made."""
+        with space.lock:
+            if word_asks(space, self.query) != self:
+                return query_words(space, self.query)
+            sides = counts[1 : 1 + len(self.sides)]
+            weights = side_weights(space, side_named(space, sides))
+        return QueryWords(
+            dense_text=self.query
+            if self.names is None
+            else self.names.without_common(self.query, counts[-1]),
+            lexical_terms=_within_budget(self.terms, counts[0], self.budget),
+            column_weights=weights,
+        )
+
+
+def word_asks(space: MemorySpace, query: str) -> WordAsks:
+    """What `query`'s words need counted (`WordAsks`); reads no store."""
     config = space.config
     with space.lock:
-        terms = query_terms(query)
-        asks = [FrequencyAsk(terms, at_most=config.lexical_postings_budget + 1)]
         sides = side_asks(space, query) if config.lexical_other_side_weight != 1.0 else []
-        asks += sides
-        names = _names_to_count(space, query)
-        if names is not None:
-            asks.append(names.ask)
-        counts = space.store.document_frequencies(asks)
-        weights = side_weights(space, side_named(space, counts[1 : 1 + len(sides)]))
-    return QueryWords(
-        dense_text=query if names is None else names.without_common(query, counts[-1]),
-        lexical_terms=_within_budget(terms, counts[0], config.lexical_postings_budget),
-        column_weights=weights,
-    )
+        return WordAsks(
+            query, query_terms(query), sides, _names_to_count(space, query), config.lexical_postings_budget
+        )
+
+
+def query_words(space: MemorySpace, query: str) -> QueryWords:
+    """`QueryWords` of `query`, every count asked at once."""
+    with space.lock:
+        asks = word_asks(space, query)
+        return asks.counted(space, space.store.document_frequencies(asks.asks))
 
 
 @dataclass(frozen=True)
@@ -182,17 +220,9 @@ def page_signals(
     dense_mean, dense_std = float(sample_scores.mean()), float(sample_scores.std())
 
     words = words if words is not None else query_words(space, query)
-    # The lexical hits, the candidates' neighbours and the vectors of needed pages outside the dense
-    # hits, asked at once (one statement on a database). A page written a moment ago by another thread or
-    # process may have no vector yet: it is left to the lexical side (a dense z-score of 0) rather than
-    # scored from a vector it does not have.
+    # The lexical hits and the candidates' neighbours, asked at once (one statement on a database).
     rows = space.store.ranking_rows(
-        list(dense_hits),
-        words.lexical_terms,
-        pool * LEXICAL_FETCH_FACTOR,
-        pool,
-        words.column_weights,
-        space.dim,
+        list(dense_hits), words.lexical_terms, pool * LEXICAL_FETCH_FACTOR, pool, words.column_weights
     )
     lexical = rows.lexical
     lexical_scores = dict(lexical)
@@ -204,7 +234,7 @@ def page_signals(
     neighbours = rows.neighbours
     needed = needed_pages(candidates, neighbours)
     dense = dict(dense_hits)
-    dense.update(zip(rows.vector_ids, (rows.vectors @ query_vector).tolist(), strict=True))
+    dense.update(dense_scores(space, query_vector, [pid for pid in needed if pid not in dense]))
 
     windows = query_date_windows(query)
     date = np.zeros(len(needed))
@@ -222,6 +252,25 @@ def page_signals(
         ),
         date=date,
     )
+
+
+def dense_scores(space: MemorySpace, query_vector: np.ndarray, page_ids: Sequence[int]) -> dict[int, float]:
+    """The query's inner product with each of `page_ids` that has a vector, from the page index first.
+
+    The index holds the vector of every page the space knew of when the read caught up, at the precision
+    the store keeps, and scores them as it scores the dense hits: asking it costs no read of the store, a
+    round trip and the vectors' bytes on a database. A page it does not hold is asked of the store: its
+    vector was stored since (by another thread or process), or it has none yet, and is then left to the
+    lexical side (a dense z-score of 0) rather than scored from a vector it does not have."""
+    if not page_ids:
+        return {}
+    wanted = np.array(page_ids, dtype=np.int64)
+    scores = dict(space.page_index.search(query_vector.reshape(1, -1), len(wanted), wanted).hits(0))
+    missing = [pid for pid in page_ids if pid not in scores]
+    if missing:
+        ids, vectors = space.store.embedded_page_vectors(missing, space.dim)
+        scores.update(zip(ids, (vectors @ query_vector).tolist(), strict=True))
+    return scores
 
 
 def fused_scores(signals: PageSignals, config: MemoryConfig) -> np.ndarray:
@@ -298,16 +347,19 @@ def retrieve_context(
     now: float,
     search_text: str | None = None,
     words: QueryWords | None = None,
+    basis: RetrievalBasis | None = None,
 ) -> RetrievedContext:
     """Everything the answer needs from every tier; reads only. Pages are ranked for `search_text` when
     given (the query with a rewrite's words: `query_rewrite.py`), else for `query`; `words`: that text's,
-    counted when the query was embedded (`query_words`), None counts them now.
+    counted when the query was embedded (`query_words`), None counts them now; `basis`: what does not
+    depend on the ranking (`retrieval_basis` at `now`), read with the read's first look at the store
+    (`MemorySpace.read_opening`), None reads it now.
 
-    Two calls to the store besides the ranking's, one round trip each to a database: what does not
-    depend on the ranking (`retrieval_basis`), then the rows returned (`retrieved_rows`)."""
+    Two calls to the store besides the ranking's, one round trip each to a database: the basis unless
+    given, then the rows returned (`retrieved_rows`)."""
     capacity = space.config.short_term_capacity
     with space.lock:
-        basis = space.store.retrieval_basis(now)
+        basis = basis if basis is not None else space.store.retrieval_basis(now)
         # Expired pages are never returned, also before the sweep erases them: rank past them.
         expired = basis.expired_pages
         ranked = rank_pages(space, search_text or query, query_vector, page_k + expired, words)

@@ -1,5 +1,5 @@
 """A retrieval's reads folded into few calls to the store (`RecordStore.read_marks`, `retrieval_basis`,
-`retrieved_rows`, `document_frequencies` of several asks) give what the single reads give, on both
+`read_opening` of both and of page counts, `retrieved_rows`, `document_frequencies` of several asks) give what the single reads give, on both
 stores; a whole retrieval (pages, facts with their sources, short-term memory, profile) is the same on
 both; and on PostgreSQL a retrieval and a write cost a bounded number of round trips."""
 
@@ -29,10 +29,11 @@ with the space's lock (counters, meta, fence), the op log's entries for the run,
 log, counters and COMMIT (one pipeline), and the data version after it. Catching the index up asks
 nothing: the counters read under the lock show no vector or withdrawal newer than the index holds."""
 
-ROUND_TRIPS_PER_RETRIEVE = 5
-"""What a retrieval with nothing to wait for or catch up with costs on PostgreSQL: its marks, its words'
-page counts, its basis, the ranking's rows (lexical search, neighbours and the vectors outside the dense
-hits, one statement) and the rows returned."""
+ROUND_TRIPS_PER_RETRIEVE = 3
+"""What a retrieval with nothing to wait for or catch up with costs on PostgreSQL: its opening (its marks,
+its words' page counts and its basis, one pipeline), the ranking's rows (lexical search and the
+candidates' neighbours, one statement; the other vectors ranking needs come from the page index) and the
+rows returned."""
 
 
 @contextmanager
@@ -114,6 +115,11 @@ def test_folded_reads_give_what_the_single_reads_give(
         ]
         assert store.document_frequencies(asks) == [store.document_frequencies([ask])[0] for ask in asks]
         assert store.document_frequencies(asks)[0][0] > 0
+        for asked in (asks, [FrequencyAsk([]), FrequencyAsk(["!"])], []):  # no statement for the counts
+            opening = store.read_opening(asked, now)
+            assert tuple(opening.marks) == single["marks"]
+            assert opening.counts == store.document_frequencies(asked)
+            assert tuple(opening.basis) == single["basis"]
 
         # Neighbours across the deleted page's gap and at both ends, as a walk over every id finds them.
         every = sorted(page.page_id for page in store.pages(list(range(1, max_page_id + 1))))

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from memoryos.config import MemoryConfig
-from memoryos.planning.retrieval import _lexical_terms, dense_query_text, rank_pages, retrieve_context
+from memoryos.planning.retrieval import (
+    _lexical_terms,
+    dense_query_text,
+    dense_scores,
+    rank_pages,
+    retrieve_context,
+)
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddKnowledge, AddTurns, FileTopic, RecordVisits
 from memoryos.types import Turn
@@ -270,3 +276,30 @@ def test_short_term_memory_is_the_newest_pages_while_consolidation_lags(make_spa
     context = retrieve_context(space, "kiwi orchard", axis(DIM, 0), 3, 10, T0)
     assert [p.page_id for p in context.short_term_memory] == newest
     assert context.retrieved_pages[0].page_id == target
+
+
+# --- where ranking reads its vectors ----------------------------------------------------------------------
+def test_needed_pages_are_scored_from_the_index_and_only_those_it_lacks_from_the_store(
+    make_space: MakeSpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dense_scores`: what the index holds costs no store read; a page whose vector the index lacks (stored
+    since by another process) is scored from the store's vector; a page with none gets no score."""
+    space = make_space()
+    ids = [add(space, *FILLER, unit(DIM, (0, 0.6), (i % 8 + 1, 0.8))) for i in range(6)]
+    (pending,) = space.apply(AddTurns(turns=[Turn(user_input="x", agent_response="y", timestamp=STAMP)]))
+    query = axis(DIM, 0)
+    asked: list[list[int]] = []
+    vectors_of = space.store.embedded_page_vectors
+
+    def counted(page_ids: list[int], dim: int) -> tuple[list[int], np.ndarray]:
+        asked.append(list(page_ids))
+        return vectors_of(page_ids, dim)
+
+    monkeypatch.setattr(space.store, "embedded_page_vectors", counted)
+    with space.lock:
+        assert dense_scores(space, query, ids[1:4]) == pytest.approx({pid: 0.6 for pid in ids[1:4]}, abs=1e-3)
+        assert asked == []
+        space.page_index.remove(np.array([ids[2]], dtype=np.int64))  # as if stored after the catch-up
+        scores = dense_scores(space, query, [ids[1], ids[2], pending])
+    assert asked == [[ids[2], pending]]
+    assert scores == pytest.approx({ids[1]: 0.6, ids[2]: 0.6}, abs=1e-3)

@@ -178,37 +178,24 @@ def test_an_add_that_fails_midway_leaves_neither_pages_nor_index_entries(
     assert add_pages(space, axis(DIM, 3)) == [2]
 
 
-def test_ranking_rows_are_the_lexical_hits_the_candidates_neighbours_and_the_missing_vectors(
-    space: MemorySpace,
-) -> None:
-    """`ranking_rows` (one statement on PostgreSQL) answers what its three reads answer one after
-    another: with a gap in the ids (a deleted page), pages still waiting for a vector, dense hits that
-    the lexical search finds too, and a lexical pool smaller than the hits."""
+def test_ranking_rows_are_the_lexical_hits_and_the_candidates_neighbours(space: MemorySpace) -> None:
+    """`ranking_rows` (one statement on PostgreSQL) answers what its two reads answer one after the other:
+    with a gap in the ids (a deleted page), pages still waiting for a vector, dense hits that the lexical
+    search finds too, and a lexical pool smaller than the hits."""
     ids = add_pages(space, *(axis(DIM, i % DIM) for i in range(8)))
     space.apply(DeletePages(page_ids=[ids[3]]))
     start = space.store.max_page_id() + 1
     pending = space.apply(AddTurns(turns=[turn(start), turn(start + 1)]))
     terms = ["user", "says", str(ids[5]), str(pending[0]), "nowhere"]
     for dense_ids, pool in (([ids[0], ids[5]], 2), ([], 10), ([ids[7]], 0)):
-        rows = space.store.ranking_rows(dense_ids, terms, 20, pool, (1.0, 0.5), DIM)
+        rows = space.store.ranking_rows(dense_ids, terms, 20, pool, (1.0, 0.5))
         lexical = space.store.lexical_search(terms, 20, (1.0, 0.5))
         assert rows.lexical == pytest.approx(lexical, rel=1e-12)
         assert [pid for pid, _ in rows.lexical] == [pid for pid, _ in lexical]
         candidates = list(dict.fromkeys([*dense_ids, *(pid for pid, _ in lexical[:pool])]))
         assert rows.neighbours == space.store.neighbour_ids(candidates)
-        needed = list(
-            dict.fromkeys(
-                [*candidates, *(n for pid in candidates for n in rows.neighbours[pid] if n is not None)]
-            )
-        )
-        embedded, vectors = space.store.embedded_page_vectors(
-            [pid for pid in needed if pid not in dense_ids], DIM
-        )
-        assert rows.vector_ids == embedded
-        assert np.array_equal(rows.vectors, vectors)
-    rows = space.store.ranking_rows([], terms, 20, 10, None, DIM)
-    assert set(pending) & {pid for pid, _ in rows.lexical}  # found by their words ...
-    assert not set(pending) & set(rows.vector_ids)  # ... with no vector read for them
+    rows = space.store.ranking_rows([], terms, 20, 10, None)
+    assert set(pending) & {pid for pid, _ in rows.lexical}  # found by their words
     assert ids[3] not in rows.neighbours and ids[3] not in {
         n for pair in rows.neighbours.values() for n in pair
     }

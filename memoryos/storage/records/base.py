@@ -95,16 +95,13 @@ class RetrievedRows(NamedTuple):
 
 class RankingRows(NamedTuple):
     """What ranking a query's pages reads from the store, read together (`RecordStore.ranking_rows`): one
-    round trip to a database instead of three that each waited for the one before."""
+    round trip to a database instead of two, the second waiting for the first. The vectors ranking needs
+    besides come from the page index (`retrieval.dense_scores`)."""
 
     lexical: list[tuple[int, float]]
     """(page_id, BM25 score) best first, as `lexical_search`."""
     neighbours: dict[int, tuple[int | None, int | None]]
     """For each candidate (`ranking_candidates`), as `neighbour_ids`."""
-    vector_ids: list[int]
-    """The pages needed for ranking (`needed_pages`) that have a vector and are not among the dense hits."""
-    vectors: np.ndarray
-    """Their vectors, in the order of `vector_ids`."""
 
 
 def ranking_candidates(
@@ -136,6 +133,19 @@ class RetrievalBasis(NamedTuple):
     """As `latest_profile_version`."""
     facts: dict[KnowledgeKind, list[dict[str, Any]]]
     """Each kind's active facts, as `active_knowledge` (every kind a key, with no fact an empty list)."""
+
+
+class ReadOpening(NamedTuple):
+    """What a read asks before anything else, read together (`RecordStore.read_opening`): one round trip
+    to a database instead of three. None of it waits for the query's vector; all of it is what the space
+    held when the read started."""
+
+    marks: ReadMarks
+    """As `read_marks`."""
+    counts: list[list[int]]
+    """As `document_frequencies` of the read's asks (its words' page counts)."""
+    basis: RetrievalBasis
+    """As `retrieval_basis`."""
 
 
 class RecordStore(Protocol):
@@ -244,9 +254,9 @@ class RecordStore(Protocol):
         limit: int,
         pool: int,
         column_weights: tuple[float, float] | None,
-        dim: int,
     ) -> RankingRows: ...
     def read_marks(self) -> ReadMarks: ...
+    def read_opening(self, asks: Sequence[FrequencyAsk], now: float) -> ReadOpening: ...
     def remove_knowledge_sources(self, page_ids: Sequence[int]) -> None: ...
     def replace_page_text(
         self, page: Page, user_input: str, agent_response: str, meta_data: dict[str, Any], at: float

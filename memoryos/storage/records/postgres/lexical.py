@@ -231,31 +231,34 @@ per page. Tokens never hold a space (FTS5's separators), so a term's further tok
 space-joined text: PostgreSQL's arrays cannot be ragged."""
 
 
-def document_frequencies(
-    conn: psycopg.Connection, space_id: int, asks: Sequence[FrequencyAsk]
-) -> list[list[int]]:
-    """For each ask, the pages of the space matching each of its quoted terms (FTS5's `"term"`, or
+class FrequencyCount:
+    """`document_frequencies` of some asks as one statement (`sql`, `params`; no statement when no term
+    has a token) and the counts its rows answer (`answer`): a caller may send it with other statements.
+
+    For each ask, the pages of the space matching each of its quoted terms (FTS5's `"term"`, or
     `column : "term"` with a column): the SQLite store's counts, in order. With `at_most` counting stops
     there, so a word in most pages of a large space costs `at_most` index entries, not the space (a NULL
-    LIMIT is no limit). A term with no token matches nothing.
+    LIMIT is no limit). A term with no token matches nothing. The terms of every ask are tokenized in one
+    batch. A term asked twice in one column (a query's name is one of its words too) is counted once, to
+    the larger bound: a count stopped at a bound is the lesser of the whole count and the bound, so each
+    ask's follows from it."""
 
-    One statement for every ask, its terms tokenized in one batch. A term asked twice in one column (a
-    query's name is one of its words too) is counted once, to the larger bound: a count stopped at a
-    bound is the lesser of the whole count and the bound, so each ask's follows from it."""
-    terms = [term for ask in asks for term in ask.terms]
-    keys = [
-        (tuple(dict.fromkeys(found)), ask.column, ask.at_most)
-        for ask, found in zip((ask for ask in asks for _ in ask.terms), _query_tokens(terms), strict=True)
-    ]
-    bounds: dict[tuple[tuple[str, ...], str | None], int | None] = {}
-    for tokens, column, at_most in keys:
-        if tokens:
-            known = bounds.get((tokens, column), 0)
-            bounds[(tokens, column)] = None if known is None or at_most is None else max(known, at_most)
-    counted: dict[tuple[tuple[str, ...], str | None], int] = {}
-    if bounds:
-        rows = conn.execute(
-            _DOCUMENT_FREQUENCIES,
+    sql = _DOCUMENT_FREQUENCIES
+
+    def __init__(self, space_id: int, asks: Sequence[FrequencyAsk]) -> None:
+        self._asks = asks
+        terms = [term for ask in asks for term in ask.terms]
+        self._keys = [
+            (tuple(dict.fromkeys(found)), ask.column, ask.at_most)
+            for ask, found in zip((ask for ask in asks for _ in ask.terms), _query_tokens(terms), strict=True)
+        ]
+        bounds: dict[tuple[tuple[str, ...], str | None], int | None] = {}
+        for tokens, column, at_most in self._keys:
+            if tokens:
+                known = bounds.get((tokens, column), 0)
+                bounds[(tokens, column)] = None if known is None or at_most is None else max(known, at_most)
+        self._bounds = bounds
+        self.params: dict[str, Any] | None = (
             {
                 "space_id": space_id,
                 "firsts": [tokens[0] for tokens, _ in bounds],
@@ -263,13 +266,27 @@ def document_frequencies(
                 "in_user": [int(column != "agent_response") for _, column in bounds],
                 "in_agent": [int(column != "user_input") for _, column in bounds],
                 "at_most": list(bounds.values()),
-            },
-        ).fetchall()
-        counted = {key: int(row[0]) for key, row in zip(bounds, rows, strict=True)}
-    counts = iter(
-        0 if not tokens else _bounded(counted[(tokens, column)], at_most) for tokens, column, at_most in keys
-    )
-    return [[next(counts) for _ in ask.terms] for ask in asks]
+            }
+            if bounds
+            else None
+        )
+
+    def answer(self, rows: Sequence[tuple[Any, ...]]) -> list[list[int]]:
+        """Each ask's counts, from the statement's rows (none when there was no statement)."""
+        counted = {key: int(row[0]) for key, row in zip(self._bounds, rows, strict=True)}
+        counts = iter(
+            0 if not tokens else _bounded(counted[(tokens, column)], at_most)
+            for tokens, column, at_most in self._keys
+        )
+        return [[next(counts) for _ in ask.terms] for ask in self._asks]
+
+
+def document_frequencies(
+    conn: psycopg.Connection, space_id: int, asks: Sequence[FrequencyAsk]
+) -> list[list[int]]:
+    """`FrequencyCount` of `asks` sent on its own: one statement for every ask."""
+    count = FrequencyCount(space_id, asks)
+    return count.answer([] if count.params is None else conn.execute(count.sql, count.params).fetchall())
 
 
 def _bounded(count: int, at_most: int | None) -> int:

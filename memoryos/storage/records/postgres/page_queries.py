@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import FrequencyAsk, RankingRows, needed_pages, ranking_candidates
+from memoryos.storage.records.base import FrequencyAsk, RankingRows
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
 from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
@@ -26,12 +26,12 @@ NEWEST_IN_TIER = (
 
 
 NEIGHBOURS = (
-    "q.id, COALESCE((SELECT page_id FROM pages WHERE space_id = %(space_id)s AND page_id = q.id - 1), "
+    "COALESCE((SELECT page_id FROM pages WHERE space_id = %(space_id)s AND page_id = q.id - 1), "
     "(SELECT MAX(page_id) FROM pages WHERE space_id = %(space_id)s AND page_id < q.id)), "
     "COALESCE((SELECT page_id FROM pages WHERE space_id = %(space_id)s AND page_id = q.id + 1), "
     "(SELECT MIN(page_id) FROM pages WHERE space_id = %(space_id)s AND page_id > q.id))"
 )
-"""The columns (id, the id stored before it, the id after it) of the pages `q.id`: id±1 is probed first (one
+"""The columns (the id stored before it, the id after it) of the pages `q.id`: id±1 is probed first (one
 primary-key lookup each), and only a gap is walked to the nearest id, as the SQLite store does. Scalar
 subqueries, each a primary-key probe whatever the statistics: as `EXISTS`, a plan made before the space
 was analyzed hashed every page of the space instead."""
@@ -43,27 +43,16 @@ candidates AS MATERIALIZED (
     SELECT d.id FROM unnest(%(dense)s::bigint[]) AS d(id)
     UNION
     SELECT best.page_id FROM (SELECT page_id FROM lexical ORDER BY score DESC, page_id LIMIT %(pool)s) AS best
-),
-around(id, before, after) AS MATERIALIZED (SELECT {NEIGHBOURS} FROM candidates q),
-needed AS (
-    SELECT id FROM around
-    UNION SELECT before FROM around WHERE before IS NOT NULL
-    UNION SELECT after FROM around WHERE after IS NOT NULL
 )
-SELECT 0, page_id, score, NULL::bigint, NULL::bigint, NULL::bytea FROM lexical
+SELECT 0, page_id, score, NULL::bigint, NULL::bigint FROM lexical
 UNION ALL
-SELECT 1, id, NULL::float8, before, after, NULL::bytea FROM around
-UNION ALL
-SELECT 2, n.id, NULL::float8, NULL::bigint, NULL::bigint,
-       (SELECT p.vector FROM pages p WHERE p.space_id = %(space_id)s AND p.page_id = n.id)
-FROM needed n WHERE n.id <> ALL(%(dense)s::bigint[])
+SELECT 1, q.id, NULL::float8, {NEIGHBOURS} FROM candidates q
 """
 """`ranking_rows` in one statement, each row tagged with its part: 0 a lexical hit (page, score), 1 a
-candidate's neighbours (page, before, after), 2 a vector (page, vector). The candidates are
-`ranking_candidates`' set: the dense hits and the `pool` best lexical hits, in the lexical search's order
-(score, then id), so the set is the one the engine makes of the hits. A needed page without a vector comes
-with a NULL one. Each page is read by a primary-key probe (scalar subqueries), never by a join whose plan
-depends on statistics a database just filled does not have."""
+candidate's neighbours (page, before, after). The candidates are `ranking_candidates`' set: the dense hits
+and the `pool` best lexical hits, in the lexical search's order (score, then id), so the set is the one the
+engine makes of the hits. Each neighbour is read by a primary-key probe (scalar subqueries), never by a
+join whose plan depends on statistics a database just filled does not have."""
 
 
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
@@ -172,27 +161,21 @@ class PostgresPageQueries(PostgresQueries):
         limit: int,
         pool: int,
         column_weights: tuple[float, float] | None,
-        dim: int,
     ) -> RankingRows:
-        """As `SqliteStore.ranking_rows`, in one statement (`RANKING_ROWS`): the lexical search, the
-        neighbours of the candidates it makes and the vectors ranking needs, where each waited for the
-        one before. Vectors come in binary."""
+        """As `SqliteStore.ranking_rows`, in one statement (`RANKING_ROWS`): the lexical search and the
+        neighbours of the candidates it makes, which waited for it."""
         params = lexical.search_params(self.space_id, terms, limit, column_weights)
-        rows = self._all(RANKING_ROWS, {**params, "dense": bigints(dense_ids), "pool": pool}, binary=True)
         hits: list[tuple[int, float]] = []
         neighbours: dict[int, tuple[int | None, int | None]] = {}
-        vectors: dict[int, bytes] = {}
-        for part, page_id, score, before, after, vector in rows:
+        for part, page_id, score, before, after in self._all(
+            RANKING_ROWS, {**params, "dense": bigints(dense_ids), "pool": pool}
+        ):
             if part == 0:
                 hits.append((int(page_id), float(score)))
-            elif part == 1:
+            else:
                 neighbours[int(page_id)] = (before, after)
-            elif vector is not None:
-                vectors[int(page_id)] = bytes(vector)
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
-        candidates = ranking_candidates(dense_ids, hits, pool)
-        ids = [pid for pid in needed_pages(candidates, neighbours) if pid in vectors]
-        return RankingRows(hits, neighbours, ids, from_blobs([vectors[pid] for pid in ids], dim))
+        return RankingRows(hits, neighbours)
 
     def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
         found = dict(
@@ -307,7 +290,7 @@ class PostgresPageQueries(PostgresQueries):
         if not page_ids:
             return {}
         rows = self._all(
-            f"SELECT {NEIGHBOURS} FROM unnest(%(ids)s::bigint[]) AS q(id)",
+            f"SELECT q.id, {NEIGHBOURS} FROM unnest(%(ids)s::bigint[]) AS q(id)",
             {"space_id": self.space_id, "ids": bigints(page_ids)},
         )
         found = {int(row[0]): (row[1], row[2]) for row in rows}

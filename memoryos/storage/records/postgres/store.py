@@ -17,17 +17,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import SpaceNotFoundError, StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
     Fence,
+    FrequencyAsk,
     ReadMarks,
+    ReadOpening,
     RetrievalBasis,
     RetrievedRows,
     logged_detail,
 )
+from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.knowledge_queries import (
     ACTIVE_COLUMNS,
     FACT_SUPPORT,
@@ -163,47 +167,33 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
 
     def read_marks(self) -> ReadMarks:
         """As `SqliteStore.read_marks`, in one statement: a read's first round trip instead of three."""
-        rows = self._all(
-            "SELECT change_seq, (SELECT COALESCE(MAX(page_id), 0) FROM pages WHERE space_id = %(space)s), "
-            "(SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL) "
-            "FROM spaces WHERE space_id = %(space)s",
-            {"space": self.space_id},
-        )
-        if not rows:
-            raise StorageError("the memory space was erased (forgotten) while it was open")
-        version, max_page_id, first_pending = rows[0]
-        return ReadMarks(
-            int(max_page_id), None if first_pending is None else int(first_pending), int(version)
-        )
+        with self._connection() as connection:
+            return _marks_of(_send_marks(connection, self.space_id))
 
     def retrieval_basis(self, now: float) -> RetrievalBasis:
         """As `SqliteStore.retrieval_basis`, in one round trip: the expired pages and the profile in one
-        statement, every kind's active facts in another, sent together. The facts come in binary: their
-        vectors are most of the bytes, and as text twice as many, then decoded."""
+        statement, every kind's active facts in another, sent together."""
         with self._connection() as connection:
             with connection.pipeline():
-                scalars = connection.execute(
-                    b"SELECT (SELECT COUNT(*) FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s), "
-                    b"(SELECT text FROM profile_versions WHERE space_id = %(space)s ORDER BY version DESC "
-                    b"LIMIT 1), (SELECT MAX(version) FROM profile_versions WHERE space_id = %(space)s)",
-                    {"space": self.space_id, "now": now},
+                sent = _send_basis(connection, self.space_id, now)
+            return _basis_of(*sent)
+
+    def read_opening(self, asks: Sequence[FrequencyAsk], now: float) -> ReadOpening:
+        """As `SqliteStore.read_opening`, in one round trip: the marks', the counts' and the basis'
+        statements sent together, none waiting for another's answer."""
+        counting = lexical.FrequencyCount(self.space_id, asks)
+        with self._connection() as connection:
+            with connection.pipeline():
+                marks = _send_marks(connection, self.space_id)
+                counts = (
+                    None if counting.params is None else connection.execute(counting.sql, counting.params)
                 )
-                facts = connection.execute(
-                    f"SELECT kind, {', '.join(ACTIVE_COLUMNS)} FROM knowledge WHERE space_id = %s "
-                    "AND kind = ANY(%s) AND active ORDER BY entry_id".encode(),
-                    (self.space_id, list(KNOWLEDGE_KINDS)),
-                    binary=True,
-                )
-            ((expired, profile, version),) = scalars.fetchall()
-            by_kind: dict[KnowledgeKind, list[dict[str, Any]]] = {kind: [] for kind in KNOWLEDGE_KINDS}
-            for row in facts.fetchall():
-                by_kind[row[0]].append(active_fact(row[1:]))
-        return RetrievalBasis(
-            int(expired),
-            "" if profile is None else str(profile),
-            None if version is None else int(version),
-            by_kind,
-        )
+                basis = _send_basis(connection, self.space_id, now)
+            return ReadOpening(
+                _marks_of(marks),
+                counting.answer([] if counts is None else counts.fetchall()),
+                _basis_of(*basis),
+            )
 
     def retrieved_rows(
         self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
@@ -260,3 +250,56 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             self._open_transaction().connection.execute(
                 "DELETE FROM spaces WHERE space_id = %s", (self.space_id,)
             )
+
+
+_READ_MARKS = (
+    b"SELECT change_seq, (SELECT COALESCE(MAX(page_id), 0) FROM pages WHERE space_id = %(space)s), "
+    b"(SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL) "
+    b"FROM spaces WHERE space_id = %(space)s"
+)
+_BASIS_SCALARS = (
+    b"SELECT (SELECT COUNT(*) FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s), "
+    b"(SELECT text FROM profile_versions WHERE space_id = %(space)s ORDER BY version DESC "
+    b"LIMIT 1), (SELECT MAX(version) FROM profile_versions WHERE space_id = %(space)s)"
+)
+_ACTIVE_FACTS = (
+    f"SELECT kind, {', '.join(ACTIVE_COLUMNS)} FROM knowledge WHERE space_id = %s "
+    "AND kind = ANY(%s) AND active ORDER BY entry_id"
+).encode()
+
+
+def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:
+    """`ReadMarks`' statement, sent (its answer read by `_marks_of`)."""
+    return connection.execute(_READ_MARKS, {"space": space_id})
+
+
+def _marks_of(cursor: psycopg.Cursor[Any]) -> ReadMarks:
+    rows = cursor.fetchall()
+    if not rows:
+        raise StorageError("the memory space was erased (forgotten) while it was open")
+    version, max_page_id, first_pending = rows[0]
+    return ReadMarks(int(max_page_id), None if first_pending is None else int(first_pending), int(version))
+
+
+def _send_basis(
+    connection: psycopg.Connection, space_id: int, now: float
+) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
+    """`RetrievalBasis`' two statements, sent: the expired pages and the profile, then every kind's active
+    facts. The facts come in binary: their vectors are most of the bytes, and as text twice as many, then
+    decoded."""
+    scalars = connection.execute(_BASIS_SCALARS, {"space": space_id, "now": now})
+    facts = connection.execute(_ACTIVE_FACTS, (space_id, list(KNOWLEDGE_KINDS)), binary=True)
+    return scalars, facts
+
+
+def _basis_of(scalars: psycopg.Cursor[Any], facts: psycopg.Cursor[Any]) -> RetrievalBasis:
+    ((expired, profile, version),) = scalars.fetchall()
+    by_kind: dict[KnowledgeKind, list[dict[str, Any]]] = {kind: [] for kind in KNOWLEDGE_KINDS}
+    for row in facts.fetchall():
+        by_kind[row[0]].append(active_fact(row[1:]))
+    return RetrievalBasis(
+        int(expired),
+        "" if profile is None else str(profile),
+        None if version is None else int(version),
+        by_kind,
+    )

@@ -21,12 +21,13 @@ from typing import Any
 from memoryos.errors import StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
+    FrequencyAsk,
     RankingRows,
     ReadMarks,
+    ReadOpening,
     RetrievalBasis,
     RetrievedRows,
     logged_detail,
-    needed_pages,
     ranking_candidates,
 )
 from memoryos.storage.records.sqlite.knowledge_queries import KnowledgeQueries
@@ -223,6 +224,11 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             {kind: self.active_knowledge(kind) for kind in KNOWLEDGE_KINDS},
         )
 
+    def read_opening(self, asks: Sequence[FrequencyAsk], now: float) -> ReadOpening:
+        """`read_marks`, `document_frequencies(asks)` and `retrieval_basis(now)`, one after another
+        (`ReadOpening`: a database answers them at once)."""
+        return ReadOpening(self.read_marks(), self.document_frequencies(asks), self.retrieval_basis(now))
+
     def ranking_rows(
         self,
         dense_ids: Sequence[int],
@@ -230,20 +236,12 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         limit: int,
         pool: int,
         column_weights: tuple[float, float] | None,
-        dim: int,
     ) -> RankingRows:
-        """`lexical_search(terms, limit, column_weights)`, the `neighbour_ids` of the candidates it makes
-        with `dense_ids` (`ranking_candidates`, `pool` lexical hits) and the vectors of the pages needed
-        (`needed_pages`) outside `dense_ids`, one after another (`RankingRows`: a database sends them as one
-        statement)."""
+        """`lexical_search(terms, limit, column_weights)`, then the `neighbour_ids` of the candidates it
+        makes with `dense_ids` (`ranking_candidates`, `pool` lexical hits) (`RankingRows`: a database
+        sends them as one statement)."""
         lexical = self.lexical_search(terms, limit, column_weights)
-        candidates = ranking_candidates(dense_ids, lexical, pool)
-        neighbours = self.neighbour_ids(candidates)
-        dense = set(dense_ids)
-        ids, vectors = self.embedded_page_vectors(
-            [pid for pid in needed_pages(candidates, neighbours) if pid not in dense], dim
-        )
-        return RankingRows(lexical, neighbours, ids, vectors)
+        return RankingRows(lexical, self.neighbour_ids(ranking_candidates(dense_ids, lexical, pool)))
 
     def retrieved_rows(
         self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
