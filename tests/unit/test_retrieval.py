@@ -13,8 +13,10 @@ from memoryos.planning.retrieval import (
     _lexical_terms,
     dense_query_text,
     dense_scores,
+    query_words,
     rank_pages,
     retrieve_context,
+    word_asks,
 )
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddKnowledge, AddTurns, FileTopic, RecordVisits
@@ -179,6 +181,22 @@ def test_dense_query_text_drops_a_common_name_and_keeps_a_rare_one(make_space: M
     space = named_space(make_space)
     query = "What did Caroline's sister tell Melanie about Caroline at lunch?"
     assert dense_query_text(space, query) == "What did sister tell Melanie about at lunch?"
+
+
+def test_word_asks_made_before_the_space_grew_are_counted_again(make_space: MakeSpace) -> None:
+    """A read makes its asks before catching up with other processes' pages (`Memoryos.retrieve`): counts
+    of asks the space's size has changed since are not used; the words are counted again."""
+    space = named_space(make_space)
+    query = "What did Caroline's sister tell Melanie?"
+    asks = word_asks(space, query)
+    counted = space.store.document_frequencies(asks.asks)
+    assert asks.counted(space, counted) == query_words(space, query)
+    assert asks.counted(space, counted).dense_text == "What did sister tell Melanie?"
+    for _ in range(60):  # now in 15 of 80 pages (under 20%): no longer a speaker's name
+        add(space, *FILLER, axis(DIM, 9))
+    assert word_asks(space, query) != asks
+    assert asks.counted(space, counted) == query_words(space, query)
+    assert asks.counted(space, counted).dense_text == query
 
 
 def test_dense_query_text_keeps_a_name_opening_a_sentence(make_space: MakeSpace) -> None:
