@@ -179,6 +179,12 @@ def test_a_space_moves_into_the_database_and_back_unchanged(tmp_path: Path, data
 
     report = move_to_database(config_of(files, database_url))
     assert report.ok and [move.outcome for move in report.spaces] == ["moved"]
+    with psycopg.connect(database_url, autocommit=True) as connection:  # settled: as autovacuum would
+        settled = connection.execute(
+            "SELECT relname FROM pg_stat_user_tables WHERE last_vacuum IS NOT NULL "
+            "AND last_analyze IS NOT NULL AND relname IN ('pages', 'page_terms', 'spaces', 'op_log')"
+        ).fetchall()
+    assert sorted(row[0] for row in settled) == ["op_log", "page_terms", "pages", "spaces"]
     (move,) = report.spaces
     assert move.space == ("default", USER, ASSISTANT)
     assert move.left_at == str(files / "default" / USER / ASSISTANT / STORE_FILE)
