@@ -4,6 +4,7 @@ stores; a whole retrieval (pages, facts with their sources, short-term memory, p
 both; and on PostgreSQL a retrieval and a write cost a bounded number of round trips."""
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,24 +173,29 @@ def counted_round_trips() -> Iterator[list[int]]:
     """Round trips psycopg makes on this thread: each statement or transaction command (psycopg's own
     BEGIN and COMMIT) sent outside a pipeline, and each pipeline (however many statements it sends)."""
     trips = [0]
+    counted_thread = threading.get_ident()  # not a background write (the visits a read noted) meanwhile
     execute, pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
     command = psycopg.Connection._exec_command
     depth = [0]
 
+    def counts() -> bool:
+        return not depth[0] and threading.get_ident() == counted_thread
+
     def counted_execute(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
-        if not depth[0]:
-            trips[0] += 1
+        trips[0] += counts()
         return execute(self, *args, **kwargs)
 
     def counted_command(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
-        if not depth[0]:
-            trips[0] += 1
+        trips[0] += counts()
         return command(self, *args, **kwargs)
 
     @contextmanager
     def counted_pipeline(self: psycopg.Connection) -> Iterator[Any]:
-        if not depth[0]:
-            trips[0] += 1
+        if threading.get_ident() != counted_thread:
+            with pipeline(self) as opened:
+                yield opened
+            return
+        trips[0] += counts()
         depth[0] += 1
         try:
             with pipeline(self) as opened:
@@ -230,3 +236,25 @@ def test_a_write_costs_few_round_trips_on_postgres(tmp_path: Path, database_url:
             space.apply(AddTurns(turns=turns, vectors=vectors))
         assert trips[0] == ROUND_TRIPS_PER_WRITE
         assert (space.store.max_page_id(), space.page_index.count()) == (stored + 2, indexed + 2)
+
+
+def test_a_reads_facts_are_sent_again_only_once_the_space_changed(tmp_path: Path, database_url: str) -> None:
+    """PostgreSQL's basis sends the active facts (their vectors most of a read's bytes) only when the space
+    moved past the data version of those it kept: the same objects at the same version; after a write,
+    anyone's, the facts as they are then (a retired one gone)."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
+        store = memory.space.store
+        now = clock()
+        first = store.retrieval_basis(now)
+        assert first.facts["user"] and store.read_opening([], now).basis.facts is first.facts
+        assert store.retrieval_basis(now).facts is first.facts
+        retired = first.facts["user"][0]["entry_id"]
+        with store.transaction():
+            store.retire_knowledge(retired, None)
+        after = store.retrieval_basis(now)
+        assert after.facts is not first.facts
+        assert [row["entry_id"] for row in after.facts["user"]] == [
+            row["entry_id"] for row in first.facts["user"][1:]
+        ]
+        assert after.facts == {kind: store.active_knowledge(kind) for kind in KNOWLEDGE_KINDS}
+        assert store.retrieval_basis(now).facts is after.facts

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -50,6 +50,37 @@ from memoryos.storage.records.postgres.store_queries import borrowed
 from memoryos.storage.records.store_rows import page_from_row
 from memoryos.types import KnowledgeKind
 
+_READ_MARKS = (
+    b"SELECT change_seq, (SELECT COALESCE(MAX(page_id), 0) FROM pages WHERE space_id = %(space)s), "
+    b"(SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL) "
+    b"FROM spaces WHERE space_id = %(space)s"
+)
+_BASIS_SCALARS = (
+    b"SELECT (SELECT change_seq FROM spaces WHERE space_id = %(space)s), "
+    b"(SELECT COUNT(*) FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s), "
+    b"(SELECT text FROM profile_versions WHERE space_id = %(space)s ORDER BY version DESC "
+    b"LIMIT 1), (SELECT MAX(version) FROM profile_versions WHERE space_id = %(space)s)"
+)
+_ACTIVE_FACTS_SINCE = (
+    f"SELECT s.change_seq, k.kind, {', '.join(f'k.{column}' for column in ACTIVE_COLUMNS)} FROM spaces s "
+    "LEFT JOIN knowledge k ON k.space_id = s.space_id AND k.kind = ANY(%s) AND k.active "
+    "WHERE s.space_id = %s AND s.change_seq IS DISTINCT FROM %s ORDER BY k.entry_id"
+).encode()
+"""Every kind's active facts with the data version they were read at (a NULL fact: none), or no row at
+all when the space is still at the data version given: the version and the facts come from the same
+statement, so they belong together whatever commits meanwhile (every write to a space bumps it)."""
+
+
+class _KeptFacts(NamedTuple):
+    """The active facts of a space as read at one data version (`_ACTIVE_FACTS_SINCE`)."""
+
+    version: int
+    facts: dict[KnowledgeKind, list[dict[str, Any]]]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
 
 class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowledgeQueries):
     """One space's rows. Safe to share between threads: each call borrows its own connection, and a
@@ -76,6 +107,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         self.shard = shard
         self._fence = fence
         self.space = space
+        self._facts_kept: _KeptFacts | None = None
         found = self._find()
         if found is None:
             if not create:
@@ -175,8 +207,8 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         statement, every kind's active facts in another, sent together."""
         with self._connection() as connection:
             with connection.pipeline():
-                sent = _send_basis(connection, self.space_id, now)
-            return _basis_of(*sent)
+                sent = self._send_basis(connection, now)
+            return self._basis_of(*sent)
 
     def read_opening(self, asks: Sequence[FrequencyAsk], now: float) -> ReadOpening:
         """As `SqliteStore.read_opening`, in one round trip: the marks', the counts' and the basis'
@@ -188,12 +220,49 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
                 counts = (
                     None if counting.params is None else connection.execute(counting.sql, counting.params)
                 )
-                basis = _send_basis(connection, self.space_id, now)
+                basis = self._send_basis(connection, now)
             return ReadOpening(
                 _marks_of(marks),
                 counting.answer([] if counts is None else counts.fetchall()),
-                _basis_of(*basis),
+                self._basis_of(*basis),
             )
+
+    def _send_basis(
+        self, connection: psycopg.Connection, now: float
+    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any], _KeptFacts | None]:
+        """`RetrievalBasis`' two statements, sent: the expired pages and the profile, then every kind's
+        active facts unless the space is still at the data version of the facts this store kept (then no
+        row: the facts and their vectors, most of the bytes, are neither sent nor decoded again). The
+        facts come in binary: as text their vectors would be twice the bytes, then decoded."""
+        kept = self._facts_kept
+        scalars = connection.execute(_BASIS_SCALARS, {"space": self.space_id, "now": now})
+        facts = connection.execute(
+            _ACTIVE_FACTS_SINCE,
+            (list(KNOWLEDGE_KINDS), self.space_id, None if kept is None else kept.version),
+            binary=True,
+        )
+        return scalars, facts, kept
+
+    def _basis_of(
+        self, scalars: psycopg.Cursor[Any], facts: psycopg.Cursor[Any], kept: _KeptFacts | None
+    ) -> RetrievalBasis:
+        ((version, expired, profile, profile_version),) = scalars.fetchall()
+        if version is None:
+            raise StorageError("the memory space was erased (forgotten) while it was open")
+        rows = facts.fetchall()
+        if rows or kept is None:  # read at a newer data version: kept for the next read
+            by_kind: dict[KnowledgeKind, list[dict[str, Any]]] = {kind: [] for kind in KNOWLEDGE_KINDS}
+            for row in rows:
+                if row[1] is not None:  # the space's row alone: no active fact
+                    by_kind[row[1]].append(active_fact(row[2:]))
+            kept = _KeptFacts(int(rows[0][0]), by_kind) if rows else None
+            self._facts_kept = kept
+            active = by_kind
+        else:
+            active = kept.facts
+        return RetrievalBasis(
+            int(expired), "" if profile is None else str(profile), _int_or_none(profile_version), active
+        )
 
     def retrieved_rows(
         self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
@@ -252,22 +321,6 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             )
 
 
-_READ_MARKS = (
-    b"SELECT change_seq, (SELECT COALESCE(MAX(page_id), 0) FROM pages WHERE space_id = %(space)s), "
-    b"(SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL) "
-    b"FROM spaces WHERE space_id = %(space)s"
-)
-_BASIS_SCALARS = (
-    b"SELECT (SELECT COUNT(*) FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s), "
-    b"(SELECT text FROM profile_versions WHERE space_id = %(space)s ORDER BY version DESC "
-    b"LIMIT 1), (SELECT MAX(version) FROM profile_versions WHERE space_id = %(space)s)"
-)
-_ACTIVE_FACTS = (
-    f"SELECT kind, {', '.join(ACTIVE_COLUMNS)} FROM knowledge WHERE space_id = %s "
-    "AND kind = ANY(%s) AND active ORDER BY entry_id"
-).encode()
-
-
 def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:
     """`ReadMarks`' statement, sent (its answer read by `_marks_of`)."""
     return connection.execute(_READ_MARKS, {"space": space_id})
@@ -279,27 +332,3 @@ def _marks_of(cursor: psycopg.Cursor[Any]) -> ReadMarks:
         raise StorageError("the memory space was erased (forgotten) while it was open")
     version, max_page_id, first_pending = rows[0]
     return ReadMarks(int(max_page_id), None if first_pending is None else int(first_pending), int(version))
-
-
-def _send_basis(
-    connection: psycopg.Connection, space_id: int, now: float
-) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
-    """`RetrievalBasis`' two statements, sent: the expired pages and the profile, then every kind's active
-    facts. The facts come in binary: their vectors are most of the bytes, and as text twice as many, then
-    decoded."""
-    scalars = connection.execute(_BASIS_SCALARS, {"space": space_id, "now": now})
-    facts = connection.execute(_ACTIVE_FACTS, (space_id, list(KNOWLEDGE_KINDS)), binary=True)
-    return scalars, facts
-
-
-def _basis_of(scalars: psycopg.Cursor[Any], facts: psycopg.Cursor[Any]) -> RetrievalBasis:
-    ((expired, profile, version),) = scalars.fetchall()
-    by_kind: dict[KnowledgeKind, list[dict[str, Any]]] = {kind: [] for kind in KNOWLEDGE_KINDS}
-    for row in facts.fetchall():
-        by_kind[row[0]].append(active_fact(row[1:]))
-    return RetrievalBasis(
-        int(expired),
-        "" if profile is None else str(profile),
-        None if version is None else int(version),
-        by_kind,
-    )
