@@ -9,7 +9,7 @@ pages of its own: a query reading past its space would change N, avgdl or n_i an
 import json
 import math
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +19,7 @@ import pytest
 
 from memoryos.planning.lexical import query_terms
 from memoryos.storage.records.base import FrequencyAsk
+from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.connection import migrate
 from memoryos.storage.records.postgres.lexical import (
     MAX_TERM_CHARS,
@@ -261,6 +262,28 @@ def test_tokens_are_fts5s() -> None:
     assert query_tokens("e-mail Café") == ["e", "mail", "cafe"]
     assert query_tokens(HEX) == [HEX[:MAX_TERM_CHARS]]
     assert page_terms([]) == []
+
+
+def test_kept_query_tokens_are_fts5s_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terms tokenized before come from what this process kept, the same tokens; only new ones reach FTS5,
+    in one batch; the kept terms never pass `TOKENS_KEPT`."""
+    monkeypatch.setattr(lexical, "TOKENS_KEPT", 4)
+    lexical._kept_tokens.clear()
+    batches: list[list[tuple[str, str]]] = []
+    instances = lexical._instances
+
+    def tokenized(sides: Iterable[tuple[str, str]]) -> list[tuple[int, str, int, str]]:
+        batches.append(list(sides))
+        return instances(batches[-1])
+
+    monkeypatch.setattr(lexical, "_instances", tokenized)
+    assert query_tokens("Running") == ["run"]
+    assert lexical._query_tokens(["e-mail", "Running", "!", "Café"]) == [["e", "mail"], ["run"], [], ["cafe"]]
+    assert batches == [[("Running", "")], [("e-mail", ""), ("!", ""), ("Café", "")]]
+    assert lexical._query_tokens(["Running", "!", "Café"]) == [["run"], [], ["cafe"]]
+    assert len(batches) == 2  # all kept
+    assert lexical._query_tokens(["runs", "ran"]) == [["run"], ["ran"]]  # 6 > 4: dropped, then these kept
+    assert sorted(lexical._kept_tokens) == ["ran", "runs"]
 
 
 def test_tokenizer_per_thread() -> None:

@@ -110,12 +110,33 @@ def page_terms(sides: Sequence[tuple[str, str]]) -> list[PageTerms]:
     ]
 
 
+TOKENS_KEPT = 8192
+"""Query terms whose tokens this process keeps (`_query_tokens`): questions repeat their words (the
+speakers' names, a topic), and a retrieve tokenizes its terms twice, for its counts and its search. When
+full, the kept terms are dropped at once: a bound, not a ranking of terms."""
+_kept_tokens: dict[str, tuple[str, ...]] = {}
+_kept_lock = threading.Lock()
+
+
 def _query_tokens(terms: Sequence[str]) -> list[list[str]]:
-    """`query_tokens` of several terms, tokenized in one batch."""
-    tokens: list[list[tuple[int, str]]] = [[] for _ in terms]
-    for row, _column, offset, token in _instances((term, "") for term in terms):
-        tokens[row].append((offset, token[:MAX_TERM_CHARS]))
-    return [[token for _offset, token in sorted(found)] for found in tokens]
+    """`query_tokens` of several terms: those not kept (`TOKENS_KEPT`) tokenized in one batch."""
+    with _kept_lock:
+        known = {term: _kept_tokens.get(term) for term in terms}
+    missing = [term for term, tokens in known.items() if tokens is None]
+    if missing:
+        found: list[list[tuple[int, str]]] = [[] for _ in missing]
+        for row, _column, offset, token in _instances((term, "") for term in missing):
+            found[row].append((offset, token[:MAX_TERM_CHARS]))
+        fresh = {
+            term: tuple(token for _offset, token in sorted(at))
+            for term, at in zip(missing, found, strict=True)
+        }
+        with _kept_lock:
+            if len(_kept_tokens) + len(fresh) > TOKENS_KEPT:
+                _kept_tokens.clear()
+            _kept_tokens.update(fresh)
+        known.update(fresh)
+    return [list(known[term] or ()) for term in terms]
 
 
 def query_tokens(term: str) -> list[str]:
