@@ -258,3 +258,20 @@ def test_a_reads_facts_are_sent_again_only_once_the_space_changed(tmp_path: Path
         ]
         assert after.facts == {kind: store.active_knowledge(kind) for kind in KNOWLEDGE_KINDS}
         assert store.retrieval_basis(now).facts is after.facts
+
+
+def test_a_read_in_a_transaction_sends_the_writes_waiting_with_it(tmp_path: Path, database_url: str) -> None:
+    """Consolidation checks each op against the pages after the ops before it wrote: the writes waiting
+    and the read go in one round trip, and the read sees them."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        store = memory.space.store
+        (before,) = store.pages([2])
+        with store.transaction():
+            store.set_page_fields([2], analyzed=not before.analyzed)
+            with counted_round_trips() as trips:
+                (page,) = store.pages([2])
+                assert page.analyzed is not before.analyzed
+            assert trips[0] == 1
+            with counted_round_trips() as trips:
+                store.pages([2])  # nothing waiting: the read alone
+            assert trips[0] == 1
