@@ -159,6 +159,11 @@ class WordAsks:
         with space.lock:
             if word_asks(space, self.query) != self:
                 return query_words(space, self.query)
+            return self._words(space, counts)
+
+    def _words(self, space: MemorySpace, counts: list[list[int]]) -> QueryWords:
+        """`QueryWords` from `counts` of `asks`, made on the space as it is now."""
+        with space.lock:
             sides = counts[1 : 1 + len(self.sides)]
             weights = side_weights(space, side_named(space, sides))
         return QueryWords(
@@ -184,7 +189,7 @@ def query_words(space: MemorySpace, query: str) -> QueryWords:
     """`QueryWords` of `query`, every count asked at once."""
     with space.lock:
         asks = word_asks(space, query)
-        return asks.counted(space, space.store.document_frequencies(asks.asks))
+        return asks._words(space, space.store.document_frequencies(asks.asks))
 
 
 @dataclass(frozen=True)

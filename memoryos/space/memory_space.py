@@ -31,7 +31,7 @@ from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.base import FrequencyAsk, ReadMarks, ReadOpening, RecordStore
+from memoryos.storage.records.base import FrequencyAsk, ReadOpening, RecordStore
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.vector_index import VectorIndex
@@ -341,15 +341,11 @@ class MemorySpace:
         return self.store.max_page_id()
 
     @_locked
-    def read_marks(self) -> ReadMarks:
-        """What a read issued now must see (the page stored last), wait for (the oldest page without its
-        vector) and catch up with (the data version), in one look: one round trip to a database."""
-        return self.store.read_marks()
-
-    @_locked
     def read_opening(self, asks: list[FrequencyAsk], now: float) -> ReadOpening:
-        """`read_marks`, the page counts of a query's words (`asks`) and what every retrieval reads besides
-        its ranking (`retrieval_basis` at `now`), in one look: one round trip to a database."""
+        """What a read issued now must see (the page stored last), wait for (the oldest page without its
+        vector) and catch up with (the data version), the page counts of its words (`asks`) and what every
+        retrieval reads besides its ranking (`retrieval_basis` at `now`), in one look: one round trip to a
+        database."""
         return self.store.read_opening(asks, now)
 
     @_locked

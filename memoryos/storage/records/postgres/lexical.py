@@ -121,8 +121,8 @@ _kept_lock = threading.Lock()
 def _query_tokens(terms: Sequence[str]) -> list[list[str]]:
     """`query_tokens` of several terms: those not kept (`TOKENS_KEPT`) tokenized in one batch."""
     with _kept_lock:
-        known = {term: _kept_tokens.get(term) for term in terms}
-    missing = [term for term, tokens in known.items() if tokens is None]
+        known = {term: _kept_tokens[term] for term in terms if term in _kept_tokens}
+    missing = list(dict.fromkeys(term for term in terms if term not in known))
     if missing:
         found: list[list[tuple[int, str]]] = [[] for _ in missing]
         for row, _column, offset, token in _instances((term, "") for term in missing):
@@ -136,7 +136,7 @@ def _query_tokens(terms: Sequence[str]) -> list[list[str]]:
                 _kept_tokens.clear()
             _kept_tokens.update(fresh)
         known.update(fresh)
-    return [list(known[term] or ()) for term in terms]
+    return [list(known[term]) for term in terms]
 
 
 def query_tokens(term: str) -> list[str]:
@@ -253,8 +253,8 @@ space-joined text: PostgreSQL's arrays cannot be ragged."""
 
 
 class FrequencyCount:
-    """`document_frequencies` of some asks as one statement (`sql`, `params`; no statement when no term
-    has a token) and the counts its rows answer (`answer`): a caller may send it with other statements.
+    """`document_frequencies` of some asks as one statement (`send`; none when no term has a token) and
+    the counts its rows answer (`answer`): a caller may send it with other statements.
 
     For each ask, the pages of the space matching each of its quoted terms (FTS5's `"term"`, or
     `column : "term"` with a column): the SQLite store's counts, in order. With `at_most` counting stops
@@ -263,8 +263,6 @@ class FrequencyCount:
     batch. A term asked twice in one column (a query's name is one of its words too) is counted once, to
     the larger bound: a count stopped at a bound is the lesser of the whole count and the bound, so each
     ask's follows from it."""
-
-    sql = _DOCUMENT_FREQUENCIES
 
     def __init__(self, space_id: int, asks: Sequence[FrequencyAsk]) -> None:
         self._asks = asks
@@ -279,7 +277,7 @@ class FrequencyCount:
                 known = bounds.get((tokens, column), 0)
                 bounds[(tokens, column)] = None if known is None or at_most is None else max(known, at_most)
         self._bounds = bounds
-        self.params: dict[str, Any] | None = (
+        self._params: dict[str, Any] | None = (
             {
                 "space_id": space_id,
                 "firsts": [tokens[0] for tokens, _ in bounds],
@@ -292,8 +290,13 @@ class FrequencyCount:
             else None
         )
 
-    def answer(self, rows: Sequence[tuple[Any, ...]]) -> list[list[int]]:
-        """Each ask's counts, from the statement's rows (none when there was no statement)."""
+    def send(self, conn: psycopg.Connection) -> psycopg.Cursor[Any] | None:
+        """The statement, sent on `conn` (in a pipeline, answered at its end); None when there is none."""
+        return None if self._params is None else conn.execute(_DOCUMENT_FREQUENCIES, self._params)
+
+    def answer(self, sent: psycopg.Cursor[Any] | None) -> list[list[int]]:
+        """Each ask's counts, from what `send` gave."""
+        rows = [] if sent is None else sent.fetchall()
         counted = {key: int(row[0]) for key, row in zip(self._bounds, rows, strict=True)}
         counts = iter(
             0 if not tokens else _bounded(counted[(tokens, column)], at_most)
@@ -307,7 +310,7 @@ def document_frequencies(
 ) -> list[list[int]]:
     """`FrequencyCount` of `asks` sent on its own: one statement for every ask."""
     count = FrequencyCount(space_id, asks)
-    return count.answer([] if count.params is None else conn.execute(count.sql, count.params).fetchall())
+    return count.answer(count.send(conn))
 
 
 def _bounded(count: int, at_most: int | None) -> int:

@@ -74,12 +74,9 @@ statement, so they belong together whatever commits meanwhile (every write to a 
 class _KeptFacts(NamedTuple):
     """The active facts of a space as read at one data version (`_ACTIVE_FACTS_SINCE`)."""
 
-    version: int
+    version: int | None
+    """None: not known (the facts are asked again)."""
     facts: dict[KnowledgeKind, list[dict[str, Any]]]
-
-
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowledgeQueries):
@@ -217,13 +214,11 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         with self._connection() as connection:
             with connection.pipeline():
                 marks = _send_marks(connection, self.space_id)
-                counts = (
-                    None if counting.params is None else connection.execute(counting.sql, counting.params)
-                )
+                counts = counting.send(connection)
                 basis = self._send_basis(connection, now)
             return ReadOpening(
                 _marks_of(marks),
-                counting.answer([] if counts is None else counts.fetchall()),
+                counting.answer(counts),
                 self._basis_of(*basis),
             )
 
@@ -255,13 +250,12 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             for row in rows:
                 if row[1] is not None:  # the space's row alone: no active fact
                     by_kind[row[1]].append(active_fact(row[2:]))
-            kept = _KeptFacts(int(rows[0][0]), by_kind) if rows else None
-            self._facts_kept = kept
-            active = by_kind
-        else:
-            active = kept.facts
+            kept = self._facts_kept = _KeptFacts(int(rows[0][0]) if rows else None, by_kind)
         return RetrievalBasis(
-            int(expired), "" if profile is None else str(profile), _int_or_none(profile_version), active
+            int(expired),
+            "" if profile is None else str(profile),
+            None if profile_version is None else int(profile_version),
+            kept.facts,
         )
 
     def retrieved_rows(

@@ -151,12 +151,20 @@ class _Transaction:
         self.tokens_added = 0
         self.dirty = False
 
+    @contextmanager
+    def sending(self) -> Iterator[psycopg.Connection]:
+        """The transaction's connection in a pipeline that starts with the writes waiting, in order: what
+        the block sends goes in the same round trip as them."""
+        with self.connection.pipeline():
+            for sql, params in self.statements():
+                self.connection.execute(sql, params)
+            yield self.connection
+
     def flush(self) -> None:
-        """Send the writes waiting, in order, in one pipeline (before a read of the transaction)."""
+        """Send the writes waiting (before a read of the transaction)."""
         if self.deferred:
-            with self.connection.pipeline():
-                for sql, params in self.statements():
-                    self.connection.execute(sql, params)
+            with self.sending():
+                pass
 
     def statements(self) -> list[Statement]:
         """The writes waiting, in order, as statements to send; none wait after."""
@@ -202,10 +210,8 @@ class PostgresQueries:
             with self._connection() as connection:
                 yield connection
             return
-        with transaction.connection.pipeline():
-            for sql, params in transaction.statements():
-                transaction.connection.execute(sql, params)
-            yield transaction.connection
+        with transaction.sending() as connection:
+            yield connection
 
     def _all(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = (), binary: bool = False
