@@ -226,7 +226,9 @@ class MemorySpace:
                 self._add_vectors(embedded, np.concatenate(vectors), through_seq)
             if removes_text:
                 self._scrub_files()
-            self._seen_data_version = self.store.data_version()
+            # This commit's own version: one read after it could include another process's commit,
+            # whose vectors the index would then never catch up on.
+            self._seen_data_version = self.store.committed_data_version()
             return details
 
     def _add_vectors(self, page_ids: list[int], vectors: np.ndarray, through_seq: int) -> None:

@@ -1,6 +1,6 @@
 """The PostgreSQL store's schema: created in an empty database, migrated once when two processes start
-together, left alone at its version, a database of the previous version migrated with its spaces, and a
-database newer than the code refused untouched."""
+together, left alone at its version, databases of the previous versions migrated with their spaces, and
+a database newer than the code refused untouched."""
 
 import threading
 
@@ -16,7 +16,7 @@ from memoryos.storage.records.postgres.lexical import (
     lexical_search,
     page_terms,
 )
-from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION
+from memoryos.storage.records.postgres.schema import MIGRATIONS, SCHEMA_VERSION, delete_space_rows
 
 
 def tables(url: str) -> set[str]:
@@ -105,6 +105,41 @@ def test_a_version_1_database_is_migrated_with_its_spaces(database_url: str) -> 
             assert document_frequencies(connection, before, asks) == document_frequencies(
                 connection, after, asks
             )
+
+
+def page_terms_foreign_keys(connection: psycopg.Connection) -> int:
+    row = connection.execute(
+        "SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'page_terms'::regclass AND contype = 'f'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_version_2_database_loses_the_terms_foreign_key_and_an_erase_still_takes_the_terms(
+    database_url: str,
+) -> None:
+    """Version 3 drops `page_terms`' foreign key to `spaces` (its check was a third of a page's term
+    insert), so nothing cascades to the terms any more: erasing a space migrated from version 2 leaves no
+    row of it in any table, and another space's rows stay."""
+    pages = [("I ran a marathon in Boston", "Running that far is hard."), ("We adopted a dog", "Lovely.")]
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(MIGRATIONS[0].encode())
+        connection.execute(MIGRATIONS[1].encode())
+        connection.execute("INSERT INTO memoryos_schema(version) VALUES (2)")
+        erased, kept = current_space(connection, "erased", pages), current_space(connection, "kept", pages)
+        assert page_terms_foreign_keys(connection) == 1
+
+        assert migrate(connection) == 2
+        assert schema_version(connection) == SCHEMA_VERSION
+        assert page_terms_foreign_keys(connection) == 0
+        with connection.transaction():
+            delete_space_rows(connection, erased)
+        expected = {"spaces": 1, "pages": 2, "page_terms": sum(len(page.terms) for page in page_terms(pages))}
+        for table, rows in expected.items():
+            counts = connection.execute(
+                f"SELECT space_id, COUNT(*) FROM {table} GROUP BY 1".encode()
+            ).fetchall()
+            assert dict(counts) == {kept: rows}, table
 
 
 def _space_row(connection: psycopg.Connection, user_id: str, terms: list[PageTerms]) -> int:

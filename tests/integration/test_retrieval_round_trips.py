@@ -4,6 +4,7 @@ stores; a whole retrieval (pages, facts with their sources, short-term memory, p
 both; and on PostgreSQL a retrieval and a write cost a bounded number of round trips."""
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,11 +25,12 @@ pytestmark = pytest.mark.integration
 
 CONVERSATION = Path(__file__).parents[1] / "data" / "own_conversation.json"
 
-ROUND_TRIPS_PER_WRITE = 4
+ROUND_TRIPS_PER_WRITE = 3
 """What applying a run of turns costs on PostgreSQL when no other process wrote the space meanwhile: BEGIN
-with the space's lock (counters, meta, fence), the op log's entries for the run, the writes with the op
-log, counters and COMMIT (one pipeline), and the data version after it. Catching the index up asks
-nothing: the counters read under the lock show no vector or withdrawal newer than the index holds."""
+with the space's lock (counters, meta, fence), the op log's entries for the run, and the writes with the
+op log, counters and COMMIT (one pipeline, whose counters' update returns the data version the commit
+leaves). Catching the index up asks nothing: the counters read under the lock show no vector or
+withdrawal newer than the index holds."""
 
 ROUND_TRIPS_PER_RETRIEVE = 3
 """What a retrieval with nothing to wait for or catch up with costs on PostgreSQL: its opening (its marks,
@@ -275,3 +277,67 @@ def test_a_read_in_a_transaction_sends_the_writes_waiting_with_it(tmp_path: Path
             with counted_round_trips() as trips:
                 store.pages([2])  # nothing waiting: the read alone
             assert trips[0] == 1
+
+
+@contextmanager
+def sent_statements() -> Iterator[list[str]]:
+    """The text of each statement psycopg sends on this thread, in order (inside pipelines too)."""
+    sent: list[str] = []
+    counted_thread = threading.get_ident()
+    execute = psycopg.Connection.execute
+
+    def recorded(self: psycopg.Connection, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == counted_thread:
+            sent.append(query.decode() if isinstance(query, bytes) else str(query))
+        return execute(self, query, *args, **kwargs)
+
+    psycopg.Connection.execute = recorded  # type: ignore[method-assign,assignment]
+    try:
+        yield sent
+    finally:
+        psycopg.Connection.execute = execute  # type: ignore[method-assign]
+
+
+def _writing(sent: list[str], table: str) -> list[str]:
+    """The statements of `sent` that insert into or update `table`, by their first words."""
+    verbs = {f"INSERT INTO {table}": "INSERT", f"UPDATE {table}": "UPDATE"}
+    return [verb for sql in sent for start, verb in verbs.items() if re.match(rf"{start}\b", sql)]
+
+
+def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_comes_between(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Rows of the same statement join across the writes of other tables (a run of turns: its pages and
+    their terms in one statement each, not two a turn), and never across a write of their own table,
+    whose order against them would change: the pages inserted after a page update are a statement of
+    their own, after it."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        space = memory.space
+        embedder = HashEmbedder()
+
+        def adding(*texts: str) -> AddTurns:
+            return AddTurns(
+                turns=[
+                    Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts
+                ],
+                vectors=embedder.encode(list(texts)),
+            )
+
+        with sent_statements() as sent:
+            created = space.apply_ops([adding("quokka"), adding("axolotl", "narwhal"), adding("pangolin")])
+        assert _writing(sent, "pages") == ["INSERT"] and _writing(sent, "page_terms") == ["INSERT"]
+        ids = [page_id for run in created for page_id in run]
+        assert [p.user_input for p in space.pages(ids)] == ["quokka", "axolotl", "narwhal", "pangolin"]
+        assert [pid for pid, _ in space.store.lexical_search(["narwhal"], 5, None)] == [ids[2]]
+
+        store = space.store
+        with sent_statements() as sent, store.transaction():
+            first = store.insert_pages(adding("five").turns, None)
+            store.set_page_fields(first, analyzed=True)
+            second = store.insert_pages(adding("six").turns, None)
+        assert _writing(sent, "pages") == ["INSERT", "UPDATE", "INSERT"]
+        assert _writing(sent, "page_terms") == ["INSERT"]
+        assert [(p.user_input, p.analyzed) for p in store.pages([*first, *second])] == [
+            ("five", True),
+            ("six", False),
+        ]

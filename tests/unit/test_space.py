@@ -3,6 +3,7 @@ unit vectors and a fixed clock (no model)."""
 
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from memoryos.space.ops import (
     RecordVisits,
     UpdateProfile,
 )
+from memoryos.storage.records.factory import open_record_store
 from memoryos.storage.vectors.faiss_index import FaissIndex
 from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
 from memoryos.types import KnowledgeKind, Page, Turn
@@ -176,6 +178,38 @@ def test_an_add_that_fails_midway_leaves_neither_pages_nor_index_entries(
     monkeypatch.undo()
     assert (all_pages(space), op_kinds(space_dir), space.page_index.count()) == before
     assert add_pages(space, axis(DIM, 3)) == [2]
+
+
+def test_a_write_keeps_the_version_of_its_own_commit_so_a_commit_right_after_it_is_caught_up(
+    space: MemorySpace, space_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process commits a page with its vector just after this space's write commits: the next
+    read must see it. The space keeps the data version its own commit left; one read after the commit
+    would already include the other's, and its vector would never reach the index."""
+    add_pages(space, axis(DIM, 0))
+    config = MemoryConfig.model_validate({"data_dir": space_dir.parent, **store_settings()})
+    other = open_record_store(config, space_dir, create=False, new_store_meta=dict)
+    own_transaction = space.store.transaction
+
+    @contextmanager
+    def then_another_commits(wait_for_writers: bool = True) -> Iterator[None]:
+        with own_transaction(wait_for_writers):
+            yield
+        with other.transaction():
+            ids = other.insert_pages([turn(90)], np.stack([axis(DIM, 5)]))
+        added.extend(ids)
+
+    added: list[int] = []
+    monkeypatch.setattr(space.store, "transaction", then_another_commits)
+    (own,) = add_pages(space, axis(DIM, 1))
+    monkeypatch.undo()
+    try:
+        assert space.store.committed_data_version() != space.store.data_version()
+        space.refresh()
+        assert space.page_index.count() == 3
+        assert top_hit(space, axis(DIM, 5))[0] == added[0] != own
+    finally:
+        other.close()
 
 
 def test_ranking_rows_are_the_lexical_hits_and_the_candidates_neighbours(space: MemorySpace) -> None:

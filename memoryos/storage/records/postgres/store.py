@@ -45,6 +45,7 @@ from memoryos.storage.records.postgres.page_queries import (
     PostgresPageQueries,
     in_order,
 )
+from memoryos.storage.records.postgres.schema import delete_space_rows
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
 from memoryos.storage.records.postgres.store_queries import borrowed
 from memoryos.storage.records.store_rows import page_from_row
@@ -186,6 +187,13 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         self._write("DELETE FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
         self._open_transaction().meta.pop(key, None)
 
+    def committed_data_version(self) -> int:
+        """`data_version` as this thread's last transaction through the store left it, with no round trip
+        (a query where it has none): a later `data_version` differs only when another process committed
+        since, unlike one read after the commit, which may already include another's."""
+        committed: int | None = getattr(self._local, "committed_change_seq", None)
+        return self.data_version() if committed is None else committed
+
     def data_version(self) -> int:
         """Changes whenever any process commits to this space (`spaces.change_seq`): the cheap test of
         whether there is anything to catch up with before a read."""
@@ -307,12 +315,10 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         return [logged_detail(op_id, write_id, logged) for op_id, write_id in keys]
 
     def erase(self) -> None:
-        """Delete every row of the space at once (its `spaces` row and, by cascade, everything keyed by
-        it), fenced like any write; the store is unusable afterwards."""
+        """Delete every row of the space at once (`delete_space_rows`), fenced like any write; the store
+        is unusable afterwards."""
         with self.transaction():  # not dirty: no counters to write back, the row goes
-            self._open_transaction().connection.execute(
-                "DELETE FROM spaces WHERE space_id = %s", (self.space_id,)
-            )
+            delete_space_rows(self._open_transaction().connection, self.space_id)
 
 
 def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:

@@ -90,9 +90,21 @@ Statement = tuple[bytes, Sequence[Any] | Mapping[str, Any]]
 """A statement's text and its parameters, ready to send."""
 
 
+_WRITTEN_TABLE = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE)\s+(\w+)", re.IGNORECASE)
+
+
+@functools.cache
+def _naming_table_of(sql: str) -> Callable[[str], re.Match[str] | None]:
+    """A search for the name of the table `sql` writes (a whole word), in another statement's text."""
+    table = _WRITTEN_TABLE.match(sql)
+    if table is None:
+        raise ValueError(f"not a multi-row INSERT or UPDATE: {sql[:60]}")
+    return re.compile(rf"\b{table.group(1)}\b").search
+
+
 class _Rows:
     """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
-    while the writes of a transaction come in the same kind one after another."""
+    by the same kind of writes of the transaction while no other write touches its table in between."""
 
     __slots__ = ("fixed", "rows", "sql")
 
@@ -100,6 +112,22 @@ class _Rows:
         self.sql = sql
         self.fixed = fixed
         self.rows: list[tuple[Any, ...]] = []
+
+
+def _joinable(
+    deferred: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows],
+    sql: str,
+    fixed: tuple[Any, ...],
+) -> _Rows | None:
+    """The waiting rows of `sql` with `fixed` that new rows can join: the latest such, provided that no
+    write waiting after it names its table."""
+    names_table = _naming_table_of(sql)
+    for write in reversed(deferred):
+        if isinstance(write, _Rows) and write.sql == sql and write.fixed == fixed:
+            return write
+        if names_table(write.sql if isinstance(write, _Rows) else write[0]):
+            return None
+    return None
 
 
 def _roll_back(connection: psycopg.Connection) -> None:
@@ -129,6 +157,7 @@ class _Transaction:
     become one statement, and the op log's rows one more at commit."""
 
     __slots__ = (
+        "change_seq",
         "connection",
         "counters",
         "deferred",
@@ -140,11 +169,12 @@ class _Transaction:
     )
 
     def __init__(
-        self, connection: psycopg.Connection, counters: dict[str, int], meta: dict[str, str]
+        self, connection: psycopg.Connection, counters: dict[str, int], meta: dict[str, str], change_seq: int
     ) -> None:
         self.connection = connection
         self.counters = counters
         self.meta = meta
+        self.change_seq = change_seq
         self.deferred: list[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows] = []
         self.logged: list[tuple[int, str, float, str, str, str | None]] = []
         self.pages_added = 0  # net pages and page tokens the transaction added (the corpus totals)
@@ -237,18 +267,24 @@ class PostgresQueries:
         transaction.deferred.append((sql, params))
 
     def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[tuple[Any, ...]]) -> None:
-        """Rows for `sql` (its `fixed` parameters, then one array per column): rows of the same statement
-        written one after another join one statement."""
+        """Rows for `sql` (its `fixed` parameters, then one array per column): they join the rows of the
+        same statement waiting in the transaction, unless a write waiting after those touches the same
+        table (its order against them would change).
+
+        Why not only the last write: a run of turns writes pages, then their terms, then pages again, and
+        each op's rows as their own statements cost two statements a turn (the server parses, plans and
+        runs each, and psycopg builds each). Moving rows earlier past writes of other tables is safe: the
+        only foreign keys lead to `spaces`, which no transaction of a space writes."""
         rows = list(rows)
         if not rows:
             return
         transaction = self._open_transaction()
         transaction.dirty = True
-        last = transaction.deferred[-1] if transaction.deferred else None
-        if not (isinstance(last, _Rows) and last.sql == sql and last.fixed == fixed):
-            last = _Rows(sql, fixed)
-            transaction.deferred.append(last)
-        last.rows += rows
+        joined = _joinable(transaction.deferred, sql, fixed)
+        if joined is None:
+            joined = _Rows(sql, fixed)
+            transaction.deferred.append(joined)
+        joined.rows += rows
 
     def _current(self) -> _Transaction | None:
         """This thread's open transaction, if any."""
@@ -321,7 +357,7 @@ class PostgresQueries:
 
     def _begin(
         self, connection: psycopg.Connection, wait_for_writers: bool
-    ) -> tuple[dict[str, int], dict[str, str]]:
+    ) -> tuple[dict[str, int], dict[str, str], int]:
         """BEGIN and the lock of the space's row (and its shard's fence row, shared), reading its counters
         and meta, in one message of the simple query protocol: one round trip, not two, and the ops of
         the transaction read meta without asking the server again.
@@ -338,7 +374,7 @@ class PostgresQueries:
             else "NULL::bigint"
         )
         cursor = connection.execute(
-            f"BEGIN; SELECT {', '.join(COUNTERS)}, (SELECT json_object_agg(key, value) FROM meta m "
+            f"BEGIN; SELECT {', '.join(COUNTERS)}, change_seq, (SELECT json_object_agg(key, value) FROM meta m "
             f"WHERE m.space_id = s.space_id), {fence_column} FROM spaces s WHERE space_id = "
             f"{int(self.space_id)} FOR UPDATE OF s{nowait}".encode()
         )
@@ -349,17 +385,20 @@ class PostgresQueries:
         """The writes still waiting, the op log and counters (`_write_back`) and COMMIT in one pipeline:
         one round trip instead of two. An error of any of them is raised here, the transaction rolled
         back by the server. Every statement is built before the first is sent, so the server waits on
-        this process mid-pipeline (where no timeout watches it) only for psycopg's sends."""
+        this process mid-pipeline (where no timeout watches it) only for psycopg's sends. The space's
+        `change_seq` the commit leaves is kept (`committed_data_version`): the counters' update returns
+        it, and a transaction that wrote nothing leaves the one read under the lock."""
         statements = transaction.statements()
         if transaction.dirty:
             statements += self._write_back(transaction)
         with connection.pipeline():
-            for sql, params in statements:
-                connection.execute(sql, params)
+            cursors = [connection.execute(sql, params) for sql, params in statements]
             connection.execute(b"COMMIT")
+        returned = cursors[-1].fetchone() if transaction.dirty else (transaction.change_seq,)
+        self._local.committed_change_seq = None if returned is None else int(returned[0])
 
-    def _locked_space(self, row: tuple[Any, ...] | None) -> tuple[dict[str, int], dict[str, str]]:
-        """The counters and meta of `_begin`'s row, once its fencing number is checked."""
+    def _locked_space(self, row: tuple[Any, ...] | None) -> tuple[dict[str, int], dict[str, str], int]:
+        """The counters, meta and change_seq of `_begin`'s row, once its fencing number is checked."""
         if row is None:
             raise StorageError("the memory space was erased (forgotten) while it was open")
         if self.shard is not None:
@@ -367,7 +406,8 @@ class PostgresQueries:
             if held is None or row[-1] != held:
                 raise FencedOutError(self.shard, held, row[-1])
         counters = dict(zip(COUNTERS, (int(value) for value in row[: len(COUNTERS)]), strict=True))
-        return counters, dict(row[len(COUNTERS)] or {})
+        change_seq, meta = row[len(COUNTERS)], row[len(COUNTERS) + 1]
+        return counters, dict(meta or {}), int(change_seq)
 
     def _write_back(self, transaction: _Transaction) -> list[Statement]:
         """The op log rows of the transaction, then its counters (with `change_seq` bumped): the
@@ -387,7 +427,7 @@ class PostgresQueries:
         statements.append(
             (
                 f"UPDATE spaces SET {assignments}, page_count = page_count + %s, token_count = token_count + "
-                "%s, change_seq = change_seq + 1 WHERE space_id = %s".encode(),
+                "%s, change_seq = change_seq + 1 WHERE space_id = %s RETURNING change_seq".encode(),
                 [
                     *(transaction.counters[name] for name in COUNTERS),
                     transaction.pages_added,

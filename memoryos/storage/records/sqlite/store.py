@@ -206,6 +206,12 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         whether there is anything to catch up with before a read."""
         return int(self._one("PRAGMA data_version"))
 
+    def committed_data_version(self) -> int:
+        """`data_version` as the last transaction through this store left it: read under its write lock,
+        so a later `data_version` differs only when another connection committed since."""
+        committed = self._committed_data_version
+        return self.data_version() if committed is None else committed
+
     def read_marks(self) -> ReadMarks:
         """`max_page_id`, the oldest pending page and `data_version`, one after another in that order, as
         a read asked them before (`ReadMarks`: a database answers them at once; a local file, each as it

@@ -36,6 +36,7 @@ class StoreQueries:
     _db: sqlite3.Connection
     _busy_timeout_ms: int
     _fence: Callable[[], None] | None
+    _committed_data_version: int | None = None
 
     def close(self) -> None:
         self._db.close()
@@ -60,6 +61,9 @@ class StoreQueries:
                 yield
                 if self._fence is not None:
                     self._fence()
+                # Read before COMMIT, with the write lock held: this connection's own commit leaves it as
+                # it is, and no other can commit in between (`committed_data_version`).
+                self._committed_data_version = int(self._one("PRAGMA data_version"))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
