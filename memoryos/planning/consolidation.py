@@ -123,11 +123,11 @@ class Consolidator:
         fail independently: pages the LLM cannot file yet do not hold back the analysis of segments
         already hot. Failures are logged, not raised: they are retried when their backoff ends
         (`retry_in_s`)."""
-        await rebuild.sweep_expired(space, self.apply, self.clock())
+        marks = await rebuild.sweep_expired(space, self.apply, self.clock())
         if self._rebuild_backoff.ready():
             try:
-                await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock)
-                await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock)
+                await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock, marks)
+                await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock, marks)
                 self._rebuild_backoff.succeeded()
                 self._step_errors.pop("rebuild", None)
             except LLMError as error:

@@ -18,6 +18,7 @@ from memoryos.space import policy
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AnyOp, ExpireDue, RewriteChain, RewriteSegment, UpdateProfile
+from memoryos.storage.records.base import RebuildMarks
 
 log = logging.getLogger(__name__)
 
@@ -32,29 +33,38 @@ class ApplyOps(Protocol):
     def __call__(self, space: MemorySpace, *ops: AnyOp) -> Awaitable[list[list[int]]]: ...
 
 
-async def sweep_expired(space: MemorySpace, apply: ApplyOps, now: float) -> None:
-    """Erase pages and facts whose expiry has passed (they were already never returned)."""
+def rebuild_marks(space: MemorySpace, now: float) -> RebuildMarks:
+    """What the rebuild steps of a pass will find to do, read at once (`RecordStore.rebuild_marks`)."""
     with space.lock:
-        due = bool(space.store.count_expired(now) or space.store.expired_knowledge_ids(now))
-    if due:
-        await apply(space, ExpireDue(at=now))
+        return space.store.rebuild_marks(now, PROFILE_STALE_META)
+
+
+async def sweep_expired(space: MemorySpace, apply: ApplyOps, now: float) -> RebuildMarks:
+    """Erase pages and facts whose expiry has passed (they were already never returned), when any has;
+    the marks the rest of the pass works from, after the erase (which may leave summaries stale)."""
+    marks = rebuild_marks(space, now)
+    if not marks.expired:
+        return marks
+    await apply(space, ExpireDue(at=now))
+    return rebuild_marks(space, now)
 
 
 def next_expiry(space: MemorySpace) -> float | None:
     """Unix seconds when the next page or fact expires, for the sweep's timer (None: nothing expires)."""
     with space.lock:
-        times = [t for t in (space.store.next_page_expiry(), space.store.next_knowledge_expiry()) if t]
-    return min(times) if times else None
+        return space.store.next_expiry()
 
 
 async def rewrite_stale(
-    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float]
+    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float], marks: RebuildMarks
 ) -> None:
     """Re-summarize every stale chain and segment from the pages left in it. A segment with a page still
     waiting for its new vector (an edit) waits for the next pass: its topic vector is the pages' mean."""
+    if not (marks.stale_chain_ids or marks.stale_segment_ids):
+        return
     with space.lock:
-        chains = {cid: space.store.chain_page_ids(cid) for cid in space.store.stale_chain_ids()}
-        segments = {sid: space.store.segment_page_ids(sid) for sid in space.store.stale_segment_ids()}
+        chains = {cid: space.store.chain_page_ids(cid) for cid in marks.stale_chain_ids}
+        segments = {sid: space.store.segment_page_ids(sid) for sid in marks.stale_segment_ids}
     for chain_id, page_ids in chains.items():
         summary = await llm.summarize_chain(space.pages(page_ids))
         await apply(space, RewriteChain(chain_id=chain_id, summary=summary, page_ids=page_ids, at=clock()))
@@ -77,13 +87,13 @@ async def rewrite_stale(
 
 
 async def rebuild_profile(
-    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float]
+    space: MemorySpace, llm: AsyncMemoryLLM, apply: ApplyOps, clock: Callable[[], float], marks: RebuildMarks
 ) -> None:
     """When due, the profile again from scratch over every page still analyzed, in promotion-sized
     batches; the op replaces every older version (each may carry a removed page's text)."""
+    if not marks.profile_stale:
+        return
     with space.lock:
-        if space.store.get_meta(PROFILE_STALE_META) is None:
-            return
         page_ids = space.store.analyzed_page_ids()
     profile = ""
     for start in range(0, len(page_ids), PROFILE_REBUILD_PAGES):

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.ops import AddTurns
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.postgres.connection import close_pools
@@ -123,6 +124,29 @@ def test_folded_reads_give_what_the_single_reads_give(
             assert tuple(opening.marks) == single["marks"]
             assert opening.counts == store.document_frequencies(asked)
             assert tuple(opening.basis) == single["basis"]
+
+        def single_rebuild_reads() -> tuple[Any, ...]:
+            return (
+                bool(store.count_expired(now) or store.expired_knowledge_ids(now)),
+                sorted(store.stale_chain_ids()),
+                sorted(store.stale_segment_ids()),
+                store.get_meta(PROFILE_STALE_META) is not None,
+            )
+
+        every_id = list(range(1, max_page_id + 1))
+        expiries = [page.expires_at for page in store.pages(every_id)]
+        assert store.next_expiry() == min(at for at in expiries if at is not None)
+        assert tuple(store.rebuild_marks(now, PROFILE_STALE_META)) == single_rebuild_reads()
+        assert store.rebuild_marks(0.0, PROFILE_STALE_META).expired is False
+        segment_ids = [segment.segment_id for segment in store.active_segments()]
+        chain_ids = sorted({page.chain_id for page in store.pages(every_id) if page.chain_id is not None})
+        with store.transaction():
+            store.mark_stale(chain_ids[::-2], segment_ids[:2])
+            store.set_meta(PROFILE_STALE_META, "1")
+        marks = store.rebuild_marks(now, PROFILE_STALE_META)
+        assert tuple(marks) == single_rebuild_reads()
+        assert marks.stale_chain_ids == sorted(chain_ids[::-2]) and marks.profile_stale
+        assert len(marks.stale_segment_ids) == min(2, len(segment_ids)) > 0
 
         # Neighbours across the deleted page's gap and at both ends, as a walk over every id finds them.
         every = sorted(page.page_id for page in store.pages(list(range(1, max_page_id + 1))))

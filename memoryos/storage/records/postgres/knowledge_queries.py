@@ -169,9 +169,6 @@ class PostgresKnowledgeQueries(PostgresQueries):
         )
         return [int(row[0]) for row in rows]
 
-    def next_knowledge_expiry(self) -> float | None:
-        return self._one("SELECT MIN(expires_at) FROM knowledge WHERE space_id = %s", (self.space_id,))
-
     def all_knowledge_texts(self) -> list[tuple[int, str]]:
         rows = self._all(
             "SELECT entry_id, text FROM knowledge WHERE space_id = %s AND active", (self.space_id,)

@@ -406,8 +406,13 @@ class PostgresPageQueries(PostgresQueries):
             )
         )
 
-    def next_page_expiry(self) -> float | None:
-        return self._one("SELECT MIN(expires_at) FROM pages WHERE space_id = %s", (self.space_id,))
+    def next_expiry(self) -> float | None:
+        """When the next page or fact expires (None: nothing expires); LEAST passes over a NULL."""
+        return self._one(
+            "SELECT LEAST((SELECT MIN(expires_at) FROM pages WHERE space_id = %s), "
+            "(SELECT MIN(expires_at) FROM knowledge WHERE space_id = %s))",
+            (self.space_id, self.space_id),
+        )
 
     def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
         self._write(

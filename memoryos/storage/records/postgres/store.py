@@ -27,6 +27,7 @@ from memoryos.storage.records.base import (
     FrequencyAsk,
     ReadMarks,
     ReadOpening,
+    RebuildMarks,
     RetrievalBasis,
     RetrievedRows,
     logged_detail,
@@ -314,11 +315,29 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             ).fetchall()
         return [logged_detail(op_id, write_id, logged) for op_id, write_id in keys]
 
+    def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks:
+        """As `SqliteStore.rebuild_marks`, in one statement (`_REBUILD_MARKS`)."""
+        rows = self._all(
+            _REBUILD_MARKS, {"space": self.space_id, "now": now, "profile_stale": profile_stale_meta}
+        )
+        expired, chains, segments, profile_stale = rows[0]
+        return RebuildMarks(bool(expired), list(chains), list(segments), bool(profile_stale))
+
     def erase(self) -> None:
         """Delete every row of the space at once (`delete_space_rows`), fenced like any write; the store
         is unusable afterwards."""
         with self.transaction():  # not dirty: no counters to write back, the row goes
             delete_space_rows(self._open_transaction().connection, self.space_id)
+
+
+_REBUILD_MARKS = (
+    "SELECT EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s) "
+    "OR EXISTS (SELECT 1 FROM knowledge WHERE space_id = %(space)s AND expires_at <= %(now)s), "
+    "ARRAY(SELECT chain_id FROM chains WHERE space_id = %(space)s AND stale ORDER BY chain_id), "
+    "ARRAY(SELECT segment_id FROM segments WHERE space_id = %(space)s AND stale ORDER BY segment_id), "
+    "EXISTS (SELECT 1 FROM meta WHERE space_id = %(space)s AND key = %(profile_stale)s)"
+)
+"""`RebuildMarks` in one statement: each part an index probe of the space's rows."""
 
 
 def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:

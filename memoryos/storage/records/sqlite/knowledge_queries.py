@@ -145,9 +145,6 @@ class KnowledgeQueries(StoreQueries):
         )
         return [int(row[0]) for row in rows]
 
-    def next_knowledge_expiry(self) -> float | None:
-        return self._one("SELECT MIN(expires_at) FROM knowledge WHERE expires_at IS NOT NULL")
-
     def all_knowledge_texts(self) -> list[tuple[int, str]]:
         """Every searchable (active) fact; history keeps no vector."""
         return [

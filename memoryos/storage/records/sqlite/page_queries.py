@@ -327,8 +327,12 @@ class PageQueries(StoreQueries):
             self._one("SELECT COUNT(*) FROM pages WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
         )
 
-    def next_page_expiry(self) -> float | None:
-        return self._one("SELECT MIN(expires_at) FROM pages WHERE expires_at IS NOT NULL")
+    def next_expiry(self) -> float | None:
+        """When the next page or fact expires (None: nothing expires)."""
+        return self._one(
+            "SELECT MIN(expires_at) FROM (SELECT expires_at FROM pages WHERE expires_at IS NOT NULL "
+            "UNION ALL SELECT expires_at FROM knowledge WHERE expires_at IS NOT NULL)"
+        )
 
     def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
         self._db.executemany(

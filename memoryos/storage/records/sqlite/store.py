@@ -25,6 +25,7 @@ from memoryos.storage.records.base import (
     RankingRows,
     ReadMarks,
     ReadOpening,
+    RebuildMarks,
     RetrievalBasis,
     RetrievedRows,
     logged_detail,
@@ -219,6 +220,15 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         max_page_id = self.max_page_id()
         pending = self.pending_page_ids(1)
         return ReadMarks(max_page_id, pending[0] if pending else None, self.data_version())
+
+    def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks:
+        """`RebuildMarks`, one read after another (a database answers them at once)."""
+        return RebuildMarks(
+            bool(self.count_expired(now) or self.expired_knowledge_ids(now)),
+            sorted(self.stale_chain_ids()),
+            sorted(self.stale_segment_ids()),
+            self.get_meta(profile_stale_meta) is not None,
+        )
 
     def retrieval_basis(self, now: float) -> RetrievalBasis:
         """`count_expired(now)`, the latest profile and its version, and every kind's active facts, one
