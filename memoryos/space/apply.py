@@ -71,8 +71,7 @@ class OpApplier:
                 embedded, vectors = self.store.set_page_vectors(op.page_ids, op.vectors)
                 detail = {"page_ids": embedded}
             case LinkChain():
-                self._link_chain(op)
-                detail = {"page_id": op.page_id, "continues": op.continues_previous}
+                detail = self._link_chain(op)
             case FileTopic():
                 self._check_vectors("vector", op.vector.reshape(1, -1), 1)
                 segment_id = self._file_topic(op)
@@ -135,13 +134,6 @@ class OpApplier:
         """Why a consolidation op no longer fits the space (its pages moved since it was planned, by
         another process or an earlier delivery of the same work), or None when it applies."""
         match op:
-            case LinkChain():
-                pages = self.store.pages([op.page_id])
-                if not pages or pages[0].tier != "stm" or pages[0].chain_id is not None:
-                    return "page already linked or no longer in short-term memory"
-                last = self.store.get_meta("last_chained_page")
-                if op.previous_page_id is not None and op.previous_page_id != int(last or 0):
-                    return "another page was chained since the plan"
             case FileTopic():
                 pages = self.store.pages(op.page_ids)
                 if len(pages) != len(op.page_ids) or any(p.tier != "stm" for p in pages):
@@ -164,15 +156,24 @@ class OpApplier:
         if vectors.ndim != 2 or vectors.shape != (rows, self.dim):
             raise InvalidInputError(field, f"expected shape ({rows}, {self.dim}), got {vectors.shape}")
 
-    def _link_chain(self, op: LinkChain) -> None:
-        chain_id = op.page_id
-        if op.continues_previous:
-            previous = last_chained_page(self.store)
-            if previous is not None and previous.chain_id is not None:
-                chain_id = previous.chain_id
+    def _link_chain(self, op: LinkChain) -> dict[str, object]:
+        """Link the page into the chain of the page chained last (continuing it) or into a chain of its
+        own, unless the plan went stale; the op's log detail. The page and the one chained last are read
+        together: one round trip to a database, on every page consolidation moves."""
+        last = self.store.get_meta("last_chained_page")
+        asked = [op.page_id, int(last)] if op.continues_previous and last is not None else [op.page_id]
+        found = {page.page_id: page for page in self.store.pages(asked)}
+        page = found.get(op.page_id)
+        if page is None or page.tier != "stm" or page.chain_id is not None:
+            return {"stale": "page already linked or no longer in short-term memory"}
+        if op.previous_page_id is not None and op.previous_page_id != int(last or 0):
+            return {"stale": "another page was chained since the plan"}
+        previous = found.get(asked[-1]) if len(asked) > 1 else None
+        chain_id = previous.chain_id if previous is not None and previous.chain_id is not None else op.page_id
         self.store.upsert_chain(chain_id, op.chain_summary)
         self.store.set_page_fields([op.page_id], chain_id=chain_id)
         self.store.set_meta("last_chained_page", str(op.page_id))
+        return {"page_id": op.page_id, "continues": op.continues_previous}
 
     def _file_topic(self, op: FileTopic) -> int:
         segments, vectors = self.store.active_segments_with_vectors(self.dim)

@@ -16,7 +16,7 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
-from memoryos.space.ops import AddTurns
+from memoryos.space.ops import AddTurns, LinkChain
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.postgres.connection import close_pools
 from memoryos.types import Turn
@@ -365,3 +365,27 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
             ("five", True),
             ("six", False),
         ]
+
+
+def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Path, database_url: str) -> None:
+    """Consolidation links every page it moves, most into the chain of the page linked before it: the op's
+    check of the page and the chain it continues come from one read."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
+        space = memory.space
+        turn = Turn(user_input="and then the kiln", agent_response="noted", timestamp="2026-12-06 08:00:00")
+        (page_id,) = space.apply(AddTurns(turns=[turn], vectors=HashEmbedder().encode(["kiln"])))
+        previous = space.last_chained_page()
+        assert previous is not None and previous.chain_id is not None
+        link = LinkChain(
+            page_id=page_id,
+            continues_previous=True,
+            chain_summary="pottery",
+            previous_page_id=previous.page_id,
+            at=clock(),
+        )
+        with counted_round_trips() as trips:
+            space.apply(link)
+        assert trips[0] == 4  # BEGIN with the lock, the op log, the two pages, the writes with COMMIT
+        (linked,) = space.pages([page_id])
+        assert linked.chain_id == previous.chain_id
+        assert space.last_chained_page() == linked
