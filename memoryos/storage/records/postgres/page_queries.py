@@ -23,6 +23,14 @@ NEWEST_IN_TIER = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = %s ORDER BY p.page_id DESC "
     "LIMIT %s"
 )
+RANKED_AND_NEWEST = (
+    f"SELECT 0, {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.page_id = ANY(%(ids)s::bigint[]) "
+    f"UNION ALL (SELECT 1, {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.tier = 'stm' "
+    "ORDER BY p.page_id DESC LIMIT %(newest)s)"
+)
+"""`PAGES_BY_ID` and the newest `NEWEST_IN_TIER` of short-term memory in one statement, each row tagged
+with its part (0: asked by id, 1: short-term, newest first): a retrieval's pages, one statement fewer
+for psycopg and the server to handle (each costs about as much as its rows here)."""
 
 
 _BEFORE = (

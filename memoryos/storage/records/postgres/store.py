@@ -41,14 +41,13 @@ from memoryos.storage.records.postgres.knowledge_queries import (
     support_of,
 )
 from memoryos.storage.records.postgres.page_queries import (
-    NEWEST_IN_TIER,
-    PAGES_BY_ID,
+    RANKED_AND_NEWEST,
     PostgresPageQueries,
     in_order,
 )
 from memoryos.storage.records.postgres.schema import delete_space_rows
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import borrowed
+from memoryos.storage.records.postgres.store_queries import bigints, borrowed
 from memoryos.storage.records.store_rows import page_from_row
 from memoryos.types import KnowledgeKind
 
@@ -275,16 +274,19 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         ids = list(dict.fromkeys(int(e) for e in entry_ids))
         with self._connection() as connection:
             with connection.pipeline():
-                ranked = connection.execute(PAGES_BY_ID.encode(), (self.space_id, list(page_ids)))
-                newest = connection.execute(NEWEST_IN_TIER.encode(), (self.space_id, "stm", short_term))
+                pages = connection.execute(
+                    RANKED_AND_NEWEST.encode(),
+                    {"space": self.space_id, "ids": bigints(page_ids), "newest": short_term},
+                )
                 sources = (
                     connection.execute(FACT_SUPPORT.encode(), {"space": self.space_id, "ids": ids})
                     if ids
                     else None
                 )
+            rows = pages.fetchall()
             return RetrievedRows(
-                in_order(ranked.fetchall(), page_ids),
-                [page_from_row(row) for row in newest.fetchall()][::-1],
+                in_order([row[1:] for row in rows if row[0] == 0], page_ids),
+                [page_from_row(row[1:]) for row in rows if row[0] == 1][::-1],
                 support_of(ids, [] if sources is None else sources.fetchall()),
             )
 
