@@ -3,6 +3,7 @@ fact history, expiry with a controlled clock, and what is stored after a delete 
 the offline LLM, inline ingest). The store's tests run on both record stores (`both_record_stores`);
 those of files, caches and the Chroma index on SQLite only."""
 
+import contextlib
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,17 +96,17 @@ def test_a_page_delete_survives_a_reopen_whose_snapshot_still_holds_the_vector(t
 
 @both_stores
 def test_editing_a_page_keeps_its_id_reembeds_it_and_drops_what_its_old_text_gave(tmp_path: Path) -> None:
-    memory = make(tmp_path, short_term_capacity=2)
-    ids = add_all(memory, [NURSE, CAT, HIKING, GUITAR])
-    analyzed(memory)
-    edited = memory.update_page(ids[0], user_input="I work as a baker in Nantes.")
-    assert edited.page_id == ids[0] and edited.user_input == "I work as a baker in Nantes."
-    assert edited.agent_response == NURSE[1] and edited.updated_at is not None
-    hits = memory.retrieve("baker in Nantes", top_k=1)
-    assert hits.retrieved_pages[0].page_id == ids[0]
-    memory.flush()
-    assert "nurse" not in memory.get_user_profile_summary().lower()
-    assert all("nurse" not in f.knowledge.lower() for f in memory.list_facts("user"))
+    with make(tmp_path, short_term_capacity=2) as memory:
+        ids = add_all(memory, [NURSE, CAT, HIKING, GUITAR])
+        analyzed(memory)
+        edited = memory.update_page(ids[0], user_input="I work as a baker in Nantes.")
+        assert edited.page_id == ids[0] and edited.user_input == "I work as a baker in Nantes."
+        assert edited.agent_response == NURSE[1] and edited.updated_at is not None
+        hits = memory.retrieve("baker in Nantes", top_k=1)
+        assert hits.retrieved_pages[0].page_id == ids[0]
+        memory.flush()
+        assert "nurse" not in memory.get_user_profile_summary().lower()
+        assert all("nurse" not in f.knowledge.lower() for f in memory.list_facts("user"))
 
 
 @both_stores
@@ -132,79 +133,87 @@ def test_a_fact_edit_is_a_new_version_and_history_leads_back_to_the_turns(tmp_pa
 @both_stores
 def test_expired_pages_are_never_returned_and_the_sweep_erases_them(tmp_path: Path) -> None:
     clock = FakeClock()
-    memory = make(tmp_path, clock=clock)
-    kept = memory.add_memory(*MUSEUM, timestamp="2024-05-01 10:00:00")
-    short = memory.add_memory(*PORTO, timestamp="2024-05-01 10:01:00", ttl_s=60)
-    memory.set_ttl(3600)
-    by_space = memory.add_memory(*CAT, timestamp="2024-05-01 10:02:00")
-    assert memory.get_page(short).expires_at == pytest.approx(clock() + 60)
-    assert memory.get_page(by_space).expires_at == pytest.approx(clock() + 3600)
-    clock.advance(61)
-    context = memory.retrieve("Where does my sister live?", top_k=10)
-    shown = {p.page_id for p in [*context.retrieved_pages, *context.short_term_memory]}
-    assert short not in shown and {kept, by_space} <= shown
-    with pytest.raises(ItemNotFoundError):
-        memory.get_page(short)
-    assert memory.space.store.pages([short])  # still stored until the sweep
-    memory.flush()  # a consolidation pass sweeps
-    assert memory.space.store.pages([short]) == []
-    clock.advance(3600)
-    memory.flush()
-    assert memory.space.store.pages([by_space]) == [] and memory.space.store.pages([kept])
-    memory.set_ttl(None)
-    assert memory.get_page(memory.add_memory(*GUITAR)).expires_at is None
+    with make(tmp_path, clock=clock) as memory:
+        kept = memory.add_memory(*MUSEUM, timestamp="2024-05-01 10:00:00")
+        short = memory.add_memory(*PORTO, timestamp="2024-05-01 10:01:00", ttl_s=60)
+        memory.set_ttl(3600)
+        by_space = memory.add_memory(*CAT, timestamp="2024-05-01 10:02:00")
+        assert memory.get_page(short).expires_at == pytest.approx(clock() + 60)
+        assert memory.get_page(by_space).expires_at == pytest.approx(clock() + 3600)
+        clock.advance(61)
+        context = memory.retrieve("Where does my sister live?", top_k=10)
+        shown = {p.page_id for p in [*context.retrieved_pages, *context.short_term_memory]}
+        assert short not in shown and {kept, by_space} <= shown
+        with pytest.raises(ItemNotFoundError):
+            memory.get_page(short)
+        assert memory.space.store.pages([short])  # still stored until the sweep
+        memory.flush()  # a consolidation pass sweeps
+        assert memory.space.store.pages([short]) == []
+        clock.advance(3600)
+        memory.flush()
+        assert memory.space.store.pages([by_space]) == [] and memory.space.store.pages([kept])
+        memory.set_ttl(None)
+        assert memory.get_page(memory.add_memory(*GUITAR)).expires_at is None
 
 
 @both_stores
 def test_bad_lifecycle_input_names_the_field_and_changes_nothing(tmp_path: Path) -> None:
-    memory = make(tmp_path)
-    (page_id,) = add_all(memory, [NURSE])
-    for call, field in [
-        (lambda: memory.delete_page(0), "page_id"),
-        (lambda: memory.delete_page(True), "page_id"),  # type: ignore[arg-type]
-        (lambda: memory.update_page(page_id, user_input=""), "user_input"),
-        (lambda: memory.list_pages(limit=0), "limit"),
-        (lambda: memory.set_ttl(-1), "ttl_s"),
-        (lambda: memory.add_memory("a", "b", ttl_s=float("nan")), "ttl_s"),
-        (lambda: memory.list_facts("everyone"), "kind"),  # type: ignore[arg-type]
-    ]:
-        with pytest.raises(InvalidInputError, match=f"^{field}:"):
-            call()
-    with pytest.raises(ItemNotFoundError):
-        memory.delete_page(page_id + 100)
-    assert [p.page_id for p in memory.list_pages().pages] == [page_id]
+    with make(tmp_path) as memory:
+        (page_id,) = add_all(memory, [NURSE])
+        for call, field in [
+            (lambda: memory.delete_page(0), "page_id"),
+            (lambda: memory.delete_page(True), "page_id"),  # type: ignore[arg-type]
+            (lambda: memory.update_page(page_id, user_input=""), "user_input"),
+            (lambda: memory.list_pages(limit=0), "limit"),
+            (lambda: memory.set_ttl(-1), "ttl_s"),
+            (lambda: memory.add_memory("a", "b", ttl_s=float("nan")), "ttl_s"),
+            (lambda: memory.list_facts("everyone"), "kind"),  # type: ignore[arg-type]
+        ]:
+            with pytest.raises(InvalidInputError, match=f"^{field}:"):
+                call()
+        with pytest.raises(ItemNotFoundError):
+            memory.delete_page(page_id + 100)
+        assert [p.page_id for p in memory.list_pages().pages] == [page_id]
 
 
 @both_stores
 def test_a_delete_in_one_tenant_or_space_never_touches_another(tmp_path: Path) -> None:
     from memoryos import MemoryConfig
 
-    spaces = [make(tmp_path, "alice", config_tenant) for config_tenant in ("helper", "other-assistant")]
-    other_tenant = Memoryos(
-        "alice",
-        None,
-        tmp_path,
-        assistant_id="helper",
-        config=MemoryConfig(faiss_use_gpu="never", tenant="acme", ingest_mode="inline", **store_settings()),
-        embedder=spaces[0].embedder,
-        llm=spaces[0].llm,
-        clock=FakeClock(),
-    )
-    ids = [add_all(m, [NURSE, CAT]) for m in [*spaces, other_tenant]]
-    assert ids[0] == ids[1] == ids[2]  # the same page ids in every space
-    spaces[0].delete_page(ids[0][0])
-    assert [p.page_id for p in spaces[1].list_pages().pages] == ids[1]
-    assert [p.page_id for p in other_tenant.list_pages().pages] == ids[2]
+    with contextlib.ExitStack() as opened:
+        spaces = [
+            opened.enter_context(make(tmp_path, "alice", assistant_id))
+            for assistant_id in ("helper", "other-assistant")
+        ]
+        other_tenant = opened.enter_context(
+            Memoryos(
+                "alice",
+                None,
+                tmp_path,
+                assistant_id="helper",
+                config=MemoryConfig(
+                    faiss_use_gpu="never", tenant="acme", ingest_mode="inline", **store_settings()
+                ),
+                embedder=spaces[0].embedder,
+                llm=spaces[0].llm,
+                clock=FakeClock(),
+            )
+        )
+        ids = [add_all(m, [NURSE, CAT]) for m in [*spaces, other_tenant]]
+        assert ids[0] == ids[1] == ids[2]  # the same page ids in every space
+        spaces[0].delete_page(ids[0][0])
+        assert [p.page_id for p in spaces[1].list_pages().pages] == ids[1]
+        assert [p.page_id for p in other_tenant.list_pages().pages] == ids[2]
 
 
 @both_stores
 def test_lifecycle_ops_travel_and_apply_once(tmp_path: Path) -> None:
-    memory = make(tmp_path)
-    ids = add_all(memory, [NURSE, CAT])
-    op = op_from_json(op_to_json(DeletePages(page_ids=[ids[0]], at=FakeClock()())))
-    first = memory.space.apply_for_detail(op)
-    assert memory.space.apply_for_detail(op) == first and first["page_ids"] == [ids[0]]
-    assert [p.page_id for p in memory.list_pages().pages] == [ids[1]]
+    with make(tmp_path) as memory:
+        ids = add_all(memory, [NURSE, CAT])
+        op = op_from_json(op_to_json(DeletePages(page_ids=[ids[0]], at=FakeClock()())))
+        first = memory.space.apply_for_detail(op)
+        assert memory.space.apply_for_detail(op) == first and first["page_ids"] == [ids[0]]
+        assert [p.page_id for p in memory.list_pages().pages] == [ids[1]]
 
 
 class RecordingForgetEmbedder(HashEmbedder):
