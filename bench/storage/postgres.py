@@ -11,7 +11,11 @@ reports them, head the output.
   the stores interleaved (sqlite, postgres, sqlite, postgres, ...; a fresh Redis, data directory and
   database for each); the median of `--runs` per store. PostgreSQL's own CPU (the postmaster and its
   backends, from /proc) is counted apart from the workers', over the whole run (settling included).
-  Target: postgres turns/s ≥ 60% of sqlite's.
+  Where the server has `pg_stat_statements` (Debian's `postgresql` package does), each PostgreSQL run
+  also counts the statements the worker sent and the server's time executing them, per turn, with the
+  five costliest: figures that move with the code and much less with the machine's load than turns/s,
+  which swing by a fifth between runs on a shared 2-core machine. Only the apply databases are tracked
+  (`pg_stat_statements.track` is `none` for the others). Target: postgres turns/s ≥ 60% of sqlite's.
 - `retrieve`: `Memoryos.retrieve` on an open space of `--pages` LoCoMo exchanges (the dev conversations)
   with the hash embedder, consolidated with the offline LLM and flushed on SQLite, then copied into the
   database (`move_to_database`: the same ids and rows, so the same content on both), `--queries` of the conversations' questions, each asked of both spaces in turn (the order
@@ -139,6 +143,11 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
             f"apply (turns/s, median of {apply['runs']}): sqlite {m.get('sqlite')}, postgres {m.get('postgres')}"
             f" -> postgres/sqlite {apply['ratio']} (target >= {APPLY_TARGET}: {apply['verdict']})"
         )
+        if apply.get("median_statements_per_turn") is not None:
+            lines.append(
+                f"apply on postgres: {apply['median_statements_per_turn']} statements and "
+                f"{apply['median_exec_ms_per_turn']} ms of the server executing them per turn (median)"
+            )
     if retrieve := report.get("retrieve"):
         s, p = retrieve["sqlite"], retrieve["postgres"]
         lines.append(
@@ -218,6 +227,55 @@ def postgres_cpu_seconds(server: Any) -> float:
     return reaped + cpu_seconds([pid, *descendants(pid)])
 
 
+STATEMENT_STATS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "none"}
+"""The server settings that load `pg_stat_statements` without tracking anything until a database asks."""
+
+
+def statement_stats_available(bin_dir: Path) -> bool:
+    """Whether the server's installation has `pg_stat_statements` (its library beside the binaries)."""
+    return (bin_dir.parent / "lib" / "pg_stat_statements.so").exists()
+
+
+def track_statements(url: str, database: str) -> None:
+    """Count the top-level statements sent to `database` from its next connection on."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        connection.execute(
+            sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = 'top'").format(sql.Identifier(database))
+        )
+
+
+def statement_figures(url: str, turns: int, top: int = 5) -> dict[str, Any]:
+    """The statements the worker sent to the database at `url` (`track_statements`), per turn: how many,
+    the server's milliseconds executing them, and the `top` costliest by that time (their text cut)."""
+    import psycopg
+
+    # Not tracked from the connection's start: a SET inside it would itself be counted.
+    with psycopg.connect(url, autocommit=True, options="-c pg_stat_statements.track=none") as connection:
+        rows = connection.execute(
+            "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "ORDER BY total_exec_time DESC"
+        ).fetchall()
+    per_turn = max(turns, 1)
+    return {
+        "statements_per_turn": round(sum(row[0] for row in rows) / per_turn, 2),
+        "exec_ms_per_turn": round(sum(row[1] for row in rows) / per_turn, 3),
+        "costliest": [
+            {
+                "statement": text[:120],
+                "calls_per_turn": round(calls / per_turn, 3),
+                "exec_ms_per_turn": round(spent / per_turn, 3),
+                "rows_per_call": round(returned / max(calls, 1), 1),
+            }
+            for calls, spent, returned, text in rows[:top]
+        ],
+    }
+
+
 APPLY_FIGURES = (
     "turns",
     "searchable_s",
@@ -247,8 +305,11 @@ def apply_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
             env = worker_environment(
                 settings, Path(workdir) / "data", "all-MiniLM-L6-v2", "cpu", False, free_ports(args.processes)
             )
+            counting = store == "postgres" and statement_stats_available(server.bin_dir)
             if store == "postgres":
                 env["MEMORYOS_DATABASE_URL"] = server.create_database(f"apply_{run}")
+                if counting:
+                    track_statements(env["MEMORYOS_DATABASE_URL"], f"apply_{run}")
             log = Path(workdir) / "worker.log"
             database_cpu = postgres_cpu_seconds(server)
             try:
@@ -263,6 +324,8 @@ def apply_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
         row = {"run": run, "store": store, **{key: figures[key] for key in APPLY_FIGURES}}
         if store == "postgres":
             row["database_cpu_ms_per_turn_settled"] = round(1000 * database_cpu / figures["turns"], 3)
+            if counting:
+                row["statements"] = statement_figures(env["MEMORYOS_DATABASE_URL"], figures["turns"])
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     searchable = medians(rows, "turns_per_s")
@@ -284,9 +347,17 @@ def apply_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
         "median_database_cpu_ms_per_turn_settled": medians(
             rows, "database_cpu_ms_per_turn_settled", ["postgres"]
         ),
+        "median_statements_per_turn": _statement_median(rows, "statements_per_turn"),
+        "median_exec_ms_per_turn": _statement_median(rows, "exec_ms_per_turn"),
         "target": f"postgres >= {APPLY_TARGET} x sqlite turns/s",
         "verdict": verdict(share, APPLY_TARGET, higher_is_better=True),
     }
+
+
+def _statement_median(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    """The median of a `statement_figures` figure over the PostgreSQL runs that counted (None: none did)."""
+    values = [row["statements"][key] for row in rows if "statements" in row]
+    return statistics.median(values) if values else None
 
 
 # --- 2. retrieve --------------------------------------------------------------------------------------
@@ -659,7 +730,11 @@ def main() -> None:
 
     chosen = list(BENCHES) if args.only == "all" else [args.only]
     report: dict[str, Any] = {}
-    with running_postgres() as server, tempfile.TemporaryDirectory() as scratch:
+    from tests.support.postgres_server import postgres_bin_dir
+
+    bin_dir = postgres_bin_dir()
+    settings = STATEMENT_STATS if bin_dir is not None and statement_stats_available(bin_dir) else None
+    with running_postgres(settings=settings) as server, tempfile.TemporaryDirectory() as scratch:
         report["durability"] = {
             "postgres": postgres_durability(server.url),
             "sqlite": sqlite_durability(Path(scratch)),

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -126,6 +126,7 @@ class PostgresServer:
         *,
         max_connections: int = 100,
         idle_in_transaction_session_timeout: int | str = 0,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
@@ -142,6 +143,7 @@ class PostgresServer:
         self.log = directory / "postgres.log"
         self.max_connections = max_connections
         self.idle_in_transaction_session_timeout = idle_in_transaction_session_timeout
+        self.settings = dict(settings or {})
         self.port = free_port()
         self.url = self.database_url(DATABASE)
         self.process: subprocess.Popen[bytes] | None = None
@@ -178,6 +180,7 @@ class PostgresServer:
             "full_page_writes": "on",
             "max_connections": self.max_connections,
             "idle_in_transaction_session_timeout": self.idle_in_transaction_session_timeout,
+            **self.settings,
         }
         command = [str(self.bin_dir / "postgres"), "-D", str(self.data)]
         for name, value in settings.items():
@@ -298,12 +301,15 @@ def running_postgres(
     *,
     max_connections: int = 100,
     idle_in_transaction_session_timeout: int | str = 0,
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[PostgresServer]:
-    """A started server (with its `memoryos` database), stopped and removed after, also on failure."""
+    """A started server (with its `memoryos` database), stopped and removed after, also on failure.
+    `settings`: more server settings (`-c name=value`), after the defaults."""
     server = PostgresServer(
         directory,
         max_connections=max_connections,
         idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+        settings=settings,
     )
     try:
         server.start()

@@ -99,6 +99,8 @@ def test_the_summary_names_each_figure_its_target_and_verdict() -> None:
             "median_turns_per_s": {"sqlite": 1000.0, "postgres": 700.0},
             "ratio": 0.7,
             "verdict": "met",
+            "median_statements_per_turn": 9.5,
+            "median_exec_ms_per_turn": 0.91,
         },
         "retrieve": {
             "pages": 400,
@@ -134,9 +136,12 @@ def test_the_summary_names_each_figure_its_target_and_verdict() -> None:
         "sqlite journal_mode=WAL, synchronous=FULL"
     )
     assert "postgres/sqlite 0.7 (target >= 0.6: met)" in lines[1]
-    assert "p50 postgres/sqlite 2.0 (target <= 1.3: missed)" in lines[2]
-    assert lines[3].startswith("retrieve round trips on postgres: 21.5 per retrieve (min 19, max 27)")
-    assert "cold open snapshot" in lines[4] and "(target postgres <= 0.5 s: missed)" in lines[4]
-    assert "cold open no snapshot" in lines[5] and "(target postgres <= 3.0 s: met)" in lines[5]
-    assert lines[6] == "recall conv-30: sqlite {7: 0.5}, postgres {7: 0.5} (equal: True)"
+    assert lines[2] == (
+        "apply on postgres: 9.5 statements and 0.91 ms of the server executing them per turn (median)"
+    )
+    assert "p50 postgres/sqlite 2.0 (target <= 1.3: missed)" in lines[3]
+    assert lines[4].startswith("retrieve round trips on postgres: 21.5 per retrieve (min 19, max 27)")
+    assert "cold open snapshot" in lines[5] and "(target postgres <= 0.5 s: missed)" in lines[5]
+    assert "cold open no snapshot" in lines[6] and "(target postgres <= 3.0 s: met)" in lines[6]
+    assert lines[7] == "recall conv-30: sqlite {7: 0.5}, postgres {7: 0.5} (equal: True)"
     assert summary_lines({}) == []
