@@ -186,9 +186,9 @@ class OpApplier:
             [s.keywords for s in segments],
             self.config.mid_term_similarity_threshold,
         )
-        if target is None:
+        if target is None:  # born with the pages' interactions: no counters' update after its insert
             target = self.store.insert_segment(
-                op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at
+                op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at, len(op.page_ids)
             )
             active = len(segments) + 1
         else:
@@ -202,9 +202,9 @@ class OpApplier:
                 topic_count=topics + 1,
                 updated_at=op.at,
             )
+            self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
             active = len(segments)
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
-        self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
         if active > self.config.mid_term_capacity:  # else no heat needs reading: nothing is evicted
             self._evict_cold_segments(op.at, keep=target)
         return target

@@ -336,10 +336,10 @@ def test_a_file_topic_that_fails_midway_is_rolled_back(
     p1, p2 = add_pages(space, axis(DIM, 0), axis(DIM, 1))
     before = (all_pages(space), op_kinds(space_dir))
 
-    def failing_counters(*args: object, **kwargs: object) -> None:
+    def failing_filing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("crash after the segment row was written")
 
-    monkeypatch.setattr(space.store, "add_segment_counters", failing_counters)
+    monkeypatch.setattr(space.store, "set_page_fields", failing_filing)
     with pytest.raises(RuntimeError):
         space.apply(FileTopic(page_ids=[p1, p2], summary="x", keywords=["x"], vector=axis(DIM, 0), at=T0))
     monkeypatch.undo()

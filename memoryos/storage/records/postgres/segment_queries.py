@@ -99,12 +99,14 @@ class PostgresSegmentQueries(PostgresQueries):
             )
         )
 
-    def insert_segment(self, summary: str, keywords: list[str], vector: np.ndarray, at: float) -> int:
+    def insert_segment(
+        self, summary: str, keywords: list[str], vector: np.ndarray, at: float, interactions: int
+    ) -> int:
         segment_id = self._take("next_segment_id")
         self._write(
-            "INSERT INTO segments(space_id, segment_id, summary, keywords, vector, last_visit_at, created_at) "
-            "VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (self.space_id, segment_id, summary, json.dumps(keywords), to_blob(vector), at, at),
+            "INSERT INTO segments(space_id, segment_id, summary, keywords, vector, last_visit_at, created_at, "
+            "interaction_count) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+            (self.space_id, segment_id, summary, json.dumps(keywords), to_blob(vector), at, at, interactions),
         )
         return segment_id
 

@@ -72,10 +72,13 @@ class SegmentQueries(StoreQueries):
     def segment_topic_count(self, segment_id: int) -> int:
         return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))
 
-    def insert_segment(self, summary: str, keywords: list[str], vector: np.ndarray, at: float) -> int:
+    def insert_segment(
+        self, summary: str, keywords: list[str], vector: np.ndarray, at: float, interactions: int
+    ) -> int:
         cursor = self._db.execute(
-            "INSERT INTO segments(summary, keywords, vector, last_visit_at, created_at) VALUES (?,?,?,?,?)",
-            (summary, json.dumps(keywords), to_blob(vector), at, at),
+            "INSERT INTO segments(summary, keywords, vector, last_visit_at, created_at, interaction_count) "
+            "VALUES (?,?,?,?,?,?)",
+            (summary, json.dumps(keywords), to_blob(vector), at, at, interactions),
         )
         return int(cursor.lastrowid or 0)
 
