@@ -441,11 +441,9 @@ def _space_to_file(
         hold.release()
     if not remove_rows:
         return SpaceMove(space, "moved", _held(rows), "the database")
-    from memoryos.storage.records.postgres.schema import delete_space_rows
-
     try:
         with pool.connection() as connection:
-            delete_space_rows(connection, space_id)
+            connection.execute("DELETE FROM spaces WHERE space_id = %s", (space_id,))  # its rows cascade
     except Exception as error:
         return SpaceMove(
             space, "moved", f"{_held(rows)}; its rows could not be deleted: {_reason(error)}", "the database"

@@ -19,10 +19,6 @@ shard's row `FOR SHARE` and checks the number there. Tombstones of forgotten spa
 `tombstones`, seen by every worker.
 """
 
-from typing import Any
-
-import psycopg
-
 SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, str] = {
@@ -118,7 +114,7 @@ CREATE INDEX pages_expiring ON pages (space_id, expires_at) WHERE expires_at IS 
 CREATE UNIQUE INDEX pages_by_vector_seq ON pages (space_id, vector_seq) WHERE vector_seq IS NOT NULL;
 CREATE INDEX pages_unanalyzed ON pages (space_id, segment_id) WHERE NOT analyzed AND tier = 'mtm';
 CREATE TABLE page_terms (
-    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,  -- dropped by migration 2
+    space_id bigint NOT NULL REFERENCES spaces ON DELETE CASCADE,  -- a trigger since migration 2
     term     text NOT NULL,
     page_id  bigint NOT NULL,
     user_tf  integer NOT NULL,
@@ -198,18 +194,21 @@ ALTER TABLE segments ALTER COLUMN vector SET STORAGE MAIN;
 ALTER TABLE knowledge ALTER COLUMN vector SET STORAGE MAIN;
 """,
     # 2 -> 3: `page_terms` without its foreign key to `spaces`. A page writes ~40 term rows, and the key's
-    #   check (a trigger and a lookup of the space's row for each) was a third of the insert's time on the
-    #   server. Erasing a space deletes its terms itself (`delete_space_rows`), in the same transaction as its
-    #   `spaces` row, whose deletion still cascades to every other table.
+    #   check (a trigger and a lookup of the space's row for each) was a third of their insert on the
+    #   server. A trigger on `spaces` deletes a space's terms with its row instead: it runs once per
+    #   deleted space, never on an insert, and whoever deletes the row (a forget, the move back to files,
+    #   a worker of the version before during a rolling upgrade) takes the terms with it, as the cascade
+    #   did.
     2: """
 ALTER TABLE page_terms DROP CONSTRAINT page_terms_space_id_fkey;
+CREATE FUNCTION memoryos_delete_page_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM page_terms WHERE space_id = OLD.space_id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER spaces_delete_page_terms AFTER DELETE ON spaces
+    FOR EACH ROW EXECUTE FUNCTION memoryos_delete_page_terms();
 """,
 }
 """`MIGRATIONS[v]` takes a database from version v to v + 1 (0: an empty database)."""
-
-
-def delete_space_rows(connection: psycopg.Connection[Any], space_id: int) -> None:
-    """Every row of a space, in the connection's open transaction: its terms (`page_terms` has no foreign
-    key since migration 2), then its `spaces` row, whose deletion cascades to every other table."""
-    connection.execute("DELETE FROM page_terms WHERE space_id = %s", (space_id,))
-    connection.execute("DELETE FROM spaces WHERE space_id = %s", (space_id,))

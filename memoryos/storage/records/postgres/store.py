@@ -45,7 +45,6 @@ from memoryos.storage.records.postgres.page_queries import (
     PostgresPageQueries,
     in_order,
 )
-from memoryos.storage.records.postgres.schema import delete_space_rows
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
 from memoryos.storage.records.postgres.store_queries import bigints, borrowed
 from memoryos.storage.records.store_rows import page_from_row
@@ -326,10 +325,12 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         return RebuildMarks(bool(expired), list(chains), list(segments), bool(profile_stale))
 
     def erase(self) -> None:
-        """Delete every row of the space at once (`delete_space_rows`), fenced like any write; the store
-        is unusable afterwards."""
+        """Delete every row of the space at once (its `spaces` row and, by cascade and a trigger for its
+        terms, everything keyed by it), fenced like any write; the store is unusable afterwards."""
         with self.transaction():  # not dirty: no counters to write back, the row goes
-            delete_space_rows(self._open_transaction().connection, self.space_id)
+            self._open_transaction().connection.execute(
+                "DELETE FROM spaces WHERE space_id = %s", (self.space_id,)
+            )
 
 
 _REBUILD_MARKS = (
