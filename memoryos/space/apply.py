@@ -6,6 +6,8 @@ placement and eviction, fact deduplication — so the rules of the state machine
 function works on the store alone: no clock, no model, no index.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from memoryos.config import MemoryConfig
@@ -33,9 +35,23 @@ from memoryos.space.ops import (
     UpdatePage,
     UpdateProfile,
 )
+from memoryos.space.page_states import PageStates
 from memoryos.storage.records.base import RecordStore
 from memoryos.storage.records.vector_blobs import from_blobs
 from memoryos.types import Page
+
+_NOTES_ITS_PAGES = (
+    LinkChain,
+    FileTopic,
+    MarkAnalyzed,
+    DeferAnalysis,
+    RecordVisits,
+    UpdateProfile,
+    AddKnowledge,
+    EmbedPages,
+)
+"""Ops whose changes to pages' tier, chain, segment or analysis `PageStates` is told of, or that make none:
+after any other op the kept states are dropped."""
 
 
 class OpApplier:
@@ -45,6 +61,27 @@ class OpApplier:
         self.store = store
         self.config = config
         self.dim = dim
+        self._pages = PageStates(store)
+
+    def begin(self, ops: Sequence[AnyOp]) -> None:
+        """A transaction starts that will apply `ops`: the pages their checks read are read now, together
+        (`PageStates`), with the page chained last when a link may continue it."""
+        self._pages.forget()
+        wanted: list[int] = []
+        for op in ops:
+            match op:
+                case LinkChain():
+                    wanted.append(op.page_id)
+                    last = self.store.get_meta("last_chained_page") if op.continues_previous else None
+                    if last is not None:
+                        wanted.append(int(last))
+                case FileTopic() | MarkAnalyzed() | DeferAnalysis():
+                    wanted += op.page_ids
+        self._pages.read(wanted)
+
+    def end(self) -> None:
+        """The transaction ended (committed or not): what was kept of its pages is no longer known."""
+        self._pages.forget()
 
     def apply(self, op: AnyOp) -> tuple[dict[str, object], list[int], np.ndarray | None]:
         """Apply `op` inside the caller's transaction and log it: (the log detail — ids touched, with the
@@ -95,6 +132,7 @@ class OpApplier:
                 detail = {"kind": op.knowledge_kind}
             case MarkAnalyzed():
                 self.store.set_page_fields(op.page_ids, analyzed=1)
+                self._pages.note(op.page_ids, analyzed=True)
                 self.store.update_segment(op.segment_id, visit_count=0, interaction_count=0)
                 detail = {"segment_id": op.segment_id, "page_ids": op.page_ids}
             case DeferAnalysis():
@@ -124,6 +162,8 @@ class OpApplier:
             case RewriteSegment():
                 self._check_vectors("vector", op.vector.reshape(1, -1), 1)
                 detail = apply_lifecycle.rewrite_segment(self.store, op)
+        if not isinstance(op, _NOTES_ITS_PAGES):
+            self._pages.forget()  # its effect on pages (new, deleted, edited, expired) is not noted
         if created:
             detail["created"] = created
         write_id = op.write_id if isinstance(op, AddTurns) else None
@@ -135,11 +175,11 @@ class OpApplier:
         another process or an earlier delivery of the same work), or None when it applies."""
         match op:
             case FileTopic():
-                pages = self.store.pages(op.page_ids)
+                pages = self._pages.of(op.page_ids)
                 if len(pages) != len(op.page_ids) or any(p.tier != "stm" for p in pages):
                     return "pages no longer all in short-term memory"
             case MarkAnalyzed() | DeferAnalysis():
-                pages = self.store.pages(op.page_ids)
+                pages = self._pages.of(op.page_ids)
                 if len(pages) != len(op.page_ids) or any(
                     p.segment_id != op.segment_id or p.analyzed for p in pages
                 ):
@@ -159,19 +199,20 @@ class OpApplier:
     def _link_chain(self, op: LinkChain) -> dict[str, object]:
         """Link the page into the chain of the page chained last (continuing it) or into a chain of its
         own, unless the plan went stale; the op's log detail. The page and the one chained last are read
-        together: one round trip to a database, on every page consolidation moves."""
+        together, when `begin` has not read them with the transaction's other pages."""
         last = self.store.get_meta("last_chained_page")
-        asked = [op.page_id, int(last)] if op.continues_previous and last is not None else [op.page_id]
-        found = {page.page_id: page for page in self.store.pages(asked)}
-        page = found.get(op.page_id)
+        continued = int(last) if op.continues_previous and last is not None else None
+        self._pages.read([op.page_id] if continued is None else [op.page_id, continued])
+        page = self._pages.get(op.page_id)
         if page is None or page.tier != "stm" or page.chain_id is not None:
             return {"stale": "page already linked or no longer in short-term memory"}
         if op.previous_page_id is not None and op.previous_page_id != int(last or 0):
             return {"stale": "another page was chained since the plan"}
-        previous = found.get(asked[-1]) if len(asked) > 1 else None
+        previous = None if continued is None else self._pages.get(continued)
         chain_id = previous.chain_id if previous is not None and previous.chain_id is not None else op.page_id
         self.store.upsert_chain(chain_id, op.chain_summary)
         self.store.set_page_fields([op.page_id], chain_id=chain_id)
+        self._pages.note([op.page_id], chain_id=chain_id)
         self.store.set_meta("last_chained_page", str(op.page_id))
         return {"page_id": op.page_id, "continues": op.continues_previous}
 
@@ -205,6 +246,7 @@ class OpApplier:
             self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
             active = len(segments)
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
+        self._pages.note(op.page_ids, tier="mtm", segment_id=target)
         if active > self.config.mid_term_capacity:  # else no heat needs reading: nothing is evicted
             self._evict_cold_segments(op.at, keep=target)
         return target
@@ -218,7 +260,9 @@ class OpApplier:
         heats.pop(keep, None)
         for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity - 1):
             self.store.update_segment(segment_id, archived=1)
-            self.store.set_page_fields(self.store.segment_page_ids(segment_id), tier="archived")
+            archived = self.store.segment_page_ids(segment_id)
+            self.store.set_page_fields(archived, tier="archived")
+            self._pages.note(archived, tier="archived")
 
     def _add_knowledge(self, op: AddKnowledge, now: float) -> list[int]:
         """Each text joins the active facts of its kind: a restatement (same words) refreshes the fact

@@ -207,17 +207,23 @@ class MemorySpace:
                 # Every op's log entry read at once (one round trip to a database); an op given twice in
                 # the run is looked up again, after its first delivery applied.
                 known = self.store.logged_ops(keys)
-                for position, (op, key) in enumerate(zip(ops, keys, strict=True)):
-                    logged = known[position]
-                    if logged is None and any(_same_delivery(key, earlier) for earlier in keys[:position]):
-                        logged = self.store.logged_op(*key)
-                    if logged is None:
-                        logged, op_embedded, op_vectors = self._ops.apply(op)
-                        if op_embedded and op_vectors is not None:
-                            embedded += op_embedded
-                            vectors.append(op_vectors)
-                        removes_text |= removes_text_of(op)
-                    details.append(logged)
+                self._ops.begin([op for op, logged in zip(ops, known, strict=True) if logged is None])
+                try:
+                    for position, (op, key) in enumerate(zip(ops, keys, strict=True)):
+                        logged = known[position]
+                        if logged is None and any(
+                            _same_delivery(key, earlier) for earlier in keys[:position]
+                        ):
+                            logged = self.store.logged_op(*key)
+                        if logged is None:
+                            logged, op_embedded, op_vectors = self._ops.apply(op)
+                            if op_embedded and op_vectors is not None:
+                                embedded += op_embedded
+                                vectors.append(op_vectors)
+                            removes_text |= removes_text_of(op)
+                        details.append(logged)
+                finally:
+                    self._ops.end()
                 # Read inside the transaction: after COMMIT another process may add later sequences.
                 through_seq = self.store.max_vector_seq() if embedded else 0
                 if removes_text:

@@ -16,7 +16,7 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
-from memoryos.space.ops import AddTurns, LinkChain
+from memoryos.space.ops import AddTurns, FileTopic, LinkChain
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.postgres.connection import close_pools
 from memoryos.types import Turn
@@ -389,3 +389,51 @@ def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Pat
         (linked,) = space.pages([page_id])
         assert linked.chain_id == previous.chain_id
         assert space.last_chained_page() == linked
+
+
+def test_a_run_linked_and_filed_in_one_commit_reads_its_pages_once(tmp_path: Path, database_url: str) -> None:
+    """Consolidation's commit of a run — a link per page, then the run's filing — checks each op against
+    the pages as the ops before it left them: the pages are read once, when the transaction begins, not
+    once per check (two statements and round trips for every page moved, each also carrying the writes
+    waiting before it)."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
+        space = memory.space
+        texts = ["the kiln was hot", "the glaze cracked"]
+        turns = [
+            Turn(user_input=text, agent_response="noted", timestamp="2026-12-06 08:00:00") for text in texts
+        ]
+        first, second = space.apply(AddTurns(turns=turns, vectors=HashEmbedder().encode(texts)))
+        previous = space.last_chained_page()
+        assert previous is not None
+        segments_before = len(space.store.active_segments())
+        ops = [
+            LinkChain(
+                page_id=first,
+                continues_previous=True,
+                chain_summary="pottery",
+                previous_page_id=previous.page_id,
+                at=clock(),
+            ),
+            LinkChain(
+                page_id=second,
+                continues_previous=True,
+                chain_summary="pottery",
+                previous_page_id=first,
+                at=clock(),
+            ),
+            FileTopic(
+                page_ids=[first, second],
+                summary="Kilns.",
+                keywords=["kiln"],
+                vector=HashEmbedder().encode(["kilns and glazes"])[0],
+                at=clock(),
+            ),
+        ]
+        with counted_round_trips() as trips:
+            space.apply_ops(ops)
+        merged = len(space.store.active_segments()) == segments_before  # a merge reads its topic count
+        # BEGIN with the lock, the op log, the pages, the active segments, the writes with COMMIT.
+        assert trips[0] == 5 + merged
+        linked = space.pages([first, second])
+        assert {page.chain_id for page in linked} == {previous.chain_id}
+        assert {page.tier for page in linked} == {"mtm"} and linked[0].segment_id == linked[1].segment_id

@@ -266,6 +266,38 @@ def test_a_continuation_with_no_previous_page_starts_its_own_chain(space: Memory
     assert page(space, p1).chain_id == p1 and page(space, p1).meta_info == "alone"
 
 
+def test_ops_of_one_transaction_are_checked_against_what_the_ones_before_them_wrote(
+    space: MemorySpace, space_dir: Path
+) -> None:
+    """The pages consolidation's checks read are read once a transaction (`PageStates`) and kept up to
+    date with its own writes: a page linked twice in one commit is linked once, a run linked and filed in
+    one commit is filed, and a filing after a delete in the same commit sees the page gone (a delete's
+    effect on pages is not noted: the kept states are dropped after it)."""
+    p1, p2, p3 = add_pages(space, axis(DIM, 0), axis(DIM, 1), axis(DIM, 2))
+    link = LinkChain(page_id=p1, continues_previous=False, chain_summary="first")
+    space.apply_ops(
+        [
+            link,
+            LinkChain(page_id=p1, continues_previous=False, chain_summary="again"),
+            LinkChain(page_id=p2, continues_previous=True, chain_summary="both", previous_page_id=p1),
+            FileTopic(page_ids=[p1, p2], summary="x", keywords=["x"], vector=axis(DIM, 0), at=T0),
+            FileTopic(page_ids=[p2], summary="y", keywords=["y"], vector=axis(DIM, 1), at=T0),
+        ]
+    )
+    details = [entry["detail"] for entry in op_log(space_dir)[-5:]]
+    assert [("stale" in detail) for detail in details] == [False, True, False, False, True]
+    assert (page(space, p1).chain_id, page(space, p2).chain_id) == (p1, p1)
+    assert {page(space, p1).segment_id} == {page(space, p2).segment_id} != {None}
+
+    space.apply_ops(
+        [
+            DeletePages(page_ids=[p3], at=T0),
+            FileTopic(page_ids=[p3], summary="z", keywords=["z"], vector=axis(DIM, 2), at=T0),
+        ]
+    )
+    assert "stale" in last_op_detail(space_dir) and space.pages([p3]) == []
+
+
 # --- segments -----------------------------------------------------------------------------------------
 def test_file_topic_merges_a_matching_topic_and_refreshes_the_segment(space: MemorySpace) -> None:
     p1, p2, p3 = add_pages(space, axis(DIM, 0), axis(DIM, 0), axis(DIM, 4))
