@@ -72,11 +72,11 @@ class OpApplier:
             match op:
                 case LinkChain():
                     wanted.append(op.page_id)
-                    last = self.store.get_meta("last_chained_page") if op.continues_previous else None
-                    if last is not None:
-                        wanted.append(int(last))
                 case FileTopic() | MarkAnalyzed() | DeferAnalysis():
                     wanted += op.page_ids
+        if any(isinstance(op, LinkChain) and op.continues_previous for op in ops):
+            last = self.store.get_meta("last_chained_page")  # the same for every link: read once
+            wanted += [] if last is None else [int(last)]
         self._pages.read(wanted)
 
     def end(self) -> None:
