@@ -210,6 +210,8 @@ class Consolidator:
             )
             ops: list[AnyOp] = []
             failure: BaseException | None = None
+            filed_ids = [page.page_id for _, pages in commit for page in pages]
+            vectors = dict(zip(filed_ids, space.page_vectors(filed_ids), strict=True))  # one read a commit
             for (continues, pages), summarized in zip(commit, summaries, strict=True):
                 if isinstance(summarized, BaseException):
                     failure = summarized
@@ -227,7 +229,7 @@ class Consolidator:
                         )
                     )
                     last_linked = page.page_id
-                ops.append(self._filing(space, pages, topic))
+                ops.append(self._filing(pages, topic, [vectors[page.page_id] for page in pages]))
             if ops:
                 await self.apply(space, *ops)  # the slice's links and filings: one commit
             if failure is not None:
@@ -257,15 +259,14 @@ class Consolidator:
             return False
         return await self.llm.is_continuation(previous, page)
 
-    def _filing(self, space: MemorySpace, pages: Sequence[Page], topic: TopicSummary) -> FileTopic:
+    def _filing(self, pages: Sequence[Page], topic: TopicSummary, vectors: list[np.ndarray]) -> FileTopic:
         """The op filing a run under its topic. The topic's vector is the mean of the pages' vectors: it
         stands for what the pages say rather than for a summary of them, and costs no extra encode."""
-        vectors = space.page_vectors([p.page_id for p in pages])
         return FileTopic(
             page_ids=[p.page_id for p in pages],
             summary=topic.summary,
             keywords=topic.keywords,
-            vector=policy.unit_mean(vectors),
+            vector=policy.unit_mean(np.stack(vectors)),
             at=self.clock(),
         )
 

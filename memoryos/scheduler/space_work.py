@@ -94,7 +94,7 @@ class SpaceWork:
         with self.space.lock:
             if self._closed or self.space.closed or self._mismatch is not None:
                 return []  # a model of another dimension will not get better by retrying
-            pages = self.space.pages(self.space.pending_page_ids(limit))
+            pages = self.space.pending_pages(limit)
         return [(page.page_id, page.text()) for page in pages]
 
     def apply_vectors(self, page_ids: list[int], vectors: np.ndarray) -> None:

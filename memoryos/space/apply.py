@@ -217,7 +217,7 @@ class OpApplier:
         return {"page_id": op.page_id, "continues": op.continues_previous}
 
     def _file_topic(self, op: FileTopic) -> int:
-        segments, vectors = self.store.active_segments_with_vectors(self.dim)
+        segments, vectors, topic_counts = self.store.active_segments_with_vectors(self.dim)
         ids = [s.segment_id for s in segments]
         target = policy.choose_segment(
             op.vector,
@@ -234,7 +234,7 @@ class OpApplier:
             active = len(segments) + 1
         else:
             position = ids.index(target)
-            topics = self.store.segment_topic_count(target)
+            topics = topic_counts[position]
             self.store.update_segment(
                 target,
                 summary=policy.merged_summary(segments[position].summary, op.summary),

@@ -127,17 +127,31 @@ class MemorySpace:
             raise
         self.embedding_model = embedding_model
         try:
-            self.dim = self._check_fingerprint(embedding_model, model_dim)
-            self._sample = ScoreSample(self.store, self.dim)
+            # What the open needs of meta, in one read; a space this open created has no rows to read back
+            # (`RecordStore.created`): on a database, 3 round trips instead of 14 for a new user.
+            meta = self.store.all_meta()
+            self.dim = self._check_fingerprint(meta, embedding_model, model_dim)
+            empty = self.store.created
+            self._sample = ScoreSample(self.store, self.dim, empty)
             self._pages = SpacePageIndex(
-                self.store, config, directory, self.dim, clock, self.fingerprint(), self._sample.offer
+                self.store,
+                config,
+                directory,
+                self.dim,
+                clock,
+                self._fingerprint(meta.get("vector_generation")),
+                self._sample.offer,
+                empty,
             )
         except BaseException:
             self.store.close()
             self._release_hold()
             raise
         self._ops = OpApplier(self.store, config, self.dim)
-        self._seen_data_version = self.store.data_version()
+        # A space this open created is caught up at its first read or write (that of the writes another
+        # process may have made to it since its creation, which the empty index did not read back): its
+        # data version now would already count them.
+        self._seen_data_version: int | None = None if empty else self.store.data_version()
         self.closed = False
 
     @property
@@ -146,12 +160,10 @@ class MemorySpace:
         return self._pages.index
 
     # --- opening --------------------------------------------------------------------------------------
-    def _check_fingerprint(self, model: str, model_dim: Callable[[], int]) -> int:
-        """The space's vector dimension; records the model on first use, refuses a different model."""
-        stored_model, stored_dim = (
-            self.store.get_meta("embedding_model"),
-            self.store.get_meta("embedding_dim"),
-        )
+    def _check_fingerprint(self, meta: dict[str, str], model: str, model_dim: Callable[[], int]) -> int:
+        """The space's vector dimension (from its `meta`); records the model on first use, refuses a
+        different model."""
+        stored_model, stored_dim = meta.get("embedding_model"), meta.get("embedding_dim")
         if stored_model is None or stored_dim is None:
             dim = model_dim()
             with self.store.transaction():
@@ -162,12 +174,11 @@ class MemorySpace:
             raise EmbeddingModelMismatchError(stored_model, int(stored_dim), model, model_dim())
         return int(stored_dim)
 
-    def fingerprint(self) -> str:
-        """What the stored vectors are: model, dimension and vector generation (bumped by each reindex).
-        Index snapshots record it; one of another fingerprint is rebuilt, never trusted."""
-        generation = self.store.get_meta("vector_generation") or "0"
+    def _fingerprint(self, generation: str | None) -> str:
+        """What the stored vectors are: model, dimension and vector `generation` (meta bumped by each
+        reindex). Index snapshots record it; one of another fingerprint is rebuilt, never trusted."""
         incarnation = f"/{self.store.incarnation}" if self.store.incarnation else ""
-        return f"{self.embedding_model}/{self.dim}/{generation}{incarnation}"
+        return f"{self.embedding_model}/{self.dim}/{generation or '0'}{incarnation}"
 
     # --- writing --------------------------------------------------------------------------------------
     def apply(self, op: AnyOp) -> list[int]:
@@ -202,10 +213,11 @@ class MemorySpace:
             vectors: list[np.ndarray] = []
             removes_text = False
             keys = [(op.op_id, op.write_id if isinstance(op, AddTurns) else None) for op in ops]
-            with self.store.transaction(wait_for_writers):
+            with self.store.transaction(wait_for_writers, keys):
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
-                # Every op's log entry read at once (one round trip to a database); an op given twice in
-                # the run is looked up again, after its first delivery applied.
+                # Every op's log entry read at once (on a database, with the transaction's lock, in its
+                # BEGIN's round trip); an op given twice in the run is looked up again, after its first
+                # delivery applied.
                 known = self.store.logged_ops(keys)
                 self._ops.begin([op for op, logged in zip(ops, known, strict=True) if logged is None])
                 try:
@@ -326,6 +338,12 @@ class MemorySpace:
     def pending_page_ids(self, limit: int) -> list[int]:
         """Pages stored but not yet embedded, oldest first."""
         return self.store.pending_page_ids(limit)
+
+    @_locked
+    def pending_pages(self, limit: int) -> list[Page]:
+        """The pages of `pending_page_ids`, in one read: what the embedding batcher asks of every space
+        with work, each batch."""
+        return self.store.pending_pages(limit)
 
     @_locked
     def pending_among(self, page_ids: list[int]) -> list[int]:

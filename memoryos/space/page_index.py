@@ -54,9 +54,11 @@ class SpacePageIndex:
         clock: Callable[[], float],
         fingerprint: str,
         on_caught_up: Callable[[np.ndarray], None] = lambda vectors: None,
+        empty: bool = False,
     ) -> None:
         """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
-        holds), then every stored vector the snapshot does not cover. A FAISS index sets the process's
+        holds), then every stored vector the snapshot does not cover. `empty`: the space was created by
+        this open (`RecordStore.created`): a new index, and nothing to read from the store or disk. A FAISS index sets the process's
         faiss thread count from `config` as it opens (`FaissIndex`'s `omp_threads`, from `index_factory.py`)."""
         self._store = store
         self._config = config
@@ -67,7 +69,9 @@ class SpacePageIndex:
         self._path = page_snapshot_path(config, directory)
         self.covered_seq = 0
         self.withdrawn_seq = 0
-        self.index, stale = self._open(directory, dim)
+        self.index, stale = (
+            (new_page_index(config, directory, dim), True) if empty else self._open(directory, dim)
+        )
         self._snapshots = SnapshotWriter(self._path)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
         # close, so the next open does not rebuild (or replay) again.

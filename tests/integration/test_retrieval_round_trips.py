@@ -15,22 +15,24 @@ import psycopg
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.space import memory_space
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
+from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddTurns, FileTopic, LinkChain
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.postgres.connection import close_pools
 from memoryos.types import Turn
-from tests.support.fakes import FakeClock, HashEmbedder
+from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
 
 pytestmark = pytest.mark.integration
 
 CONVERSATION = Path(__file__).parents[1] / "data" / "own_conversation.json"
 
-ROUND_TRIPS_PER_WRITE = 3
+ROUND_TRIPS_PER_WRITE = 2
 """What applying a run of turns costs on PostgreSQL when no other process wrote the space meanwhile: BEGIN
-with the space's lock (counters, meta, fence), the op log's entries for the run, and the writes with the
-op log, counters and COMMIT (one pipeline, whose counters' update returns the data version the commit
-leaves). Catching the index up asks nothing: the counters read under the lock show no vector or
+with the space's lock (counters, meta, fence) and the op log's entries for the run (one simple query),
+and the writes with the op log, counters and COMMIT (one pipeline, whose counters' update returns the
+data version the commit leaves). Catching the index up asks nothing: the counters read under the lock show no vector or
 withdrawal newer than the index holds."""
 
 ROUND_TRIPS_PER_RETRIEVE = 3
@@ -67,6 +69,10 @@ def remembered(data_dir: Path, settings: dict[str, Any]) -> Iterator[tuple[Memor
             memory.flush()
         memory.force_mid_term_analysis()  # facts and a profile (the offline LLM's)
         memory.delete_page(5)
+        # The delete's pass (a profile rebuild) done before the edit: run after the edit, one rebuild
+        # covers both, and the profile's version differed between the stores when a loaded machine
+        # started one store's pass late (seen twice in 113 runs beside a benchmark).
+        memory.flush()
         memory.update_page(8, user_input="I started a pottery class and a ceramics course.")
         memory.flush()
         clock.advance(120.0)  # the TTL pages expired, not yet swept
@@ -200,23 +206,30 @@ def test_whole_retrievals_are_the_same_on_both_stores(tmp_path: Path, database_u
 @contextmanager
 def counted_round_trips() -> Iterator[list[int]]:
     """Round trips psycopg makes on this thread: each statement or transaction command (psycopg's own
-    BEGIN and COMMIT) sent outside a pipeline, and each pipeline (however many statements it sends)."""
+    BEGIN and COMMIT) sent outside a pipeline, each pipeline (its end's Sync: however many statements it
+    sends), and each fetch inside a pipeline that waits for its answer (a Flush, then the wait)."""
     trips = [0]
     counted_thread = threading.get_ident()  # not a background write (the visits a read noted) meanwhile
-    execute, pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
+    execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
     command = psycopg.Connection._exec_command
+    fetch = psycopg.Cursor._fetch_pipeline
     depth = [0]
 
     def counts() -> bool:
         return not depth[0] and threading.get_ident() == counted_thread
 
-    def counted_execute(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
+    def counted_execute(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
         trips[0] += counts()
         return execute(self, *args, **kwargs)
 
     def counted_command(self: psycopg.Connection, *args: Any, **kwargs: Any) -> Any:
         trips[0] += counts()
         return command(self, *args, **kwargs)
+
+    def counted_fetch(self: psycopg.Cursor[Any]) -> None:
+        waits = self._conn._pipeline is not None and not self.pgresult
+        trips[0] += waits and threading.get_ident() == counted_thread
+        fetch(self)
 
     @contextmanager
     def counted_pipeline(self: psycopg.Connection) -> Iterator[Any]:
@@ -232,15 +245,17 @@ def counted_round_trips() -> Iterator[list[int]]:
         finally:
             depth[0] -= 1
 
-    psycopg.Connection.execute = counted_execute  # type: ignore[method-assign,assignment]
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign,assignment]
     psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
     psycopg.Connection._exec_command = counted_command  # type: ignore[method-assign]
+    psycopg.Cursor._fetch_pipeline = counted_fetch  # type: ignore[method-assign]
     try:
         yield trips
     finally:
-        psycopg.Connection.execute = execute  # type: ignore[method-assign]
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
         psycopg.Connection._exec_command = command  # type: ignore[method-assign]
+        psycopg.Cursor._fetch_pipeline = fetch  # type: ignore[method-assign]
 
 
 def test_a_retrieval_costs_few_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
@@ -265,6 +280,81 @@ def test_a_write_costs_few_round_trips_on_postgres(tmp_path: Path, database_url:
             space.apply(AddTurns(turns=turns, vectors=vectors))
         assert trips[0] == ROUND_TRIPS_PER_WRITE
         assert (space.store.max_page_id(), space.page_index.count()) == (stored + 2, indexed + 2)
+
+
+def _database_space(data_dir: Path, database_url: str, user: str, **options: Any) -> MemorySpace:
+    config = MemoryConfig.model_validate(
+        {"faiss_use_gpu": "never", "database_url": database_url, "data_dir": data_dir}
+    )
+    return MemorySpace(config.space_dir(user, "helper"), config, "hash", lambda: FAKE_DIM, **options)
+
+
+def test_opening_a_new_space_costs_three_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
+    """A new user's first write opens a space: its row and first meta in one statement, then only what a
+    new space can hold (its meta), nothing read back of pages, vectors or withdrawals; an existing
+    space's open reads them."""
+    _database_space(tmp_path, database_url, "warm").close()  # the pool, the schema's check
+    with counted_round_trips() as trips:
+        space = _database_space(tmp_path, database_url, "new")
+    try:
+        assert trips[0] == 3  # the row looked for, the row and meta made, the meta
+        assert space.store.created and space.page_index.count() == 0 and len(space.score_sample()) == 0
+        vectors = HashEmbedder().encode(["kiln", "glaze"])
+        turns = [
+            Turn(user_input=t, agent_response="ok", timestamp="2026-12-06 08:00:00")
+            for t in ("kiln", "glaze")
+        ]
+        ids = space.apply(AddTurns(turns=turns, vectors=vectors))
+    finally:
+        space.close()
+    again = _database_space(tmp_path, database_url, "new", create=False)
+    try:
+        assert not again.store.created
+        assert again.page_index.count() == 2 and len(again.score_sample()) == 2
+        assert again.pages(ids)[0].user_input == "kiln"
+    finally:
+        again.close()
+
+
+def test_a_space_another_process_wrote_while_this_open_created_it_is_caught_up(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The open that created a space reads nothing back. A write another process made to the space while
+    this open went on (its own open found the row just made) is caught up at this process's first read,
+    or at its first write."""
+    vectors = HashEmbedder().encode(["kiln"])
+    turn = Turn(user_input="kiln", agent_response="ok", timestamp="2026-12-06 08:00:00")
+    written: list[int] = []
+    opening = memory_space.SpacePageIndex
+
+    def index_then_another_write(*args: Any, **kwargs: Any) -> Any:
+        index = opening(*args, **kwargs)
+        if written:  # the other process's own open
+            return index
+        written.append(0)
+        other = _database_space(tmp_path / "b", database_url, user, create=False)
+        try:
+            written[:] = other.apply(AddTurns(turns=[turn], vectors=vectors))
+        finally:
+            other.close()
+        return index
+
+    for first_use in ("read", "write"):
+        user = f"raced-{first_use}"
+        written.clear()
+        with monkeypatch.context() as patched:
+            patched.setattr(memory_space, "SpacePageIndex", index_then_another_write)
+            creator = _database_space(tmp_path / "a", database_url, user)
+        try:
+            assert creator.store.created and len(written) == 1
+            if first_use == "read":
+                creator.refresh()
+            else:
+                creator.apply(AddTurns(turns=[turn], vectors=vectors))
+            assert written[0] in dict(creator.page_index.search(vectors, 5).hits(0))
+            assert len(creator.score_sample()) == creator.page_index.count()
+        finally:
+            creator.close()
 
 
 def test_a_reads_facts_are_sent_again_only_once_the_space_changed(tmp_path: Path, database_url: str) -> None:
@@ -311,18 +401,18 @@ def sent_statements() -> Iterator[list[str]]:
     """The text of each statement psycopg sends on this thread, in order (inside pipelines too)."""
     sent: list[str] = []
     counted_thread = threading.get_ident()
-    execute = psycopg.Connection.execute
+    execute = psycopg.Cursor.execute
 
-    def recorded(self: psycopg.Connection, query: Any, *args: Any, **kwargs: Any) -> Any:
+    def recorded(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() == counted_thread:
             sent.append(query.decode() if isinstance(query, bytes) else str(query))
         return execute(self, query, *args, **kwargs)
 
-    psycopg.Connection.execute = recorded  # type: ignore[method-assign,assignment]
+    psycopg.Cursor.execute = recorded  # type: ignore[method-assign,assignment]
     try:
         yield sent
     finally:
-        psycopg.Connection.execute = execute  # type: ignore[method-assign]
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
 
 
 def _writing(sent: list[str], table: str) -> list[str]:
@@ -388,7 +478,7 @@ def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Pat
         )
         with counted_round_trips() as trips:
             space.apply(link)
-        assert trips[0] == 4  # BEGIN with the lock, the op log, the two pages, the writes with COMMIT
+        assert trips[0] == 3  # BEGIN with the lock and the op log, the two pages, the writes with COMMIT
         (linked,) = space.pages([page_id])
         assert linked.chain_id == previous.chain_id
         assert space.last_chained_page() == linked
@@ -408,7 +498,9 @@ def test_a_run_linked_and_filed_in_one_commit_reads_its_pages_once(tmp_path: Pat
         first, second = space.apply(AddTurns(turns=turns, vectors=HashEmbedder().encode(texts)))
         previous = space.last_chained_page()
         assert previous is not None
-        segments_before = len(space.store.active_segments())
+        # A filing merged into an existing segment (its own vector and keywords), which reads no topic count
+        # of its own: the active segments' read gives it.
+        (segment, *_), vectors, _ = space.store.active_segments_with_vectors(space.dim)
         ops = [
             LinkChain(
                 page_id=first,
@@ -427,16 +519,17 @@ def test_a_run_linked_and_filed_in_one_commit_reads_its_pages_once(tmp_path: Pat
             FileTopic(
                 page_ids=[first, second],
                 summary="Kilns.",
-                keywords=["kiln"],
-                vector=HashEmbedder().encode(["kilns and glazes"])[0],
+                keywords=segment.keywords,
+                vector=vectors[0],
                 at=clock(),
             ),
         ]
         with counted_round_trips() as trips:
             space.apply_ops(ops)
-        merged = len(space.store.active_segments()) == segments_before  # a merge reads its topic count
-        # BEGIN with the lock, the op log, the pages, the active segments, the writes with COMMIT.
-        assert trips[0] == 5 + merged
+        # BEGIN with the lock and the op log, the pages, the active segments (the links' writes with them),
+        # the writes with COMMIT.
+        assert trips[0] == 4
         linked = space.pages([first, second])
         assert {page.chain_id for page in linked} == {previous.chain_id}
-        assert {page.tier for page in linked} == {"mtm"} and linked[0].segment_id == linked[1].segment_id
+        assert {page.tier for page in linked} == {"mtm"}
+        assert linked[0].segment_id == linked[1].segment_id == segment.segment_id

@@ -62,6 +62,23 @@ def test_a_write_replanned_under_a_new_op_id_is_stored_once(space: MemorySpace) 
     assert space.apply(AddTurns(turns=[turn(1)], write_id="w-2")) != first  # another write is stored
 
 
+@pytest.mark.parametrize(
+    "write_id", ["it's", 'a "quoted", {braced} one', "back\\slash\\", "NULL", "}", "ünï\u00e7ødé 🙂"]
+)
+def test_the_op_log_read_with_a_transactions_begin_finds_any_id(space: MemorySpace, write_id: str) -> None:
+    """A database reads the op log's entries for a transaction's ops with its BEGIN, the ids quoted into
+    that statement's text. Ops only carry ids of [A-Za-z0-9_-] (`ops.Key`); the store does not lean on
+    it: an id full of what SQL and array literals quote is found, and one a character longer is not."""
+    store = space.store
+    with store.transaction():
+        store.log_op("add", T0, {"page_ids": [1]}, "op-'1'", write_id)
+    keys = [("op-2", write_id), ("op-'1'", None), ("op-3", write_id + " "), ("op-4", None)]
+    with store.transaction(ops=keys):
+        found = store.logged_ops(keys)
+    assert found == [{"page_ids": [1]}, {"page_ids": [1]}, None, None]
+    assert store.logged_ops(keys) == found  # outside a transaction: its own statement
+
+
 def test_embedding_a_page_twice_keeps_the_first_vector_and_one_index_entry(space: MemorySpace) -> None:
     (page_id,) = space.apply(AddTurns(turns=[turn(1)]))
     space.apply(EmbedPages(page_ids=[page_id], vectors=axis(DIM, 0).reshape(1, -1)))

@@ -2,7 +2,7 @@
 unit vectors and a fixed clock (no model)."""
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -142,6 +142,16 @@ def test_short_term_overflow_is_the_oldest_beyond_capacity_up_to_the_first_page_
         space.close()
 
 
+def test_pending_pages_are_the_pages_still_waiting_for_their_vectors_oldest_first(space: MemorySpace) -> None:
+    embedded = add_pages(space, axis(DIM, 0))
+    pending = space.apply(AddTurns(turns=[turn(2), turn(3), turn(4)]))
+    space.apply(EmbedPages(page_ids=pending[1:2], vectors=axis(DIM, 1)[None, :]))
+    waiting = [pending[0], pending[2]]
+    assert space.pending_pages(10) == space.pages(waiting) and space.pending_page_ids(10) == waiting
+    assert [page.page_id for page in space.pending_pages(1)] == waiting[:1]
+    assert embedded[0] not in space.pending_page_ids(10) and space.pending_pages(0) == []
+
+
 def test_short_term_overflow_is_empty_within_capacity(space_dir: Path, clock: FakeClock) -> None:
     space = open_space(space_dir, clock, short_term_capacity=3)
     try:
@@ -192,8 +202,10 @@ def test_a_write_keeps_the_version_of_its_own_commit_so_a_commit_right_after_it_
     own_transaction = space.store.transaction
 
     @contextmanager
-    def then_another_commits(wait_for_writers: bool = True) -> Iterator[None]:
-        with own_transaction(wait_for_writers):
+    def then_another_commits(
+        wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()
+    ) -> Iterator[None]:
+        with own_transaction(wait_for_writers, ops):
             yield
         with other.transaction():
             ids = other.insert_pages([turn(90)], np.stack([axis(DIM, 5)]))

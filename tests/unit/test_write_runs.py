@@ -2,7 +2,7 @@
 instead of one each, and `space_runs` decides which entries of a shard's batch form a run."""
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +35,9 @@ def count_transactions(space: MemorySpace, monkeypatch: pytest.MonkeyPatch) -> l
     transaction = space.store.transaction
 
     @contextlib.contextmanager
-    def counted(wait_for_writers: bool = True) -> Iterator[None]:
+    def counted(wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()) -> Iterator[None]:
         opened.append(1)
-        with transaction(wait_for_writers):
+        with transaction(wait_for_writers, ops):
             yield
 
     monkeypatch.setattr(space.store, "transaction", counted)

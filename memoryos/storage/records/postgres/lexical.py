@@ -31,9 +31,10 @@ are compared on their first `MAX_TERM_CHARS` characters, which PostgreSQL's b-tr
 `query_terms` (memoryos.planning.lexical) gives are one token each in practice, and those are exact.
 """
 
+import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import psycopg
@@ -76,21 +77,30 @@ def _tokenizer() -> sqlite3.Connection:
     return db
 
 
-def _instances(sides: Iterable[tuple[str, str]]) -> list[tuple[int, str, int, str]]:
-    """(row, column, offset, token) of every token FTS5 makes of the rows, rows numbered from 0.
+def _instances(sides: Sequence[tuple[str, str]]) -> list[Any]:
+    """[row, column, offset, token] of every token FTS5 makes of the rows, rows numbered from 0.
 
     The rows are indexed in one transaction that is rolled back after reading: the table is empty
-    between calls, without FTS5 having to merge deletions out of its index."""
+    between calls, without FTS5 having to merge deletions out of its index.
+
+    Four calls into SQLite whatever the rows: the rows go in as one JSON array and the tokens come out
+    as one. Python's sqlite3 lets go of the interpreter lock at every step of a statement (every row
+    inserted or fetched) and must take it back after, so while another thread of the worker runs Python
+    (consolidation, the embedding batcher) each step waited up to the interpreter's switch interval:
+    a run of turns, one row per token, cost 47 ms a page beside a busy thread against 3 ms this way
+    (0.07 ms alone either way)."""
     db = _tokenizer()
     db.execute("BEGIN")
     try:
-        db.executemany(
-            "INSERT INTO t(rowid, user_input, agent_response) VALUES (?, ?, ?)",
-            ((row, user, agent) for row, (user, agent) in enumerate(sides)),
+        db.execute(
+            "INSERT INTO t(rowid, user_input, agent_response) "
+            "SELECT key, json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)",
+            (json.dumps(sides, ensure_ascii=False),),  # a lone surrogate fails to bind, as a text would
         )
-        return db.execute("SELECT doc, col, offset, term FROM v").fetchall()
+        (found,) = db.execute("SELECT json_group_array(json_array(doc, col, offset, term)) FROM v").fetchone()
     finally:
         db.execute("ROLLBACK")
+    return list(json.loads(found))
 
 
 def page_terms(sides: Sequence[tuple[str, str]]) -> list[PageTerms]:
@@ -125,7 +135,7 @@ def _query_tokens(terms: Sequence[str]) -> list[list[str]]:
     missing = list(dict.fromkeys(term for term in terms if term not in known))
     if missing:
         found: list[list[tuple[int, str]]] = [[] for _ in missing]
-        for row, _column, offset, token in _instances((term, "") for term in missing):
+        for row, _column, offset, token in _instances([(term, "") for term in missing]):
             found[row].append((offset, token[:MAX_TERM_CHARS]))
         fresh = {
             term: tuple(token for _offset, token in sorted(at))

@@ -263,6 +263,9 @@ class PostgresPageQueries(PostgresQueries):
         )
         return [int(row[0]) for row in rows]
 
+    def pending_pages(self, limit: int) -> list[Page]:
+        return self._page_rows("p.vector IS NULL", (limit,), "ORDER BY p.page_id LIMIT %s")
+
     def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> tuple[list[int], np.ndarray]:
         pending = set(self.pending_among(page_ids))
         rows = [i for i, pid in enumerate(page_ids) if pid in pending]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryos.storage.records.base import ActiveSegments
 from memoryos.storage.records.postgres.store_queries import PostgresQueries
 from memoryos.storage.records.store_rows import SEGMENT_COLUMNS, segment_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
@@ -72,10 +73,12 @@ class PostgresSegmentQueries(PostgresQueries):
         )
         return [segment_from_row(row) for row in self._active_segment_rows(f"{count} AS page_count")]
 
-    def active_segments_with_vectors(self, dim: int) -> tuple[list[Segment], np.ndarray]:
-        rows = self._active_segment_rows("0 AS page_count, s.vector")
-        return [segment_from_row(row) for row in rows], from_blobs(
-            [bytes(row["vector"]) for row in rows], dim
+    def active_segments_with_vectors(self, dim: int) -> ActiveSegments:
+        rows = self._active_segment_rows("0 AS page_count, s.vector, s.topic_count")
+        return ActiveSegments(
+            [segment_from_row(row) for row in rows],
+            from_blobs([bytes(row["vector"]) for row in rows], dim),
+            [int(row["topic_count"]) for row in rows],
         )
 
     def _active_segment_rows(self, extra_columns: str) -> list[dict[str, Any]]:
@@ -90,14 +93,6 @@ class PostgresSegmentQueries(PostgresQueries):
 
     def all_segment_ids(self) -> list[int]:
         return self._ids("SELECT segment_id FROM segments WHERE space_id = %s")
-
-    def segment_topic_count(self, segment_id: int) -> int:
-        return int(
-            self._one(
-                "SELECT topic_count FROM segments WHERE space_id = %s AND segment_id = %s",
-                (self.space_id, segment_id),
-            )
-        )
 
     def insert_segment(
         self, summary: str, keywords: list[str], vector: np.ndarray, at: float, interactions: int

@@ -46,7 +46,7 @@ from memoryos.storage.records.postgres.page_queries import (
     in_order,
 )
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import bigints, borrowed
+from memoryos.storage.records.postgres.store_queries import bigints
 from memoryos.storage.records.store_rows import page_from_row
 from memoryos.types import KnowledgeKind
 
@@ -106,10 +106,11 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         self.space = space
         self._facts_kept: _KeptFacts | None = None
         found = self._find()
+        self.created = False
         if found is None:
             if not create:
                 raise not_found()
-            found = self._create(new_store_meta or dict)
+            found, self.created = self._create(new_store_meta or dict)
         self.space_id, self.incarnation = found
 
     def _find(self) -> tuple[int, str] | None:
@@ -119,28 +120,26 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         )
         return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
-    def _create(self, new_store_meta: Callable[[], dict[str, str]]) -> tuple[int, str]:
-        """Insert the space's row and its first meta rows in one transaction; of two processes creating
-        the same space at once, one row wins and both use it."""
-        meta = new_store_meta()
-        with borrowed(self._pool) as connection, connection.transaction():
-            row = connection.execute(
-                "INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
-                "RETURNING space_id, incarnation",
-                (*self.space, uuid.uuid4().hex, time.time()),
-            ).fetchone()
-            if row is None:
-                found = self._find()
-                if found is None:
-                    raise StorageError("the memory space was erased while it was being created")
-                return found
-            with connection.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s)",
-                    [(row[0], key, value) for key, value in sorted(meta.items())],
-                )
-            return int(row[0]), str(row[1])
+    def _create(self, new_store_meta: Callable[[], dict[str, str]]) -> tuple[tuple[int, str], bool]:
+        """Insert the space's row and its first meta rows in one statement (one round trip, atomic on its
+        own); of two processes creating the same space at once, one row wins and both use it. Returns the
+        space and whether this call made it (`created`)."""
+        meta = sorted(new_store_meta().items())
+        rows = self._all(
+            "WITH created AS (INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, assistant_id) DO NOTHING "
+            "RETURNING space_id, incarnation), "
+            "first_meta AS (INSERT INTO meta(space_id, key, value) SELECT created.space_id, m.key, m.value "
+            "FROM created, unnest(%s::text[], %s::text[]) AS m(key, value)) "
+            "SELECT space_id, incarnation FROM created",
+            (*self.space, uuid.uuid4().hex, time.time(), [k for k, _ in meta], [v for _, v in meta]),
+        )
+        if rows:
+            return (int(rows[0][0]), str(rows[0][1])), True
+        found = self._find()
+        if found is None:
+            raise StorageError("the memory space was erased while it was being created")
+        return found, False
 
     def close(self) -> None:
         """Nothing to release: the store holds no connection between calls."""
@@ -152,6 +151,15 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             return transaction.meta.get(key)  # read with the space's lock, kept up to date below
         value = self._one("SELECT value FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
         return None if value is None else str(value)
+
+    def all_meta(self) -> dict[str, str]:
+        transaction = self._current()
+        if transaction is not None:
+            return dict(transaction.meta)
+        return {
+            str(key): str(value)
+            for key, value in self._all("SELECT key, value FROM meta WHERE space_id = %s", (self.space_id,))
+        }
 
     def set_meta(self, key: str, value: str) -> None:
         self._write(
@@ -305,9 +313,15 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
 
     def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]:
         """`logged_op` of each (op id, write id), in one statement for all of them: the rows this
-        transaction logged are looked at first (they go in at its commit)."""
+        transaction logged are looked at first (they go in at its commit). Keys given to `transaction`
+        were read with its BEGIN: no statement (no other writer of the space could log since)."""
         transaction = self._current()
         logged = [] if transaction is None else [(row[4], row[5], row[3]) for row in transaction.logged]
+        if transaction is not None and transaction.op_log_keys.issuperset(keys):
+            return [
+                logged_detail(op_id, write_id, [*logged, *transaction.op_log_rows])
+                for op_id, write_id in keys
+            ]
         with self._connection(flush=False) as connection:  # the op log's own rows wait in `logged`
             logged += connection.execute(
                 "SELECT op_id, write_id, detail FROM op_log WHERE space_id = %s "

@@ -22,6 +22,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
+from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
@@ -38,6 +39,9 @@ COUNTERS = (
     "max_vector_seq",
 )
 """The per-space counters of `spaces`, read under the row lock and written back at commit."""
+
+OpKey = tuple[str, str | None]
+"""An op's id and, for a write, its write id: what the op log is looked up by (`logged_ops`)."""
 
 
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.IdleInTransactionSessionTimeout)
@@ -164,6 +168,8 @@ class _Transaction:
         "dirty",
         "logged",
         "meta",
+        "op_log_keys",
+        "op_log_rows",
         "pages_added",
         "tokens_added",
     )
@@ -177,6 +183,9 @@ class _Transaction:
         self.change_seq = change_seq
         self.deferred: list[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows] = []
         self.logged: list[tuple[int, str, float, str, str, str | None]] = []
+        # The op log's entries for the keys given to `transaction`, read under the lock at BEGIN.
+        self.op_log_keys: frozenset[OpKey] = frozenset()
+        self.op_log_rows: list[tuple[str | None, str | None, str]] = []
         self.pages_added = 0  # net pages and page tokens the transaction added (the corpus totals)
         self.tokens_added = 0
         self.dirty = False
@@ -230,30 +239,34 @@ class PostgresQueries:
         with borrowed(self._pool) as connection:
             yield connection
 
-    @contextmanager
-    def _reading(self) -> Iterator[psycopg.Connection]:
-        """The connection for one read, as `_connection`, except that the open transaction's waiting
-        writes go in the same pipeline as the read: one round trip instead of two. A transaction that
-        checks each op before applying it (consolidation's, `OpApplier`) reads after every op's writes."""
+    def _fetched(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any], binary: bool, row_factory: Any = None
+    ) -> list[Any]:
+        """The rows of one read. In a transaction with writes waiting, the writes and the read go in one
+        pipeline and the rows are fetched after its end: the end's Sync is the one round trip. A fetch
+        inside the pipeline would send a Flush and wait for the answer, and then the Sync would wait
+        again: two round trips a read, for every op of a transaction that checks each op against what
+        the ones before it wrote (consolidation's, `OpApplier`). Only the transaction's own connection is
+        fetched from after its block: a borrowed one goes back to the pool at the block's end."""
         transaction = self._current()
         if transaction is None or not transaction.deferred:
-            with self._connection() as connection:
-                yield connection
-            return
+            with self._connection() as connection, connection.cursor(row_factory=row_factory) as cursor:
+                return cursor.execute(sql.encode(), params, binary=binary).fetchall()
         with transaction.sending() as connection:
-            yield connection
+            cursor = connection.cursor(row_factory=row_factory)
+            cursor.execute(sql.encode(), params, binary=binary)
+        with cursor:
+            return cursor.fetchall()
 
     def _all(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = (), binary: bool = False
     ) -> list[tuple[Any, ...]]:
         """The statement's rows; `binary` for rows carrying vectors: as text their bytes travel twice
         over (hex) and are decoded again, most of the time of a read of many vectors."""
-        with self._reading() as connection:
-            return connection.execute(sql.encode(), params, binary=binary).fetchall()
+        return self._fetched(sql, params, binary)
 
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self._reading() as connection, connection.cursor(row_factory=dict_row) as cursor:
-            return cursor.execute(sql.encode(), params).fetchall()
+        return self._fetched(sql, params, False, dict_row)
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self._all(sql, params)
@@ -328,8 +341,11 @@ class PostgresQueries:
 
     # --- transactions ---------------------------------------------------------------------------------
     @contextmanager
-    def transaction(self, wait_for_writers: bool = True) -> Iterator[None]:
+    def transaction(self, wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
         """All writes inside commit together or not at all, one writer per space at a time.
+
+        `ops`: the keys the transaction will first ask `logged_ops` about (which of its ops were applied
+        before), read with the lock in BEGIN's round trip rather than in one of their own.
 
         Another writer of the space is waited for; without `wait_for_writers`, not at all:
         `StoreBusyError` at once, nothing begun. In a fenced shard, `FencedOutError` when this process's
@@ -340,7 +356,7 @@ class PostgresQueries:
         try:
             with self._pool.connection() as connection:
                 try:
-                    transaction = _Transaction(connection, *self._begin(connection, wait_for_writers))
+                    transaction = self._begin(connection, wait_for_writers, ops)
                     self._local.transaction = transaction
                     try:
                         yield
@@ -356,30 +372,50 @@ class PostgresQueries:
             raise storage_error(error) from error
 
     def _begin(
-        self, connection: psycopg.Connection, wait_for_writers: bool
-    ) -> tuple[dict[str, int], dict[str, str], int]:
+        self, connection: psycopg.Connection, wait_for_writers: bool, ops: Sequence[OpKey]
+    ) -> _Transaction:
         """BEGIN and the lock of the space's row (and its shard's fence row, shared), reading its counters
-        and meta, in one message of the simple query protocol: one round trip, not two, and the ops of
-        the transaction read meta without asking the server again.
+        and meta, then the op log's entries for `ops`, in one message of the simple query protocol: one
+        round trip, not three, and the ops of the transaction read meta without asking the server again.
 
         Why not a pipeline: psycopg ends a pipeline with a Sync and then a Flush request, and a server that
         reads anything after the Sync leaves `idle_in_transaction_session_timeout` unarmed until the next
         ReadyForQuery, so a worker frozen inside the transaction would hold the fence row for good. A
         simple query ends on ReadyForQuery. It carries no parameters, so the ids go in as integer
-        literals (`int()`: nothing else can reach the text)."""
+        literals (`int()`: nothing else can reach the text) and the op and write ids as literals that
+        psycopg quotes (`psycopg.sql.Literal`)."""
         nowait = "" if wait_for_writers else " NOWAIT"
         fence_column = (
             f"(SELECT number FROM shard_fences f WHERE f.shard = {int(self.shard)} FOR SHARE{nowait})"
             if self.shard is not None
             else "NULL::bigint"
         )
-        cursor = connection.execute(
+        statements = (
             f"BEGIN; SELECT {', '.join(COUNTERS)}, change_seq, (SELECT json_object_agg(key, value) FROM meta m "
             f"WHERE m.space_id = s.space_id), {fence_column} FROM spaces s WHERE space_id = "
-            f"{int(self.space_id)} FOR UPDATE OF s{nowait}".encode()
+            f"{int(self.space_id)} FOR UPDATE OF s{nowait}"
         )
+        if ops:
+            statements += (
+                SQL(
+                    "; SELECT op_id, write_id, detail FROM op_log WHERE space_id = {} "
+                    "AND (op_id = ANY({}::text[]) OR write_id = ANY({}::text[]))"
+                )
+                .format(
+                    int(self.space_id),
+                    [op_id for op_id, _ in ops],
+                    [write_id for _, write_id in ops if write_id is not None],
+                )
+                .as_string(connection)
+            )
+        cursor = connection.execute(statements.encode())
         cursor.nextset()  # past BEGIN's result
-        return self._locked_space(cursor.fetchone())
+        transaction = _Transaction(connection, *self._locked_space(cursor.fetchone()))
+        if ops:
+            cursor.nextset()
+            transaction.op_log_keys = frozenset(ops)
+            transaction.op_log_rows = cursor.fetchall()
+        return transaction
 
     def _commit(self, connection: psycopg.Connection, transaction: _Transaction) -> None:
         """The writes still waiting, the op log and counters (`_write_back`) and COMMIT in one pipeline:

@@ -170,6 +170,13 @@ class PageQueries(StoreQueries):
         )
         return [row[0] for row in rows]
 
+    def pending_pages(self, limit: int) -> list[Page]:
+        rows = self._db.execute(
+            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.vector IS NULL ORDER BY p.page_id LIMIT ?",
+            (limit,),
+        )
+        return [page_from_row(row) for row in rows]
+
     def set_page_vectors(self, page_ids: Sequence[int], vectors: np.ndarray) -> tuple[list[int], np.ndarray]:
         """Give pending pages their vectors, each with the next vector sequence; returns the ids set and
         their vectors (for the in-memory index, which then needs no read back).

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryos.storage.records.base import ActiveSegments
 from memoryos.storage.records.sqlite.store_queries import StoreQueries
 from memoryos.storage.records.store_rows import SEGMENT_COLUMNS, segment_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
@@ -54,11 +55,15 @@ class SegmentQueries(StoreQueries):
         count = "(SELECT COUNT(*) FROM pages p WHERE p.segment_id = s.segment_id)" if count_pages else "0"
         return [segment_from_row(row) for row in self._active_segment_rows(f"{count} AS page_count")]
 
-    def active_segments_with_vectors(self, dim: int) -> tuple[list[Segment], np.ndarray]:
-        """The active segments and their vectors (row i is segment i's), in one read: filing a topic
-        compares it with every one of them, once per page run leaving short-term memory."""
-        rows = self._active_segment_rows("0 AS page_count, s.vector")
-        return [segment_from_row(row) for row in rows], from_blobs([row["vector"] for row in rows], dim)
+    def active_segments_with_vectors(self, dim: int) -> ActiveSegments:
+        """The active segments, their vectors and topic counts, in one read: filing a topic compares it
+        with every one of them, once per page run leaving short-term memory."""
+        rows = self._active_segment_rows("0 AS page_count, s.vector, s.topic_count")
+        return ActiveSegments(
+            [segment_from_row(row) for row in rows],
+            from_blobs([row["vector"] for row in rows], dim),
+            [int(row["topic_count"]) for row in rows],
+        )
 
     def _active_segment_rows(self, extra_columns: str) -> list[sqlite3.Row]:
         return self._db.execute(
@@ -68,9 +73,6 @@ class SegmentQueries(StoreQueries):
 
     def all_segment_ids(self) -> list[int]:
         return [row[0] for row in self._db.execute("SELECT segment_id FROM segments")]
-
-    def segment_topic_count(self, segment_id: int) -> int:
-        return int(self._one("SELECT topic_count FROM segments WHERE segment_id = ?", (segment_id,)))
 
     def insert_segment(
         self, summary: str, keywords: list[str], vector: np.ndarray, at: float, interactions: int

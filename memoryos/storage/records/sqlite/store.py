@@ -104,6 +104,9 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     """A file is its own identity: a forget removes it with the snapshots beside it, so index snapshots
     need no other mark of which space they belong to."""
 
+    created = False
+    """Never said: an open's reads of an empty file cost no round trip (`RecordStore.created`)."""
+
     def __init__(
         self,
         path: Path,
@@ -187,6 +190,9 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
     def get_meta(self, key: str) -> str | None:
         value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if value is None else str(value)
+
+    def all_meta(self) -> dict[str, str]:
+        return {str(key): str(value) for key, value in self._db.execute("SELECT key, value FROM meta")}
 
     def set_meta(self, key: str, value: str) -> None:
         self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))

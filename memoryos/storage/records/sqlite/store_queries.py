@@ -42,8 +42,13 @@ class StoreQueries:
         self._db.close()
 
     @contextmanager
-    def transaction(self, wait_for_writers: bool = True) -> Iterator[None]:
+    def transaction(
+        self, wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()
+    ) -> Iterator[None]:
         """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time).
+
+        `ops` (the op log keys a database store reads with its BEGIN) asks nothing here: a read of the op
+        log costs no round trip in process.
 
         Another connection's write transaction is waited for up to the store's busy timeout; without
         `wait_for_writers`, not at all: `StoreBusyError` at once, nothing begun (a caller that must not
