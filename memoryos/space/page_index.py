@@ -58,8 +58,9 @@ class SpacePageIndex:
     ) -> None:
         """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
         holds), then every stored vector the snapshot does not cover. `empty`: the space was created by
-        this open (`RecordStore.created`): a new index, and nothing to read from the store or disk. A FAISS index sets the process's
-        faiss thread count from `config` as it opens (`FaissIndex`'s `omp_threads`, from `index_factory.py`)."""
+        this open (`RecordStore.created`), so a new index, with nothing to read from the store or disk. A
+        FAISS index sets the process's faiss thread count from `config` as it opens (`FaissIndex`'s
+        `omp_threads`, from `index_factory.py`)."""
         self._store = store
         self._config = config
         self._clock = clock
