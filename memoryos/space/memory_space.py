@@ -31,7 +31,7 @@ from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.base import FrequencyAsk, ReadOpening, RecordStore
+from memoryos.storage.records.base import FrequencyAsk, OpKey, ReadOpening, RecordStore
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.vector_index import VectorIndex
@@ -58,7 +58,7 @@ def removes_text_of(op: AnyOp) -> bool:
     return isinstance(op, DeletePages | UpdatePage | DeleteFacts | ExpireDue)
 
 
-def _same_delivery(key: tuple[str, str | None], earlier: tuple[str, str | None]) -> bool:
+def _same_delivery(key: OpKey, earlier: OpKey) -> bool:
     """Whether two (op id, write id) pairs may name the same op or write."""
     return key[0] == earlier[0] or (key[1] is not None and key[1] == earlier[1])
 
@@ -131,8 +131,7 @@ class MemorySpace:
             # (`RecordStore.created`): on a database, 3 round trips instead of 14 for a new user.
             meta = self.store.all_meta()
             self.dim = self._check_fingerprint(meta, embedding_model, model_dim)
-            empty = self.store.created
-            self._sample = ScoreSample(self.store, self.dim, empty)
+            self._sample = ScoreSample(self.store, self.dim)
             self._pages = SpacePageIndex(
                 self.store,
                 config,
@@ -141,7 +140,6 @@ class MemorySpace:
                 clock,
                 self._fingerprint(meta.get("vector_generation")),
                 self._sample.offer,
-                empty,
             )
         except BaseException:
             self.store.close()
@@ -151,7 +149,7 @@ class MemorySpace:
         # A space this open created is caught up at its first read or write (that of the writes another
         # process may have made to it since its creation, which the empty index did not read back): its
         # data version now would already count them.
-        self._seen_data_version: int | None = None if empty else self.store.data_version()
+        self._seen_data_version: int | None = None if self.store.created else self.store.data_version()
         self.closed = False
 
     @property

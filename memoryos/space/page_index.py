@@ -54,13 +54,11 @@ class SpacePageIndex:
         clock: Callable[[], float],
         fingerprint: str,
         on_caught_up: Callable[[np.ndarray], None] = lambda vectors: None,
-        empty: bool = False,
     ) -> None:
         """Open the index: its snapshot when usable (and of the store's `fingerprint`: the embeddings it
-        holds), then every stored vector the snapshot does not cover. `empty`: the space was created by
-        this open (`RecordStore.created`), so a new index, with nothing to read from the store or disk. A
-        FAISS index sets the process's faiss thread count from `config` as it opens (`FaissIndex`'s
-        `omp_threads`, from `index_factory.py`)."""
+        holds), then every stored vector the snapshot does not cover. A FAISS index sets the process's
+        faiss thread count from `config` as it opens (`FaissIndex`'s `omp_threads`, from
+        `index_factory.py`)."""
         self._store = store
         self._config = config
         self._clock = clock
@@ -70,9 +68,7 @@ class SpacePageIndex:
         self._path = page_snapshot_path(config, directory)
         self.covered_seq = 0
         self.withdrawn_seq = 0
-        self.index, stale = (
-            (new_page_index(config, directory, dim), True) if empty else self._open(directory, dim)
-        )
+        self.index, stale = self._open(directory, dim)
         self._snapshots = SnapshotWriter(self._path)
         # A snapshot that was missing, unusable or behind the store is rewritten on the next snapshot or
         # close, so the next open does not rebuild (or replay) again.
@@ -83,8 +79,11 @@ class SpacePageIndex:
         """The index and whether the snapshot on disk is stale (missing, unusable or replayed onto).
 
         A rebuild is logged at WARNING with the number of vectors it replayed (a new space, with no
-        snapshot and no vectors yet, is not a rebuild); a snapshot behind the store, at INFO.
+        snapshot and no vectors yet, is not a rebuild); a snapshot behind the store, at INFO. A space
+        this open created (`RecordStore.created`) gets a new index: nothing to read from disk or store.
         """
+        if self._store.created:
+            return new_page_index(self._config, directory, dim), True
         opened = open_page_index(self._config, directory, dim, self._fingerprint)
         if opened.fresh_because is None and opened.covered_seq > self._store.max_vector_seq():
             # It claims vectors the store never gave out: a store restored from an older backup, or a

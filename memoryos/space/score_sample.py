@@ -29,13 +29,13 @@ class ScoreSample:
     buffer resident however few pages it had.
     """
 
-    def __init__(self, store: RecordStore, dim: int, empty: bool = False) -> None:
-        """The sample of `store`'s page vectors; `empty`: the space has no page yet (nothing is read)."""
+    def __init__(self, store: RecordStore, dim: int) -> None:
+        """The sample of `store`'s page vectors; none read from a store this open created (`created`)."""
         self._rng = np.random.default_rng(0)
-        self._seen = 0 if empty else sum(store.count_pages().values())
+        self._seen = 0 if store.created else sum(store.count_pages().values())
         initial = (
             np.zeros((0, dim), dtype=np.float32)
-            if empty
+            if store.created
             else store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)
         )
         self._buffer = np.zeros((_capacity_for(len(initial)), dim), dtype=np.float32)

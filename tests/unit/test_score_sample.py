@@ -10,7 +10,9 @@ DIM = 384
 
 
 class StoredVectors:
-    """The two store queries the sample reads when a space opens."""
+    """What the sample reads of a store when a space opens: whether the open created it, and two queries."""
+
+    created = False
 
     def __init__(self, vectors: np.ndarray) -> None:
         self._vectors = vectors

@@ -23,6 +23,7 @@ from memoryos.space.ops import (
     RecordVisits,
     UpdateProfile,
 )
+from memoryos.storage.records.base import OpKey
 from memoryos.storage.records.factory import open_record_store
 from memoryos.storage.vectors.faiss_index import FaissIndex
 from memoryos.storage.vectors.index_factory import FAISS_SNAPSHOT_FILE as PAGE_INDEX_FILE
@@ -202,9 +203,7 @@ def test_a_write_keeps_the_version_of_its_own_commit_so_a_commit_right_after_it_
     own_transaction = space.store.transaction
 
     @contextmanager
-    def then_another_commits(
-        wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()
-    ) -> Iterator[None]:
+    def then_another_commits(wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
         with own_transaction(wait_for_writers, ops):
             yield
         with other.transaction():

@@ -13,6 +13,7 @@ from memoryos.errors import InvalidInputError
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddTurns, AnyOp, ForgetSpace, SetSpaceTTL
 from memoryos.space.pool import SpaceKey
+from memoryos.storage.records.base import OpKey
 from services.queue.settings import QueueSettings
 from services.worker.runs import Delivered, space_runs
 from tests.support.fakes import FakeClock, axis
@@ -35,7 +36,7 @@ def count_transactions(space: MemorySpace, monkeypatch: pytest.MonkeyPatch) -> l
     transaction = space.store.transaction
 
     @contextlib.contextmanager
-    def counted(wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()) -> Iterator[None]:
+    def counted(wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
         opened.append(1)
         with transaction(wait_for_writers, ops):
             yield

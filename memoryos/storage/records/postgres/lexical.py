@@ -100,7 +100,8 @@ def _instances(sides: Sequence[tuple[str, str]]) -> list[Any]:
         (found,) = db.execute("SELECT json_group_array(json_array(doc, col, offset, term)) FROM v").fetchone()
     finally:
         db.execute("ROLLBACK")
-    return list(json.loads(found))
+    tokens: list[Any] = json.loads(found)
+    return tokens
 
 
 def page_terms(sides: Sequence[tuple[str, str]]) -> list[PageTerms]:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
+from psycopg.sql import Placeholder
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import SpaceNotFoundError, StorageError
@@ -25,6 +26,7 @@ from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
     Fence,
     FrequencyAsk,
+    OpKey,
     ReadMarks,
     ReadOpening,
     RebuildMarks,
@@ -46,7 +48,7 @@ from memoryos.storage.records.postgres.page_queries import (
     in_order,
 )
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import bigints
+from memoryos.storage.records.postgres.store_queries import OP_LOG_ROWS, bigints, op_log_values
 from memoryos.storage.records.store_rows import page_from_row
 from memoryos.types import KnowledgeKind
 
@@ -311,7 +313,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         `write_id`; `WriteIdConflictError` when the write id was stored with other content."""
         return self.logged_ops([(op_id, write_id)])[0]
 
-    def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]:
+    def logged_ops(self, keys: Sequence[OpKey]) -> list[dict[str, Any] | None]:
         """`logged_op` of each (op id, write id), in one statement for all of them: the rows this
         transaction logged are looked at first (they go in at its commit). Keys given to `transaction`
         were read with its BEGIN: no statement (no other writer of the space could log since)."""
@@ -323,11 +325,8 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
                 for op_id, write_id in keys
             ]
         with self._connection(flush=False) as connection:  # the op log's own rows wait in `logged`
-            logged += connection.execute(
-                "SELECT op_id, write_id, detail FROM op_log WHERE space_id = %s "
-                "AND (op_id = ANY(%s) OR write_id = ANY(%s))",
-                (self.space_id, [op_id for op_id, _ in keys], [w for _, w in keys if w is not None]),
-            ).fetchall()
+            query = OP_LOG_ROWS.format(Placeholder(), Placeholder(), Placeholder())
+            logged += connection.execute(query, op_log_values(self.space_id, keys)).fetchall()
         return [logged_detail(op_id, write_id, logged) for op_id, write_id in keys]
 
     def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks:

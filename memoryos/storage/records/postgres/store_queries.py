@@ -26,7 +26,7 @@ from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
-from memoryos.storage.records.base import Fence
+from memoryos.storage.records.base import Fence, OpKey
 from memoryos.storage.records.vector_blobs import from_blobs
 
 COUNTERS = (
@@ -40,8 +40,21 @@ COUNTERS = (
 )
 """The per-space counters of `spaces`, read under the row lock and written back at commit."""
 
-OpKey = tuple[str, str | None]
-"""An op's id and, for a write, its write id: what the op log is looked up by (`logged_ops`)."""
+OP_LOG_ROWS = SQL(
+    "SELECT op_id, write_id, detail FROM op_log WHERE space_id = {} "
+    "AND (op_id = ANY({}::text[]) OR write_id = ANY({}::text[]))"
+)
+"""The op log's entries of some ops, by op id or write id (`logged_ops`): with parameters, or with the
+values as literals in BEGIN's simple query, which carries no parameters."""
+
+
+def op_log_values(space_id: int, keys: Sequence[OpKey]) -> tuple[int, list[str], list[str]]:
+    """`OP_LOG_ROWS`' values for the ops of `keys`."""
+    return (
+        int(space_id),
+        [op_id for op_id, _ in keys],
+        [write_id for _, write_id in keys if write_id is not None],
+    )
 
 
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.IdleInTransactionSessionTimeout)
@@ -396,18 +409,7 @@ class PostgresQueries:
             f"{int(self.space_id)} FOR UPDATE OF s{nowait}"
         )
         if ops:
-            statements += (
-                SQL(
-                    "; SELECT op_id, write_id, detail FROM op_log WHERE space_id = {} "
-                    "AND (op_id = ANY({}::text[]) OR write_id = ANY({}::text[]))"
-                )
-                .format(
-                    int(self.space_id),
-                    [op_id for op_id, _ in ops],
-                    [write_id for _, write_id in ops if write_id is not None],
-                )
-                .as_string(connection)
-            )
+            statements += "; " + OP_LOG_ROWS.format(*op_log_values(self.space_id, ops)).as_string(connection)
         cursor = connection.execute(statements.encode())
         cursor.nextset()  # past BEGIN's result
         transaction = _Transaction(connection, *self._locked_space(cursor.fetchone()))

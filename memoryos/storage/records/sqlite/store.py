@@ -22,6 +22,7 @@ from memoryos.errors import StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
     FrequencyAsk,
+    OpKey,
     RankingRows,
     ReadMarks,
     ReadOpening,
@@ -304,6 +305,6 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         ).fetchall()
         return logged_detail(op_id, write_id, rows)
 
-    def logged_ops(self, keys: Sequence[tuple[str, str | None]]) -> list[dict[str, Any] | None]:
+    def logged_ops(self, keys: Sequence[OpKey]) -> list[dict[str, Any] | None]:
         """`logged_op` of each (op id, write id), in order (a local file answers each at once)."""
         return [self.logged_op(op_id, write_id) for op_id, write_id in keys]

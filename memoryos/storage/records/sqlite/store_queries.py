@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from memoryos.errors import StorageError, StoreBusyError
+from memoryos.storage.records.base import OpKey
 from memoryos.storage.records.vector_blobs import from_blobs
 
 _DISK_FAILURES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR})
@@ -42,9 +43,7 @@ class StoreQueries:
         self._db.close()
 
     @contextmanager
-    def transaction(
-        self, wait_for_writers: bool = True, ops: Sequence[tuple[str, str | None]] = ()
-    ) -> Iterator[None]:
+    def transaction(self, wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
         """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time).
 
         `ops` (the op log keys a database store reads with its BEGIN) asks nothing here: a read of the op
