@@ -146,7 +146,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         if apply.get("median_statements_per_turn") is not None:
             lines.append(
                 f"apply on postgres: {apply['median_statements_per_turn']} statements and "
-                f"{apply['median_exec_ms_per_turn']} ms of the server executing them per turn (median)"
+                f"{apply['median_exec_ms_per_turn']} ms of the server executing them and "
+                f"{apply['median_plan_ms_per_turn']} ms planning them per turn (median)"
             )
     if retrieve := report.get("retrieve"):
         s, p = retrieve["sqlite"], retrieve["postgres"]
@@ -227,7 +228,11 @@ def postgres_cpu_seconds(server: Any) -> float:
     return reaped + cpu_seconds([pid, *descendants(pid)])
 
 
-STATEMENT_STATS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "none"}
+STATEMENT_STATS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "none",
+    "pg_stat_statements.track_planning": "on",
+}
 """The server settings that load `pg_stat_statements` without tracking anything until a database asks."""
 
 
@@ -256,7 +261,7 @@ def statement_figures(url: str, turns: int, top: int = 5) -> dict[str, Any]:
     # Not tracked from the connection's start: a SET inside it would itself be counted.
     with psycopg.connect(url, autocommit=True, options="-c pg_stat_statements.track=none") as connection:
         rows = connection.execute(
-            "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+            "SELECT calls, total_exec_time, total_plan_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "ORDER BY total_exec_time DESC"
         ).fetchall()
@@ -264,6 +269,7 @@ def statement_figures(url: str, turns: int, top: int = 5) -> dict[str, Any]:
     return {
         "statements_per_turn": round(sum(row[0] for row in rows) / per_turn, 2),
         "exec_ms_per_turn": round(sum(row[1] for row in rows) / per_turn, 3),
+        "plan_ms_per_turn": round(sum(row[2] for row in rows) / per_turn, 3),
         "costliest": [
             {
                 "statement": text[:120],
@@ -271,7 +277,7 @@ def statement_figures(url: str, turns: int, top: int = 5) -> dict[str, Any]:
                 "exec_ms_per_turn": round(spent / per_turn, 3),
                 "rows_per_call": round(returned / max(calls, 1), 1),
             }
-            for calls, spent, returned, text in rows[:top]
+            for calls, spent, _planning, returned, text in rows[:top]
         ],
     }
 
@@ -349,6 +355,7 @@ def apply_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
         ),
         "median_statements_per_turn": _statement_median(rows, "statements_per_turn"),
         "median_exec_ms_per_turn": _statement_median(rows, "exec_ms_per_turn"),
+        "median_plan_ms_per_turn": _statement_median(rows, "plan_ms_per_turn"),
         "target": f"postgres >= {APPLY_TARGET} x sqlite turns/s",
         "verdict": verdict(share, APPLY_TARGET, higher_is_better=True),
     }

@@ -42,7 +42,7 @@ def database_pool(url: str, max_size: int, idle_in_transaction_timeout_s: float)
                 max_size=max_size,
                 kwargs={
                     "autocommit": True,
-                    "options": f"-c idle_in_transaction_session_timeout={timeout_ms}",
+                    "options": f"-c idle_in_transaction_session_timeout={timeout_ms} -c plan_cache_mode=force_generic_plan",
                     "connect_timeout": max(1, int(idle_in_transaction_timeout_s)),
                 },
                 # A call waits this long for a connection, then fails (the database is away): below the

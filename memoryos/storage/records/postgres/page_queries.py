@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import FrequencyAsk, RankingRows
+from memoryos.storage.records.base import FrequencyAsk, RankingRows, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
 from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
@@ -57,18 +57,24 @@ candidates AS MATERIALIZED (
 )
 SELECT 0, page_id, score, NULL::bigint, NULL::bigint FROM lexical
 UNION ALL
-SELECT 1, q.id, NULL::float8, COALESCE(b.id, {_BEFORE}), COALESCE(a.id, {_AFTER})
-FROM candidates q LEFT JOIN candidates b ON b.id = q.id - 1 LEFT JOIN candidates a ON a.id = q.id + 1
+SELECT 1, n.id, NULL::float8, n.before, n.after FROM (
+    SELECT q.id, COALESCE(b.id, {_BEFORE}) AS before, COALESCE(a.id, {_AFTER}) AS after
+    FROM candidates q LEFT JOIN candidates b ON b.id = q.id - 1 LEFT JOIN candidates a ON a.id = q.id + 1
+) AS n
+WHERE n.before IS DISTINCT FROM n.id - 1 OR n.after IS DISTINCT FROM n.id + 1
 """
 """`ranking_rows` in one statement, each row tagged with its part: 0 a lexical hit (page, score), 1 a
-candidate's neighbours (page, before, after). The candidates are `ranking_candidates`' set: the dense hits
-and the `pool` best lexical hits, in the lexical search's order (score, then id), so the set is the one the
-engine makes of the hits. A candidate whose id±1 is a candidate too has it for a neighbour with no probe
-(candidates are pages: lexical hits of this statement, dense hits of the index, which holds the space's
-pages as of the read's catch-up); the others' neighbours are read by primary-key probes (scalar
-subqueries, evaluated only when needed), never by a join whose plan depends on statistics a database just
-filled does not have. Many candidates sit side by side in a conversation: about 20% of the statement's
-time at 400 pages."""
+candidate whose neighbours are not id-1 and id+1 (page, before, after). The candidates are
+`ranking_candidates`' set: the dense hits and the `pool` best lexical hits, in the lexical search's order
+(score, then id), so the set is the one the engine makes of the hits, and the caller gives every
+candidate without a row id±1 for neighbours. Pages are consecutive unless some were deleted, so that is
+most candidates: sending all of them, each a row to make, send and decode, cost a tenth of the
+statement. A candidate whose id±1 is a candidate too has it for a neighbour with no probe (candidates
+are pages: lexical hits of this statement, dense hits of the index, which holds the space's pages as of
+the read's catch-up); the others' neighbours are read by primary-key probes (scalar subqueries,
+evaluated only when needed), never by a join whose plan depends on statistics a database just filled
+does not have. Many candidates sit side by side in a conversation: about 20% of the statement's time at
+400 pages."""
 
 
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
@@ -182,15 +188,18 @@ class PostgresPageQueries(PostgresQueries):
         neighbours of the candidates it makes, which waited for it."""
         params = lexical.search_params(self.space_id, terms, limit, column_weights)
         hits: list[tuple[int, float]] = []
-        neighbours: dict[int, tuple[int | None, int | None]] = {}
+        apart: dict[int, tuple[int | None, int | None]] = {}
         for part, page_id, score, before, after in self._all(
             RANKING_ROWS, {**params, "dense": bigints(dense_ids), "pool": pool}
         ):
             if part == 0:
                 hits.append((int(page_id), float(score)))
             else:
-                neighbours[int(page_id)] = (before, after)
+                apart[int(page_id)] = (before, after)
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
+        neighbours = {
+            pid: apart.get(pid, (pid - 1, pid + 1)) for pid in ranking_candidates(dense_ids, hits, pool)
+        }
         return RankingRows(hits, neighbours)
 
     def embedded_page_vectors(self, page_ids: Sequence[int], dim: int) -> tuple[list[int], np.ndarray]:
