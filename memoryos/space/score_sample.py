@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from memoryos.storage.records.base import RecordStore
+from memoryos.storage.records.base import PageSample, RecordStore
 
 SCORE_SAMPLE_SIZE = 1024
 """Vectors kept: enough for a stable mean and spread of query scores, 1.5 MB at 384-d."""
@@ -32,12 +32,13 @@ class ScoreSample:
     def __init__(self, store: RecordStore, dim: int) -> None:
         """The sample of `store`'s page vectors; none read from a store this open created (`created`)."""
         self._rng = np.random.default_rng(0)
-        self._seen = 0 if store.created else sum(store.count_pages().values())
-        initial = (
-            np.zeros((0, dim), dtype=np.float32)
+        stored = (
+            PageSample(0, np.zeros((0, dim), dtype=np.float32))
             if store.created
-            else store.sample_page_vectors(SCORE_SAMPLE_SIZE, dim)
+            else store.page_sample(SCORE_SAMPLE_SIZE, dim)
         )
+        self._seen = stored.pages
+        initial = stored.vectors
         self._buffer = np.zeros((_capacity_for(len(initial)), dim), dtype=np.float32)
         self._buffer[: len(initial)] = initial
         self._filled = len(initial)

@@ -176,8 +176,9 @@ def _retrievals(memory: Memoryos) -> list[Any]:
     conversation = json.loads(CONVERSATION.read_text())
     store = memory.space.store
     found: list[Any] = [
-        store.sample_page_vectors(5, memory.space.dim).tolist(),
-        store.sample_page_vectors(1024, memory.space.dim).tolist(),
+        store.page_sample(5, memory.space.dim).pages,
+        store.page_sample(5, memory.space.dim).vectors.tolist(),
+        store.page_sample(1024, memory.space.dim).vectors.tolist(),
     ]
     for qa in conversation["qa"]:
         context = memory.retrieve(qa["question"]).model_dump()

@@ -101,6 +101,7 @@ def test_the_summary_names_each_figure_its_target_and_verdict() -> None:
             "verdict": "met",
             "median_statements_per_turn": 9.5,
             "median_exec_ms_per_turn": 0.91,
+            "median_plan_ms_per_turn": 0.08,
         },
         "retrieve": {
             "pages": 400,
@@ -137,7 +138,8 @@ def test_the_summary_names_each_figure_its_target_and_verdict() -> None:
     )
     assert "postgres/sqlite 0.7 (target >= 0.6: met)" in lines[1]
     assert lines[2] == (
-        "apply on postgres: 9.5 statements and 0.91 ms of the server executing them per turn (median)"
+        "apply on postgres: 9.5 statements and 0.91 ms of the server executing them and 0.08 ms planning "
+        "them per turn (median)"
     )
     assert "p50 postgres/sqlite 2.0 (target <= 1.3: missed)" in lines[3]
     assert lines[4].startswith("retrieve round trips on postgres: 21.5 per retrieve (min 19, max 27)")

@@ -5,23 +5,21 @@ import tracemalloc
 import numpy as np
 
 from memoryos.space.score_sample import SCORE_SAMPLE_SIZE, ScoreSample
+from memoryos.storage.records.base import PageSample
 
 DIM = 384
 
 
 class StoredVectors:
-    """What the sample reads of a store when a space opens: whether the open created it, and two queries."""
+    """What the sample reads of a store when a space opens: whether the open created it, and its sample."""
 
     created = False
 
     def __init__(self, vectors: np.ndarray) -> None:
         self._vectors = vectors
 
-    def count_pages(self) -> dict[str, int]:
-        return {"stm": len(self._vectors)}
-
-    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
-        return self._vectors[:size]
+    def page_sample(self, size: int, dim: int) -> PageSample:
+        return PageSample(len(self._vectors), self._vectors[:size])
 
 
 def rows(count: int, seed: int = 0) -> np.ndarray:

@@ -223,6 +223,23 @@ def test_a_write_keeps_the_version_of_its_own_commit_so_a_commit_right_after_it_
         other.close()
 
 
+def test_the_page_sample_counts_every_page_and_spreads_over_the_embedded_ones(space: MemorySpace) -> None:
+    """`page_sample` (one statement on PostgreSQL, the count the space's counter): every page counts, of
+    any tier and with a vector or not, and the vectors are every nth embedded page by id, n the embedded
+    pages over the size asked; a deleted page is neither."""
+    embedded = add_pages(space, *(axis(DIM, i) for i in range(6)))
+    space.apply(AddTurns(turns=[turn(7), turn(8)]))
+    space.apply(DeletePages(page_ids=[embedded[1]]))
+    file_topic(space, embedded[4:], axis(DIM, 7), ["k"], "moved to mid-term", 1.0)
+    assert len(space.store.count_pages()) == 2  # two tiers
+    two = space.store.page_sample(2, DIM)  # embedded: 0, 2, 3, 4, 5; every 2nd from the first
+    assert two.pages == 7 == sum(space.store.count_pages().values())
+    assert np.array_equal(two.vectors, np.stack([axis(DIM, 0), axis(DIM, 3)]))
+    every = space.store.page_sample(10, DIM)
+    assert every.pages == 7
+    assert np.array_equal(every.vectors, np.stack([axis(DIM, i) for i in (0, 2, 3, 4, 5)]))
+
+
 def test_ranking_rows_are_the_lexical_hits_and_the_candidates_neighbours(space: MemorySpace) -> None:
     """`ranking_rows` (one statement on PostgreSQL) answers what its two reads answer one after the other:
     with a gap in the ids (a deleted page), pages still waiting for a vector, dense hits that the lexical

@@ -113,6 +113,17 @@ class RebuildMarks(NamedTuple):
     """Whether the meta key that marks the profile for a rebuild is set."""
 
 
+class PageSample(NamedTuple):
+    """What a space's score sample starts from when it opens (`RecordStore.page_sample`), read together:
+    one statement on a database instead of three."""
+
+    pages: int
+    """Every page of the space, of any tier, with a vector or not: the sample's count of pages seen."""
+    vectors: np.ndarray
+    """Up to the asked size of page vectors spread evenly over the embedded pages by id (every one when
+    there are no more): the nth of every `embedded // size`."""
+
+
 class RetrievedRows(NamedTuple):
     """The rows a retrieval returns, read together (`RecordStore.retrieved_rows`): one round trip to a
     database instead of three."""
@@ -308,7 +319,7 @@ class RecordStore(Protocol):
     def retrieved_rows(
         self, page_ids: Sequence[int], short_term: int, entry_ids: Sequence[int]
     ) -> RetrievedRows: ...
-    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray: ...
+    def page_sample(self, size: int, dim: int) -> PageSample: ...
     def segment_page_ids(self, segment_id: int, only_unanalyzed: bool = False) -> list[int]: ...
     def set_knowledge_vector(self, entry_id: int, vector: np.ndarray) -> None: ...
     def set_meta(self, key: str, value: str) -> None: ...

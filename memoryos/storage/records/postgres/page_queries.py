@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import FrequencyAsk, RankingRows, ranking_candidates
+from memoryos.storage.records.base import FrequencyAsk, PageSample, RankingRows, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
 from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
@@ -75,6 +75,36 @@ the read's catch-up); the others' neighbours are read by primary-key probes (sca
 evaluated only when needed), never by a join whose plan depends on statistics a database just filled
 does not have. Many candidates sit side by side in a conversation: about 20% of the statement's time at
 400 pages."""
+
+
+_PAGE_SAMPLE = """
+WITH counts AS MATERIALIZED (
+    SELECT s.page_count,
+           s.page_count - (SELECT count(*) FROM pages p WHERE p.space_id = s.space_id AND p.vector IS NULL)
+               AS embedded
+    FROM spaces s WHERE s.space_id = %(space)s
+)
+SELECT 0, counts.page_count, NULL::bytea FROM counts
+UNION ALL
+(
+    SELECT 1, numbered.page_id,
+           (SELECT p.vector FROM pages p WHERE p.space_id = %(space)s AND p.page_id = numbered.page_id)
+    FROM (
+        SELECT page_id, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages
+        WHERE space_id = %(space)s AND vector IS NOT NULL
+    ) AS numbered CROSS JOIN counts
+    WHERE (numbered.n - 1) %% GREATEST(1, counts.embedded / %(size)s) = 0
+    ORDER BY numbered.page_id LIMIT %(size)s
+)
+"""
+"""`page_sample` in one statement, each row tagged with its part: 0 the space's page count, 1 a sampled
+page (id, vector). The rows are numbered by id alone and only the chosen ones' vectors read (a probe
+each): numbered with their vectors, every vector of the space went through the window (20 MB at 10,000
+× 1024-d). The vectors are kept in their rows (`schema.py`), so each pass over a space's rows reads them
+all from disk: the numbering is the one pass. The page count is the space's counter and the embedded
+pages are the others than those waiting for a vector (`pages_pending`, a partial index): counted by
+tier, then counted with a vector, the pages of a space reopened on a database just restarted were read
+twice more, 50 ms of a cold open at 10,000 pages."""
 
 
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
@@ -231,24 +261,15 @@ class PostgresPageQueries(PostgresQueries):
         after a page is deleted)."""
         return self._counter("max_vector_seq")
 
-    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
-        total = int(
-            self._one(
-                "SELECT COUNT(*) FROM pages WHERE space_id = %s AND vector IS NOT NULL", (self.space_id,)
-            )
+    def page_sample(self, size: int, dim: int) -> PageSample:
+        """As `SqliteStore.page_sample`, in one statement (`_PAGE_SAMPLE`); the page count is the space's
+        counter, kept for BM25, not a count of its rows."""
+        rows = self._all(_PAGE_SAMPLE, {"space": self.space_id, "size": size}, binary=True)
+        sampled = sorted((row[1], bytes(row[2])) for row in rows if row[0] == 1)
+        return PageSample(
+            next((int(row[1]) for row in rows if row[0] == 0), 0),
+            from_blobs([vector for _, vector in sampled], dim),
         )
-        step = max(1, total // size)
-        # The rows are numbered by id alone and only the chosen ones' vectors read (a probe each): numbered
-        # with their vectors, every vector of the space went through the window (20 MB at 10,000 × 1024-d).
-        rows = self._all(
-            "SELECT (SELECT p.vector FROM pages p WHERE p.space_id = %(space)s AND p.page_id = numbered.page_id) "
-            "FROM (SELECT page_id, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
-            "WHERE space_id = %(space)s AND vector IS NOT NULL) numbered WHERE (n - 1) %% %(step)s = 0 "
-            "ORDER BY page_id LIMIT %(size)s",
-            {"space": self.space_id, "step": step, "size": size},
-            binary=True,
-        )
-        return from_blobs([bytes(row[0]) for row in rows], dim)
 
     def all_page_texts(self) -> list[tuple[int, str, str]]:
         rows = self._all(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryos.storage.records.base import FrequencyAsk, Side
+from memoryos.storage.records.base import FrequencyAsk, PageSample, Side
 from memoryos.storage.records.sqlite.store_queries import StoreQueries, id_chunks
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, PAGE_FROM, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
@@ -138,17 +138,17 @@ class PageQueries(StoreQueries):
         # The WHERE lets SQLite read the maximum off the partial index instead of scanning every page.
         return int(self._one("SELECT COALESCE(MAX(vector_seq), 0) FROM pages WHERE vector_seq IS NOT NULL"))
 
-    def sample_page_vectors(self, size: int, dim: int) -> np.ndarray:
-        """Up to `size` page vectors spread evenly over the space (all of them when it is small)."""
-        total = int(self._one("SELECT COUNT(*) FROM pages WHERE vector IS NOT NULL"))
-        step = max(1, total // size)
+    def page_sample(self, size: int, dim: int) -> PageSample:
+        """The space's page count and up to `size` page vectors spread evenly over it (`PageSample`)."""
+        pages, embedded = self._db.execute("SELECT COUNT(*), COUNT(vector) FROM pages").fetchone()
+        step = max(1, int(embedded) // size)
         rows = self._db.execute(
             "SELECT vector FROM (SELECT vector, ROW_NUMBER() OVER (ORDER BY page_id) AS n FROM pages "
             "WHERE vector IS NOT NULL) "
             "WHERE (n - 1) % ? = 0 LIMIT ?",
             (step, size),
         ).fetchall()
-        return from_blobs([row[0] for row in rows], dim)
+        return PageSample(int(pages), from_blobs([row[0] for row in rows], dim))
 
     def all_page_texts(self) -> list[tuple[int, str, str]]:
         return [
