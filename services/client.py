@@ -26,7 +26,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from memoryos.types import (
     DeleteResult,
     FactHistory,

@@ -1,4 +1,4 @@
-"""`memoryos export` and `memoryos import`: a user's memory as a bundle file, and back (`memoryos/portability/bundle.py`).
+"""`memoryos export` and `memoryos import`: a user's memory as a bundle file, and back (`memoryos/portability/bundles/`).
 
 `import` also reads the reference MemoryOS's JSON files (`--from-reference DIR`, `memoryos/portability/reference_import.py`).
 Both follow the other commands' conventions (`main.py`): flags checked before anything is read or written,
@@ -18,14 +18,14 @@ from memoryos.cli.output import print_json
 from memoryos.cli.session import config_of
 
 if TYPE_CHECKING:  # the engine's modules load inside the commands: `memoryos --help` stays fast
-    from memoryos.portability.bundle_format import BundleManifest
+    from memoryos.portability.bundles.format import BundleManifest
 
 DEFAULT_ASSISTANT = "default_assistant_profile"
 
 
 def cmd_export(args: argparse.Namespace) -> None:
     from memoryos.errors import InvalidInputError
-    from memoryos.portability.bundle import export_space
+    from memoryos.portability.bundles import export_space
 
     out = Path(args.out)
     if out.is_dir():
@@ -85,7 +85,7 @@ def cmd_import(args: argparse.Namespace) -> None:
             )
         if args.reference_user is not None:
             raise InvalidInputError("--reference-user", "goes with --from-reference only")
-        from memoryos.portability.bundle import import_space
+        from memoryos.portability.bundles import import_space
 
         report = import_space(
             config, args.user, args.assistant, Path(args.bundle), show_progress=show_progress
@@ -96,7 +96,7 @@ def cmd_import(args: argparse.Namespace) -> None:
 def _import_through_jobs(args: argparse.Namespace) -> None:
     from memoryos.cli.service_entry import service_entry
     from memoryos.errors import InvalidInputError
-    from memoryos.portability.bundle_format import InvalidBundleError
+    from memoryos.portability.bundles.format import InvalidBundleError
 
     if args.from_reference is not None:
         raise InvalidInputError(

@@ -1,7 +1,7 @@
 """Memory moving between files, systems and models: bundles, the reference system's import, reindex.
 
-`bundle.py` is the public entry (`memoryos export` / `import`) over `bundle_format.py` (what a bundle
-holds), `bundle_export.py`, `bundle_read.py`, `bundle_target.py` and `bundle_import.py`;
+`bundles/` is the bundle: its `__init__.py` is the public entry (`memoryos export` / `import`) over
+`format.py` (what a bundle holds), `export.py`, `read.py`, `target.py` and `importer.py`;
 `reference_format.py` and `reference_import.py` read the reference MemoryOS's files for one user;
 `reindex.py` re-embeds a space with another embedding model.
 """

@@ -17,7 +17,7 @@ the profile becomes a profile version; knowledge entries become facts (origin "i
 validated as `add_memory` validates it and embedded with the configured model: the reference's stored
 vectors are not used (another model, and unchecked). Pages are numbered in time order, so neighbouring
 turns stay neighbours. Written like a bundle import: into an empty space, held exclusively, in one
-transaction (`memoryos/portability/bundle_target.py`).
+transaction (`memoryos/portability/bundles/target.py`).
 """
 
 import json
@@ -34,7 +34,7 @@ from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
 from memoryos.errors import InvalidInputError
 from memoryos.ids import new_id
-from memoryos.portability.bundle_format import (
+from memoryos.portability.bundles.format import (
     MEMBERS_BY_NAME,
     ChainItem,
     KnowledgeItem,
@@ -43,8 +43,8 @@ from memoryos.portability.bundle_format import (
     SegmentItem,
     vector_to_text,
 )
-from memoryos.portability.bundle_import import IMPORT_BATCH, ImportReport
-from memoryos.portability.bundle_target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
+from memoryos.portability.bundles.importer import IMPORT_BATCH, ImportReport
+from memoryos.portability.bundles.target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
 from memoryos.portability.reference_format import (
     EMPTY_KNOWLEDGE,
     RefKnowledge,

@@ -27,7 +27,7 @@ from memoryos.cli.bundle import exported
 from memoryos.cli.output import print_json
 from memoryos.cli.session import config_of
 from memoryos.errors import InvalidInputError, MemoryOSError
-from memoryos.portability.bundle_read import BundleReader
+from memoryos.portability.bundles.read import BundleReader
 from memoryos.space.pool import SpaceKey
 from memoryos.storage.space_lock import SpaceBusyError
 from services.jobs.bundles import enqueue_export, enqueue_import

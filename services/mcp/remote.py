@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 
 from memoryos import MemoryConfig
 from memoryos.errors import SpaceNotFoundError
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey
 from services.client import ApiError, AsyncMemoryClient

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter
 
 from memoryos import Memoryos
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from memoryos.types import (
     DeleteResult,
     FactHistory,

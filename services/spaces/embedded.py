@@ -33,7 +33,7 @@ from memoryos import MemoryConfig, Memoryos
 from memoryos.embedding.shared import shared_embedder
 from memoryos.errors import SpaceNotFoundError
 from memoryos.facade.memoryos import forget_space
-from memoryos.portability.bundle import ImportReport, export_space, import_space
+from memoryos.portability.bundles import ImportReport, export_space, import_space
 from memoryos.scheduler import shared_scheduler
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space import tombstones

@@ -24,7 +24,7 @@ from memoryos.errors import (
     StorageError,
     WriteIdConflictError,
 )
-from memoryos.portability.bundle import InvalidBundleError, SpaceNotEmptyError
+from memoryos.portability.bundles import InvalidBundleError, SpaceNotEmptyError
 from memoryos.scheduler.batcher import BatcherClosedError
 from memoryos.storage.space_lock import SpaceBusyError
 from services.queue.connection import REDIS_UNAVAILABLE

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memoryos import MemoryConfig
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from memoryos.scheduler.batcher import BatcherStats
 from memoryos.space.ops import AddTurns
 from memoryos.space.pool import SpaceKey

@@ -18,7 +18,7 @@ from anyio import to_thread
 
 from memoryos import MemoryConfig
 from memoryos.errors import InvalidInputError, SpaceNotFoundError
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from memoryos.space.ops import AddTurns, ForgetSpace
 from memoryos.space.pool import SpaceKey
 from services.queue import streams

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from memoryos.errors import SpaceNotFoundError
-from memoryos.portability.bundle import export_space, import_space
+from memoryos.portability.bundles import export_space, import_space
 from memoryos.space.pool import SpaceKey
 from services.queue.bundle_transfer import TRANSFER_TTL_S, discard, download, upload
 from services.queue.keys import Keys

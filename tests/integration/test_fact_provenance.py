@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memoryos import MemoryConfig, Memoryos
 from memoryos.eval.stub_llm_server import MEMORY_TASK_RULES, StubLLMServer
-from memoryos.portability.bundle import export_space, import_space
+from memoryos.portability.bundles import export_space, import_space
 from services.api.settings import ApiSettings
 from tests.support.api_server import RunningApi, running_api
 from tests.support.fakes import FakeClock, HashEmbedder

@@ -17,7 +17,7 @@ from rq.job import Job
 
 from memoryos import MemoryConfig
 from memoryos.cli.main import main
-from memoryos.portability.bundle_read import BundleReader
+from memoryos.portability.bundles.read import BundleReader
 from services.api.settings import ApiSettings
 from services.client import MemoryClient
 from services.jobs.tasks import QUEUE_NAME, RETRY_INTERVALS_S

@@ -1,4 +1,4 @@
-"""Export and import bundles (`memoryos/portability/bundle.py`) with the hashed fake embedder and the offline LLM."""
+"""Export and import bundles (`memoryos/portability/bundles/`) with the hashed fake embedder and the offline LLM."""
 
 import io
 import json
@@ -12,14 +12,14 @@ import pytest
 
 from memoryos import MemoryConfig, Memoryos, SpaceBusyError, SpaceNotFoundError
 from memoryos.llm.offline.backend import OfflineLLM
-from memoryos.portability.bundle import (
+from memoryos.portability.bundles import (
     FORMAT_VERSION,
     InvalidBundleError,
     SpaceNotEmptyError,
     export_space,
     import_space,
 )
-from memoryos.portability.bundle_format import MEMBERS
+from memoryos.portability.bundles.format import MEMBERS
 from memoryos.space.layout import STORE_FILE
 from memoryos.storage.records.sqlite.schema import SCHEMA_VERSION
 from memoryos.storage.records.sqlite.store import SqliteStore
@@ -335,7 +335,7 @@ def test_export_is_a_snapshot_while_another_process_writes(
     tmp_path: Path, source: tuple[MemoryConfig, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write committed by another connection while the export reads is not half in the bundle."""
-    import memoryos.portability.bundle_export as bundle_export
+    import memoryos.portability.bundles.export as bundle_export
 
     cfg, _ = source
     store_path = cfg.space_dir("alice", ASSISTANT) / STORE_FILE
@@ -375,7 +375,7 @@ def test_every_store_column_travels_in_the_bundle(tmp_path: Path) -> None:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         db.close()
-    bundled = {m.table for m in MEMBERS} | {"withdrawn_vectors", "sqlite_sequence"}  # see bundle_format
+    bundled = {m.table for m in MEMBERS} | {"withdrawn_vectors", "sqlite_sequence"}  # see bundles/format.py
     assert {t for t in tables if not t.startswith("pages_fts")} <= bundled
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from memoryos import InvalidInputError, MemoryConfig, Memoryos
 from memoryos.llm.offline.backend import OfflineLLM
-from memoryos.portability.bundle import SpaceNotEmptyError
+from memoryos.portability.bundles import SpaceNotEmptyError
 from memoryos.portability.reference_import import import_reference
 from memoryos.space.layout import STORE_FILE
 from tests.support.fakes import FakeClock, HashEmbedder

@@ -1,4 +1,4 @@
-"""Export a space as a bundle file, and import one into an empty space (`memoryos/portability/bundle.py`).
+"""Export a space as a bundle file, and import one into an empty space (`memoryos/portability/bundles/`).
 
 The import route's body limit is `max_bundle_bytes` (`body_limit.py`), larger than every other route's. An
 upload is streamed to a temporary file, never held in memory whole.
@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from memoryos.errors import InvalidInputError
-from memoryos.portability.bundle import ImportReport
+from memoryos.portability.bundles import ImportReport
 from services.api.deps import SpaceDep, StateDep
 from services.api.openapi import SPACE_ERRORS, error_responses
 from services.api.routes import SPACE_PREFIX

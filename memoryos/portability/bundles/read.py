@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from memoryos.portability.bundle_format import (
+from memoryos.portability.bundles.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_MEMBER,

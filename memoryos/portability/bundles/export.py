@@ -1,4 +1,4 @@
-"""`export_space`: one memory space as a bundle file (`memoryos/portability/bundle_format.py`), a consistent snapshot of its store.
+"""`export_space`: one memory space as a bundle file (`memoryos/portability/bundles/format.py`), a consistent snapshot of its store.
 
 The store is read in one read transaction (SQLite WAL lets writers in other processes go on meanwhile, and
 the snapshot does not move under the export), row by row, so a space of a million pages is never held in
@@ -23,7 +23,7 @@ from tqdm import tqdm
 import memoryos
 from memoryos.config import MemoryConfig
 from memoryos.errors import SpaceNotFoundError, StorageError
-from memoryos.portability.bundle_format import (
+from memoryos.portability.bundles.format import (
     FINGERPRINT_META,
     MANIFEST_MEMBER,
     MEMBERS,

@@ -7,8 +7,8 @@ import re-embeds from the stored text as `memoryos reindex` does: pages from the
 from theirs, each segment as the normalized mean of its pages' new vectors (its summary, for a segment
 whose pages are gone), and records the new model.
 
-The bundle is verified whole (`memoryos/portability/bundle_read.py`) before the space is touched; the space must be empty and
-is held exclusively while the import writes (`memoryos/portability/bundle_target.py`).
+The bundle is verified whole (`memoryos/portability/bundles/read.py`) before the space is touched; the space must be empty and
+is held exclusively while the import writes (`memoryos/portability/bundles/target.py`).
 """
 
 import json
@@ -24,15 +24,15 @@ from tqdm import tqdm
 from memoryos.config import MemoryConfig
 from memoryos.embedding import Embedder, create_embedder
 from memoryos.ids import new_id
-from memoryos.portability.bundle_format import (
+from memoryos.portability.bundles.format import (
     MEMBERS_BY_NAME,
     KnowledgeItem,
     PageItem,
     SegmentItem,
     vector_to_text,
 )
-from memoryos.portability.bundle_read import BundleReader
-from memoryos.portability.bundle_target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
+from memoryos.portability.bundles.read import BundleReader
+from memoryos.portability.bundles.target import ImportTarget, finish_pages, insert_rows, set_meta, store_row
 from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import exchange_text
 

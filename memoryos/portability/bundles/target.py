@@ -1,6 +1,6 @@
 """The space an import writes into: empty, held exclusively, filled in one transaction, or left as found.
 
-Both imports — a MemoryOS bundle (`memoryos/portability/bundle_import.py`) and the reference package's JSON files
+Both imports — a MemoryOS bundle (`memoryos/portability/bundles/importer.py`) and the reference package's JSON files
 (`memoryos/portability/reference_import.py`) — write rows with their ids given, which only an empty space can take. The space
 is claimed as `memoryos reindex` claims it (`SpaceHold.claim`): refused, naming the pids, while another
 process has it open, and processes that try to open it meanwhile wait. Every row is written in one
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError
-from memoryos.portability.bundle_format import BundleItem, Member
+from memoryos.portability.bundles.format import BundleItem, Member
 from memoryos.space.layout import STORE_FILE, make_data_root, remove_empty_parents
 from memoryos.storage.records.sqlite.store import SqliteStore
 from memoryos.storage.space_lock import SpaceHold
