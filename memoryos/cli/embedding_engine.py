@@ -31,8 +31,11 @@ def serve_engine(
     model.encode(["warm up"])
     engine = EmbeddingEngine.from_config(model, socket_path, config)
     engine.start()
+    # One write with its newline (`end=""`): the worker processes print their lines into the same pipe at
+    # the same moment, and unbuffered (PYTHONUNBUFFERED, as the images run) print's two writes interleave.
     print(
-        f"memoryos embedding-engine {os.getpid()}: serving {model.name} (dim {model.dim}) on {socket_path}",
+        f"memoryos embedding-engine {os.getpid()}: serving {model.name} (dim {model.dim}) on {socket_path}\n",
+        end="",
         flush=True,
     )
     try:

@@ -313,8 +313,12 @@ def _serve(
             raise SystemExit(f"memoryos worker: {taken}") from None
     worker.spaces.warm_up()
     gc.freeze()  # the model and runtime live as long as the worker: kept out of full collections' walks
+    # One write with its newline (`end=""`): the other worker processes and the embedding engine print
+    # into the same pipe at the same moment, and unbuffered (PYTHONUNBUFFERED, as the images run) print's
+    # two writes interleave: a test read one process's line with the other's newline after it.
     print(
-        f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}; {budget}",
+        f"memoryos worker {worker.worker_id}: serving shards from {redacted_url(settings.redis_url)}; {budget}\n",
+        end="",
         flush=True,
     )
     # one process: alive and ready while it answers, which it does once it serves
