@@ -120,8 +120,9 @@ class PageSample(NamedTuple):
     pages: int
     """Every page of the space, of any tier, with a vector or not: the sample's count of pages seen."""
     vectors: np.ndarray
-    """Up to the asked size of page vectors spread evenly over the embedded pages by id (every one when
-    there are no more): the nth of every `embedded // size`."""
+    """Up to the asked number of page vectors spread evenly over the embedded pages in id order: every
+    nth of them from the first, n the embedded pages over the number asked (every one when there are no
+    more)."""
 
 
 class RetrievedRows(NamedTuple):

@@ -198,8 +198,8 @@ includes them (a LATERAL fenced by OFFSET 0): a plan that does not depend on sta
 tables, a plan made before the tables were analyzed (a database just filled), or the generic plan of the
 prepared statement, read every term of the space to hash them. The length beside each term (schema v2)
 spares a probe of `pages` per hit: half the statement's time at 400 pages. A phrase's page count (its
-IDF's n_i) is a window over its hits, counted before pages of no length are left out: a second pass
-over the hits, grouped and joined back, cost a fifth of the statement."""
+IDF's n_i) is a window over its hits, counted before pages of no length are left out, rather than a
+second pass over the hits grouped by phrase and joined back to them."""
 
 
 def lexical_search(
