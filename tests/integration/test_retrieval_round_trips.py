@@ -176,9 +176,10 @@ def _retrievals(memory: Memoryos) -> list[Any]:
     and the vectors (every 4th embedded page, and all of them), read in binary on PostgreSQL."""
     conversation = json.loads(CONVERSATION.read_text())
     store = memory.space.store
+    five = store.page_sample(5, memory.space.dim)
     found: list[Any] = [
-        store.page_sample(5, memory.space.dim).pages,
-        store.page_sample(5, memory.space.dim).vectors.tolist(),
+        five.pages,
+        five.vectors.tolist(),
         store.page_sample(1024, memory.space.dim).vectors.tolist(),
     ]
     for qa in conversation["qa"]:
