@@ -14,6 +14,7 @@ from memoryos.config import MemoryConfig
 from memoryos.errors import InvalidInputError
 from memoryos.space import apply_lifecycle, policy
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META, SPACE_TTL_META
+from memoryos.space.filing_segments import FilingSegments
 from memoryos.space.ops import (
     AddKnowledge,
     AddTurns,
@@ -37,8 +38,8 @@ from memoryos.space.ops import (
 )
 from memoryos.space.page_states import PageStates
 from memoryos.storage.records.base import RecordStore
-from memoryos.storage.records.vector_blobs import from_blobs
-from memoryos.types import Page
+from memoryos.storage.records.vector_blobs import at_stored_precision, from_blobs
+from memoryos.types import Page, Segment
 
 _NOTES_ITS_PAGES = (
     LinkChain,
@@ -53,6 +54,11 @@ _NOTES_ITS_PAGES = (
 """Ops whose changes to pages' tier, chain, segment or analysis `PageStates` is told of, or that make none:
 after any other op the kept states are dropped."""
 
+_NOTES_ITS_SEGMENTS = (*_NOTES_ITS_PAGES, AddTurns)
+"""Ops that change no active segment's summary, keywords, vector or topic count except as `FilingSegments`
+is told (a visit or an analysis changes only counters, which filing does not read): after any other op
+the kept segments are dropped."""
+
 
 class OpApplier:
     """Applies ops to one space's store, inside a transaction the caller holds (`MemorySpace.apply`)."""
@@ -62,10 +68,12 @@ class OpApplier:
         self.config = config
         self.dim = dim
         self._pages = PageStates(store)
+        self._segments = FilingSegments(store, dim)
 
     def begin(self, ops: Sequence[AnyOp]) -> None:
         """A transaction starts that will apply `ops`: the pages their checks read are read now, together
-        (`PageStates`), with the page chained last when a link may continue it."""
+        (`PageStates`), with the page chained last when a link may continue it, and the active segments
+        when one files a topic (`FilingSegments`)."""
         self._pages.forget()
         wanted: list[int] = []
         for op in ops:
@@ -78,10 +86,14 @@ class OpApplier:
             last = self.store.get_meta("last_chained_page")  # the same for every link: read once
             wanted += [] if last is None else [int(last)]
         self._pages.read(wanted)
+        if any(isinstance(op, FileTopic) for op in ops):
+            self._segments.active()  # read before any write waits: the ops' writes then go together
 
     def end(self) -> None:
-        """The transaction ended (committed or not): what was kept of its pages is no longer known."""
+        """The transaction ended (committed or not): what was kept of its pages and segments is no longer
+        known."""
         self._pages.forget()
+        self._segments.forget()
 
     def apply(self, op: AnyOp) -> tuple[dict[str, object], list[int], np.ndarray | None]:
         """Apply `op` inside the caller's transaction and log it: (the log detail — ids touched, with the
@@ -164,6 +176,8 @@ class OpApplier:
                 detail = apply_lifecycle.rewrite_segment(self.store, op)
         if not isinstance(op, _NOTES_ITS_PAGES):
             self._pages.forget()  # its effect on pages (new, deleted, edited, expired) is not noted
+        if not isinstance(op, _NOTES_ITS_SEGMENTS):
+            self._segments.forget()  # nor its effect on segments (rewritten, emptied)
         if created:
             detail["created"] = created
         write_id = op.write_id if isinstance(op, AddTurns) else None
@@ -217,7 +231,7 @@ class OpApplier:
         return {"page_id": op.page_id, "continues": op.continues_previous}
 
     def _file_topic(self, op: FileTopic) -> int:
-        segments, vectors, topic_counts = self.store.active_segments_with_vectors(self.dim)
+        segments, vectors, topic_counts = self._segments.active()
         ids = [s.segment_id for s in segments]
         target = policy.choose_segment(
             op.vector,
@@ -228,22 +242,35 @@ class OpApplier:
             self.config.mid_term_similarity_threshold,
         )
         if target is None:  # born with the pages' interactions: no counters' update after its insert
-            target = self.store.insert_segment(
-                op.summary, policy.merged_keywords([], op.keywords), op.vector, op.at, len(op.page_ids)
+            keywords = policy.merged_keywords([], op.keywords)
+            target = self.store.insert_segment(op.summary, keywords, op.vector, op.at, len(op.page_ids))
+            born = Segment(
+                segment_id=target,
+                summary=op.summary,
+                keywords=keywords,
+                interaction_count=len(op.page_ids),
+                last_visit_at=op.at,
+                created_at=op.at,
             )
+            self._segments.added(born, at_stored_precision(op.vector))
             active = len(segments) + 1
         else:
             position = ids.index(target)
             topics = topic_counts[position]
+            summary = policy.merged_summary(segments[position].summary, op.summary)
+            keywords = policy.merged_keywords(segments[position].keywords, op.keywords)
+            vector = policy.merged_vector(vectors[position], topics, op.vector)
             self.store.update_segment(
                 target,
-                summary=policy.merged_summary(segments[position].summary, op.summary),
-                keywords=policy.merged_keywords(segments[position].keywords, op.keywords),
-                vector=policy.merged_vector(vectors[position], topics, op.vector),
+                summary=summary,
+                keywords=keywords,
+                vector=vector,
                 topic_count=topics + 1,
                 updated_at=op.at,
             )
             self.store.add_segment_counters(target, visits=0, interactions=len(op.page_ids), at=op.at)
+            merged = segments[position].model_copy(update={"summary": summary, "keywords": keywords})
+            self._segments.merged(merged, at_stored_precision(vector), topics + 1)
             active = len(segments)
         self.store.set_page_fields(op.page_ids, tier="mtm", segment_id=target)
         self._pages.note(op.page_ids, tier="mtm", segment_id=target)
@@ -260,6 +287,7 @@ class OpApplier:
         heats.pop(keep, None)
         for segment_id in policy.segments_to_evict(heats, self.config.mid_term_capacity - 1):
             self.store.update_segment(segment_id, archived=1)
+            self._segments.archived(segment_id)
             archived = self.store.segment_page_ids(segment_id)
             self.store.set_page_fields(archived, tier="archived")
             self._pages.note(archived, tier="archived")

@@ -455,9 +455,9 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
     tmp_path: Path, database_url: str
 ) -> None:
     """Rows of the same statement join across the writes of other tables (a run of turns: its pages and
-    their terms in one statement each, not two a turn), and never across a write of their own table,
-    whose order against them would change: the pages inserted after a page update are a statement of
-    their own, after it."""
+    their terms in one statement each, not two a turn), and never across a write of their own table
+    whose order against them would change: the pages inserted after a page's vector is written are a
+    statement of their own, after it."""
     with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
         space = memory.space
         embedder = HashEmbedder()
@@ -480,14 +480,138 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
         store = space.store
         with sent_statements() as sent, store.transaction():
             first = store.insert_pages(adding("five").turns, None)
-            store.set_page_fields(first, analyzed=True)
+            store.assign_vectors([(first[0], embedder.encode(["five"])[0])])
             second = store.insert_pages(adding("six").turns, None)
         assert _writing(sent, "pages") == ["INSERT", "UPDATE", "INSERT"]
         assert _writing(sent, "page_terms") == ["INSERT"]
-        assert [(p.user_input, p.analyzed) for p in store.pages([*first, *second])] == [
-            ("five", True),
-            ("six", False),
+        assert [
+            (p.user_input, p.page_id in store.pending_among([*first, *second]))
+            for p in store.pages([*first, *second])
+        ] == [
+            ("five", False),
+            ("six", True),
         ]
+
+
+def test_updates_of_rows_by_id_go_as_one_statement_a_set_of_columns_with_the_effect_of_all_in_order(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Consolidation updates each page and segment it moves with one-row updates (a chain, then a tier and
+    segment; a segment's summary, then its counters): a transaction gathers the updates of a table into one
+    statement per set of columns changed, after the new rows they may name (new rows pass waiting updates:
+    no update given before a row existed can name it). A column set twice keeps the last value, counters
+    added twice hold both, a time raised twice the greater; a plain write of the table between keeps its
+    place."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        store = memory.space.store
+        turns = [
+            Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in ("a", "b")
+        ]
+        vector = HashEmbedder().encode(["a"])[0]
+        with sent_statements() as sent, store.transaction():
+            (first,) = store.insert_pages(turns[:1], None)
+            store.set_page_fields([first], analyzed=True)
+            (second,) = store.insert_pages(turns[1:], None)  # joins the first insert, past the update
+            store.set_page_fields([second], chain_id=second)
+            store.set_page_fields([first], tier="mtm", analyzed=False)
+            store.count_analysis_attempt([first])
+            store.count_analysis_attempt([first])
+            store.assign_vectors([(second, vector)])  # a plain write of pages: what follows stays after it
+            store.set_page_fields([second], tier="archived")
+            segment = store.insert_segment("kilns", ["kiln"], vector, 100.0, 1)
+            store.update_segment(segment, summary="kilns and glaze", topic_count=2)
+            store.add_segment_counters(segment, visits=1, interactions=2, at=300.0)
+            store.add_segment_counters(segment, visits=1, interactions=0, at=200.0)
+            later = store.insert_segment("glaze", ["glaze"], vector, 400.0, 1)  # joins, past the updates
+            store.update_segment(later, archived=1)
+        # The first page's columns, the second's chain, the vector, the second's tier: in that order.
+        assert _updated_columns(sent, "pages") == ["analysis_attempts", "chain_id", "vector", "tier"]
+        assert _writing(sent, "pages")[0] == "INSERT" and _writing(sent, "segments") == [
+            "INSERT",
+            "UPDATE",
+            "UPDATE",
+        ]
+        a, b = store.pages([first, second])
+        assert (a.tier, a.analyzed, a.chain_id, b.tier, b.analyzed, b.chain_id) == (
+            "mtm",
+            False,
+            None,
+            "archived",
+            False,
+            second,
+        )
+        assert store.analysis_attempts([first]) == 2 and store.analysis_attempts([second]) == 0
+        assert store.pending_among([first, second]) == [first]
+        (kept,) = store.active_segments()[-1:]
+        assert (
+            kept.segment_id,
+            kept.summary,
+            kept.visit_count,
+            kept.interaction_count,
+            kept.last_visit_at,
+        ) == (
+            segment,
+            "kilns and glaze",
+            2,
+            3,
+            300.0,
+        )
+
+
+def _updated_columns(sent: list[str], table: str) -> list[str]:
+    """The first column each UPDATE of `table` in `sent` sets, in order."""
+    return [m.group(1) for sql in sent if (m := re.match(rf"UPDATE {table}\b \w+ SET (\w+)", sql))]
+
+
+def test_a_commit_of_runs_reads_the_active_segments_once_and_sends_a_statement_a_table(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Consolidation's commit of several runs — each a link per page and a filing — reads the active
+    segments at its first filing only (`FilingSegments` keeps them through the transaction), so its writes
+    wait together for the commit: one statement for the chains, the meta, the pages and the new segments,
+    whatever the number of runs. The outcome is the one of the runs applied one by one: the second run
+    merges into the segment the first made in the same commit."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
+        space = memory.space
+        texts = ["the kiln was hot", "the glaze cracked", "a new wheel", "the clay dried"]
+        turns = [
+            Turn(user_input=text, agent_response="noted", timestamp="2026-12-06 08:00:00") for text in texts
+        ]
+        pages = space.apply(AddTurns(turns=turns, vectors=HashEmbedder().encode(texts)))
+        previous = space.last_chained_page()
+        assert previous is not None
+        topic = HashEmbedder().encode(["an unheard-of topic"])[0]
+        ops: list[Any] = []
+        last = previous.page_id
+        for page_id in pages:
+            ops.append(
+                LinkChain(
+                    page_id=page_id,
+                    continues_previous=False,
+                    chain_summary=f"chain {page_id}",
+                    previous_page_id=last,
+                    at=clock(),
+                )
+            )
+            last = page_id
+            # The first run makes a segment of its own; the others merge into it (the same topic).
+            ops.append(
+                FileTopic(
+                    page_ids=[page_id], summary="Pottery.", keywords=["pottery"], vector=topic, at=clock()
+                )
+            )
+        with sent_statements() as sent:
+            space.apply_ops(ops)
+        assert sum(1 for sql in sent if re.search(r"FROM segments s WHERE s\.space_id", sql)) == 1
+        assert _writing(sent, "chains") == ["INSERT"] and _writing(sent, "meta") == ["INSERT"]
+        assert _writing(sent, "pages") == ["UPDATE"]
+        assert _writing(sent, "segments") == ["INSERT", "UPDATE"]
+        filed = space.pages(pages)
+        assert {page.chain_id for page in filed} == set(pages)  # each its own chain
+        assert len({page.segment_id for page in filed}) == 1 and {page.tier for page in filed} == {"mtm"}
+        (segment,) = [s for s in space.segments() if s.segment_id == filed[0].segment_id]
+        assert segment.interaction_count == 4
+        assert space.last_chained_page() == filed[-1]
 
 
 def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Path, database_url: str) -> None:

@@ -107,6 +107,16 @@ tier, then counted with a vector, the pages of a space reopened on a database ju
 twice more, 50 ms of a cold open at 10,000 pages."""
 
 
+PAGE_FIELDS = {
+    "tier": "text",
+    "segment_id": "bigint",
+    "chain_id": "bigint",
+    "analyzed": "boolean",
+    "analysis_attempts": "int",
+}
+"""The columns of a page the engine updates by id (`set_page_fields`), with their types."""
+
+
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
     """The pages of `PAGES_BY_ID`'s rows in the order of `page_ids`, missing ids skipped."""
     by_id = {row[0]: page_from_row(row) for row in rows}
@@ -456,10 +466,7 @@ class PostgresPageQueries(PostgresQueries):
         )
 
     def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
-        self._write(
-            "UPDATE pages SET analysis_attempts = analysis_attempts + 1 WHERE space_id = %s AND page_id = ANY(%s)",
-            (self.space_id, list(page_ids)),
-        )
+        self._update_fields("pages", "page_id", PAGE_FIELDS, page_ids, "+", analysis_attempts=1)
 
     def analysis_attempts(self, page_ids: Sequence[int]) -> int:
         found = self._one(
@@ -469,12 +476,10 @@ class PostgresPageQueries(PostgresQueries):
         return int(found or 0)
 
     def set_page_fields(self, page_ids: Sequence[int], **fields: Any) -> None:
-        assignments = ", ".join(f"{name} = %s" for name in fields)
-        values = [bool(v) if name == "analyzed" else v for name, v in fields.items()]
-        self._write(
-            f"UPDATE pages SET {assignments} WHERE space_id = %s AND page_id = ANY(%s)",
-            (*values, self.space_id, list(page_ids)),
-        )
+        """Gathered with the transaction's other updates of pages (`_update_fields`): consolidation sets
+        each page's chain and then its tier and segment, one update each, in every commit."""
+        values = {name: bool(v) if name == "analyzed" else v for name, v in fields.items()}
+        self._update_fields("pages", "page_id", PAGE_FIELDS, page_ids, "=", **values)
 
     def document_frequencies(self, asks: Sequence[FrequencyAsk]) -> list[list[int]]:
         """As `SqliteStore.document_frequencies`, every term of every ask in one statement."""

@@ -16,15 +16,34 @@ from memoryos.types import Segment
 FLAGS = frozenset({"archived", "stale"})
 """Segment columns the engine sets as 0/1 (SQLite's integers), booleans here."""
 
+SEGMENT_FIELDS = {
+    "summary": "text",
+    "keywords": "text",
+    "vector": "bytea",
+    "topic_count": "int",
+    "visit_count": "int",
+    "interaction_count": "int",
+    "last_visit_at": "float8",
+    "updated_at": "float8",
+    "archived": "boolean",
+    "stale": "boolean",
+}
+"""The columns of a segment the engine updates (`update_segment`, `add_segment_counters`), with their types."""
+
 
 class PostgresSegmentQueries(PostgresQueries):
     """Chains (a summary per dialogue chain) and segments (a topic, its vector, keywords and counters)."""
 
     def upsert_chain(self, chain_id: int, summary: str) -> None:
-        self._write(
-            "INSERT INTO chains(space_id, chain_id, summary, stale) VALUES (%s, %s, %s, false) "
+        """One row of a statement for the transaction's chains (`_write_rows`); a chain given twice keeps
+        its last summary (one row a chain: an upsert may not touch a row twice)."""
+        self._write_rows(
+            "INSERT INTO chains(space_id, chain_id, summary, stale) SELECT DISTINCT ON (r.chain_id) %s, "
+            "r.chain_id, r.summary, false FROM unnest(%s::bigint[], %s::text[]) WITH ORDINALITY AS "
+            "r(chain_id, summary, position) ORDER BY r.chain_id, r.position DESC "
             "ON CONFLICT (space_id, chain_id) DO UPDATE SET summary = EXCLUDED.summary, stale = false",
-            (self.space_id, chain_id, summary),
+            (self.space_id,),
+            [(chain_id, summary)],
         )
 
     def mark_stale(self, chain_ids: Sequence[int], segment_ids: Sequence[int]) -> None:
@@ -98,14 +117,17 @@ class PostgresSegmentQueries(PostgresQueries):
         self, summary: str, keywords: list[str], vector: np.ndarray, at: float, interactions: int
     ) -> int:
         segment_id = self._take("next_segment_id")
-        self._write(
+        self._write_rows(
             "INSERT INTO segments(space_id, segment_id, summary, keywords, vector, last_visit_at, created_at, "
-            "interaction_count) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-            (self.space_id, segment_id, summary, json.dumps(keywords), to_blob(vector), at, at, interactions),
+            "interaction_count) SELECT %s, r.* FROM unnest(%s::bigint[], %s::text[], %s::text[], "
+            "%s::bytea[], %s::float8[], %s::float8[], %s::int[]) AS r",
+            (self.space_id,),
+            [(segment_id, summary, json.dumps(keywords), to_blob(vector), at, at, interactions)],
         )
         return segment_id
 
     def update_segment(self, segment_id: int, **fields: Any) -> None:
+        """Gathered with the transaction's other updates of segments (`_update_fields`)."""
         values = {
             k: json.dumps(v)
             if k == "keywords"
@@ -116,18 +138,19 @@ class PostgresSegmentQueries(PostgresQueries):
             else v
             for k, v in fields.items()
         }
-        assignments = ", ".join(f"{name} = %s" for name in values)
-        self._write(
-            f"UPDATE segments SET {assignments} WHERE space_id = %s AND segment_id = %s",
-            (*values.values(), self.space_id, segment_id),
-        )
+        self._update_fields("segments", "segment_id", SEGMENT_FIELDS, [segment_id], "=", **values)
 
     def add_segment_counters(self, segment_id: int, visits: int, interactions: int, at: float) -> None:
-        self._write(
-            "UPDATE segments SET visit_count = visit_count + %s, interaction_count = interaction_count + %s, "
-            "last_visit_at = GREATEST(last_visit_at, %s) WHERE space_id = %s AND segment_id = %s",
-            (visits, interactions, at, self.space_id, segment_id),
+        self._update_fields(
+            "segments",
+            "segment_id",
+            SEGMENT_FIELDS,
+            [segment_id],
+            "+",
+            visit_count=visits,
+            interaction_count=interactions,
         )
+        self._update_fields("segments", "segment_id", SEGMENT_FIELDS, [segment_id], "max", last_visit_at=at)
 
     def unanalyzed_segment_ids(self) -> set[int]:
         return set(

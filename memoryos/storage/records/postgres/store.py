@@ -164,10 +164,14 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
         }
 
     def set_meta(self, key: str, value: str) -> None:
-        self._write(
-            "INSERT INTO meta(space_id, key, value) VALUES (%s, %s, %s) "
-            "ON CONFLICT (space_id, key) DO UPDATE SET value = EXCLUDED.value",
-            (self.space_id, key, value),
+        """One row of a statement for the transaction's meta (`_write_rows`): consolidation sets the page
+        chained last at every link. A key given twice keeps its last value."""
+        self._write_rows(
+            "INSERT INTO meta(space_id, key, value) SELECT DISTINCT ON (r.key) %s, r.key, r.value FROM "
+            "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS r(key, value, position) "
+            "ORDER BY r.key, r.position DESC ON CONFLICT (space_id, key) DO UPDATE SET value = EXCLUDED.value",
+            (self.space_id,),
+            [(key, value)],
         )
         self._open_transaction().meta[key] = value
 

@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -123,26 +123,111 @@ class _Rows:
     """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
     by the same kind of writes of the transaction while no other write touches its table in between."""
 
-    __slots__ = ("fixed", "rows", "sql")
+    __slots__ = ("fixed", "new_rows", "rows", "sql")
 
     def __init__(self, sql: str, fixed: tuple[Any, ...]) -> None:
         self.sql = sql
         self.fixed = fixed
         self.rows: list[tuple[Any, ...]] = []
+        self.new_rows = sql.lstrip().upper().startswith("INSERT") and "ON CONFLICT" not in sql.upper()
+        """A plain INSERT: its rows are new, keyed by ids the transaction gave out (an existing key
+        fails), so no update the transaction made before them can have touched them."""
 
 
-def _joinable(
-    deferred: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows],
-    sql: str,
-    fixed: tuple[Any, ...],
-) -> _Rows | None:
-    """The waiting rows of `sql` with `fixed` that new rows can join: the latest such, provided that no
-    write waiting after it names its table."""
-    names_table = _naming_table_of(sql)
+FieldChange = tuple[str, Any]
+"""How an update changes a column: ("=", value), ("+", amount added) or ("max", value it is raised to)."""
+
+
+def _merged_change(earlier: FieldChange | None, later: FieldChange) -> FieldChange:
+    """One change with the effect of `earlier` followed by `later` on the same column."""
+    kind, value = later
+    if earlier is None or kind == "=":
+        return later
+    before_kind, before = earlier
+    if kind == "+" and before_kind in ("=", "+"):
+        return (before_kind, before + value)
+    if kind == "max" and before_kind in ("=", "max"):
+        return (before_kind, value if before is None else max(before, value))
+    raise ValueError(f"a column changed by {before_kind!r} and then by {kind!r} in one transaction")
+
+
+class _FieldUpdates:
+    """Updates of rows of one table by key, gathered from the transaction's updates while no other write
+    touches the table in between: each row keeps one change per column (`_merged_change`: the effect
+    of them in order), and the rows go as one statement per set of changed columns (`statements`).
+
+    Why: consolidation moves a page with updates of one row each — its chain, then its tier and segment,
+    the segment's summary, then its counters —, and as statements of their own they were most of the
+    statements of a commit; gathered, a commit sends one per table."""
+
+    __slots__ = ("changes", "fixed", "key", "sql", "table", "types")
+
+    def __init__(self, table: str, key: str, types: Mapping[str, str], space_id: int) -> None:
+        self.table = table
+        self.key = key
+        self.types = types
+        self.fixed = (space_id,)
+        self.sql = f"UPDATE {table}"
+        """What `_joinable` reads the written table's name in."""
+        self.changes: dict[int, dict[str, FieldChange]] = {}
+
+    def change(self, row_ids: Iterable[int], kind: str, values: Mapping[str, Any]) -> None:
+        """Change `values`' columns of the rows `row_ids` by `kind` ("=", "+" or "max")."""
+        unknown = set(values) - set(self.types)
+        if unknown:
+            raise ValueError(f"{self.table}: no column to update named {', '.join(sorted(unknown))}")
+        for row_id in row_ids:
+            row = self.changes.setdefault(int(row_id), {})
+            for column, value in values.items():
+                row[column] = _merged_change(row.get(column), (kind, value))
+
+    def statements(self) -> list[Statement]:
+        """One UPDATE per set of changed columns (a row is in one of them: their order is free)."""
+        groups: dict[tuple[tuple[str, str], ...], list[tuple[Any, ...]]] = {}
+        for row_id, row in self.changes.items():
+            shape = tuple(sorted((column, kind) for column, (kind, _) in row.items()))
+            groups.setdefault(shape, []).append((row_id, *(row[column][1] for column, _ in shape)))
+        return [binary_arrays(self._update_sql(shape), self.fixed, rows) for shape, rows in groups.items()]
+
+    def _update_sql(self, shape: tuple[tuple[str, str], ...]) -> str:
+        assigned = {
+            "=": "v.{0}",
+            "+": "t.{0} + v.{0}",
+            "max": "GREATEST(t.{0}, v.{0})",
+        }
+        assignments = ", ".join(f"{column} = {assigned[kind].format(column)}" for column, kind in shape)
+        arrays = ", ".join(f"%s::{type_}[]" for type_ in ("bigint", *(self.types[c] for c, _ in shape)))
+        columns = ", ".join((self.key, *(column for column, _ in shape)))
+        return (
+            f"UPDATE {self.table} t SET {assignments} FROM (SELECT %s::bigint AS space_id, r.* FROM "
+            f"unnest({arrays}) AS r({columns})) AS v WHERE t.space_id = v.space_id AND t.{self.key} = v.{self.key}"
+        )
+
+
+_Deferred = tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows | _FieldUpdates
+"""A write waiting in the transaction: a statement and its parameters, or rows gathered for one."""
+
+
+def _commutes(waiting: _Deferred, joining: _Rows | _FieldUpdates) -> bool:
+    """Whether a write of the same table may be passed by `joining`: new rows and updates of rows by key
+    touch different rows (an update given before a row existed cannot have named it), in either order."""
+    return (isinstance(waiting, _FieldUpdates) and isinstance(joining, _Rows) and joining.new_rows) or (
+        isinstance(waiting, _Rows) and waiting.new_rows and isinstance(joining, _FieldUpdates)
+    )
+
+
+_Joining = TypeVar("_Joining", _Rows, _FieldUpdates)
+
+
+def _joinable(deferred: Sequence[_Deferred], new: _Joining) -> _Joining | None:
+    """The waiting write that `new` (rows or updates not yet waiting) can join: the latest of the same
+    statement (the same `sql` and `fixed`: for updates, the same table), provided that every write
+    waiting after it either leaves its table alone or commutes with `new` (`_commutes`)."""
+    names_table = _naming_table_of(new.sql)
     for write in reversed(deferred):
-        if isinstance(write, _Rows) and write.sql == sql and write.fixed == fixed:
+        if isinstance(write, type(new)) and write.sql == new.sql and write.fixed == new.fixed:
             return write
-        if names_table(write.sql if isinstance(write, _Rows) else write[0]):
+        if names_table(write[0] if isinstance(write, tuple) else write.sql) and not _commutes(write, new):
             return None
     return None
 
@@ -194,7 +279,7 @@ class _Transaction:
         self.counters = counters
         self.meta = meta
         self.change_seq = change_seq
-        self.deferred: list[tuple[str, Sequence[Any] | Mapping[str, Any]] | _Rows] = []
+        self.deferred: list[_Deferred] = []
         self.logged: list[tuple[int, str, float, str, str, str | None]] = []
         # The op log's entries for the keys given to `transaction`, read under the lock at BEGIN.
         self.op_log_keys: frozenset[OpKey] = frozenset()
@@ -221,12 +306,15 @@ class _Transaction:
     def statements(self) -> list[Statement]:
         """The writes waiting, in order, as statements to send; none wait after."""
         waiting, self.deferred = self.deferred, []
-        return [
-            binary_arrays(write.sql, write.fixed, write.rows)
-            if isinstance(write, _Rows)
-            else (write[0].encode(), write[1])
-            for write in waiting
-        ]
+        statements: list[Statement] = []
+        for write in waiting:
+            if isinstance(write, _Rows):
+                statements.append(binary_arrays(write.sql, write.fixed, write.rows))
+            elif isinstance(write, _FieldUpdates):
+                statements += write.statements()
+            else:
+                statements.append((write[0].encode(), write[1]))
+        return statements
 
 
 class PostgresQueries:
@@ -295,7 +383,7 @@ class PostgresQueries:
     def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[tuple[Any, ...]]) -> None:
         """Rows for `sql` (its `fixed` parameters, then one array per column): they join the rows of the
         same statement waiting in the transaction, unless a write waiting after those touches the same
-        table (its order against them would change).
+        table (its order against them would change; new rows may pass updates, `_commutes`).
 
         Why not only the last write: a run of turns writes pages, then their terms, then pages again, and
         each op's rows as their own statements cost two statements a turn (the server parses, plans and
@@ -306,11 +394,31 @@ class PostgresQueries:
             return
         transaction = self._open_transaction()
         transaction.dirty = True
-        joined = _joinable(transaction.deferred, sql, fixed)
+        new = _Rows(sql, fixed)
+        joined = _joinable(transaction.deferred, new)
         if joined is None:
-            joined = _Rows(sql, fixed)
+            joined = new
             transaction.deferred.append(joined)
         joined.rows += rows
+
+    def _update_fields(
+        self, table: str, key: str, types: Mapping[str, str], row_ids: Iterable[int], kind: str, **values: Any
+    ) -> None:
+        """Change columns of rows of `table` by their `key` (`types`: the columns that may change, and
+        their PostgreSQL types): set ("="), add to ("+") or raise to ("max") `values`. The change joins
+        the updates of the table waiting in the transaction (`_FieldUpdates`), which move to the end of
+        the writes waiting: past writes of other tables and new rows of their own (`_commutes`), so the
+        rows a later update names were written before it, as in the order given."""
+        transaction = self._open_transaction()
+        transaction.dirty = True
+        new = _FieldUpdates(table, key, types, self.space_id)
+        joined = _joinable(transaction.deferred, new)
+        if joined is None:
+            joined = new
+        else:
+            transaction.deferred.remove(joined)
+        transaction.deferred.append(joined)
+        joined.change(row_ids, kind, values)
 
     def _current(self) -> _Transaction | None:
         """This thread's open transaction, if any."""
