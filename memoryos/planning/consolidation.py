@@ -38,6 +38,7 @@ from memoryos.space.ops import (
     MarkAnalyzed,
     UpdateProfile,
 )
+from memoryos.storage.records.base import PassMarks
 from memoryos.types import Page
 from memoryos.validation import TIMESTAMP_FORMAT, format_unix_timestamp
 
@@ -105,7 +106,9 @@ class Consolidator:
     ) -> None:
         self.llm = llm
         self.embed_texts = embed_texts
-        self.apply = apply
+        self._apply = apply
+        self._applied = 0
+        """Calls of `apply` so far: a pass's marks answer its reads while this has not moved since."""
         self.clock = clock
         self._backoff_max_s = backoff_max_s
         self._overflow_backoff = self._new_backoff()
@@ -117,17 +120,35 @@ class Consolidator:
     def _new_backoff(self) -> Backoff:
         return Backoff(FIRST_BACKOFF_S, self._backoff_max_s)
 
-    async def run(self, space: MemorySpace) -> None:
+    async def apply(self, space: MemorySpace, *ops: AnyOp) -> list[list[int]]:
+        """Apply `ops` together (the `apply` given), counted: what the pass read before may be out of date."""
+        self._applied += 1
+        return await self._apply(space, *ops)
+
+    async def run(self, space: MemorySpace) -> PassMarks | None:
         """Erase what expired and rewrite what deletes left stale (`rebuild.py`), move STM overflow into
         mid-term memory, then promote every hot segment, skipping the work that is backing off. The steps
         fail independently: pages the LLM cannot file yet do not hold back the analysis of segments
         already hot. Failures are logged, not raised: they are retried when their backoff ends
-        (`retry_in_s`)."""
-        marks = await rebuild.sweep_expired(space, self.apply, self.clock())
+        (`retry_in_s`).
+
+        The pass reads what it needs in one look (`MemorySpace.pass_marks`), and again only after it
+        applied something; returns those marks when nothing was applied after they were read (their next
+        expiry is the space's), else None."""
+        now = self.clock()
+        marks = await rebuild.sweep_expired(space, self.apply, now, space.pass_marks(now))
+        read_at = self._applied
+
+        def current() -> PassMarks:
+            nonlocal marks, read_at
+            if self._applied != read_at:
+                marks, read_at = space.pass_marks(self.clock()), self._applied
+            return marks
+
         if self._rebuild_backoff.ready():
             try:
-                await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock, marks)
-                await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock, marks)
+                await rebuild.rewrite_stale(space, self.llm, self.apply, self.clock, marks.rebuild)
+                await rebuild.rebuild_profile(space, self.llm, self.apply, self.clock, marks.rebuild)
                 self._rebuild_backoff.succeeded()
                 self._step_errors.pop("rebuild", None)
             except LLMError as error:
@@ -136,7 +157,7 @@ class Consolidator:
                 log.warning("rewriting after a delete postponed: the LLM failed", extra={"error": str(error)})
         if self._overflow_backoff.ready():
             try:
-                await self.move_overflow(space)
+                await self.move_overflow(space, current())
                 self._overflow_backoff.succeeded()
                 self._step_errors.pop("overflow", None)
             except LLMError as error:
@@ -147,13 +168,14 @@ class Consolidator:
                 )
         due = [
             segment_id
-            for segment_id in space.segments_to_promote(self.clock())
+            for segment_id in space.segments_to_promote(self.clock(), current())
             if self._segment_backoffs.get(segment_id) is None or self._segment_backoffs[segment_id].ready()
         ]
         try:
             await self.promote(space, due)
         except LLMError as error:
             log.warning("promotion postponed: the LLM failed", extra={"error": str(error)})
+        return marks if self._applied == read_at else None
 
     def retry_now(self) -> None:
         """Make every step postponed by LLM failures due at once: the next `run` tries it (an explicit
@@ -173,7 +195,7 @@ class Consolidator:
         pending = [w for w in waits if w is not None]
         return min(pending) if pending else None
 
-    async def move_overflow(self, space: MemorySpace) -> None:
+    async def move_overflow(self, space: MemorySpace, marks: PassMarks) -> None:
         """Pages beyond `short_term_capacity`, oldest first, join dialogue chains and then topic segments.
 
         Consecutive pages of one chain move as a run: one chain summary and one topic per run, not per page.
@@ -185,11 +207,13 @@ class Consolidator:
         busy worker's passes move a few pages that do not continue each other, and a commit per run would
         pay a transaction, an fsync and a store-thread handoff per page (docs/service.md). Where a run's
         summary fails, the runs before it are still applied and the failure is raised.
+
+        `marks`: the pass's, read since its last apply (the overflow and the page chained last).
         """
-        overflow = space.short_term_overflow()
+        overflow = marks.overflow
         if not overflow:
             return
-        previous = space.last_chained_page()
+        previous = marks.last_chained
         last_linked = previous.page_id if previous is not None else 0  # as `apply` will see it
         befores = [previous, *overflow[:-1]]
         continuations = await asyncio.gather(

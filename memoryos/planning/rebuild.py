@@ -15,10 +15,9 @@ from typing import Protocol
 
 from memoryos.llm.base import AsyncMemoryLLM
 from memoryos.space import policy
-from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AnyOp, ExpireDue, RewriteChain, RewriteSegment, UpdateProfile
-from memoryos.storage.records.base import RebuildMarks
+from memoryos.storage.records.base import PassMarks, RebuildMarks
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +32,14 @@ class ApplyOps(Protocol):
     def __call__(self, space: MemorySpace, *ops: AnyOp) -> Awaitable[list[list[int]]]: ...
 
 
-def rebuild_marks(space: MemorySpace, now: float) -> RebuildMarks:
-    """What the rebuild steps of a pass will find to do, read at once (`RecordStore.rebuild_marks`)."""
-    with space.lock:
-        return space.store.rebuild_marks(now, PROFILE_STALE_META)
-
-
-async def sweep_expired(space: MemorySpace, apply: ApplyOps, now: float) -> RebuildMarks:
-    """Erase pages and facts whose expiry has passed (they were already never returned), when any has;
-    the marks the rest of the pass works from, after the erase (which may leave summaries stale)."""
-    marks = rebuild_marks(space, now)
-    if not marks.expired:
+async def sweep_expired(space: MemorySpace, apply: ApplyOps, now: float, marks: PassMarks) -> PassMarks:
+    """Erase pages and facts whose expiry has passed (they were already never returned), when the pass's
+    `marks` show any; the marks the rest of the pass works from, read again after the erase (which may
+    leave summaries stale, and moves the overflow and the next expiry)."""
+    if not marks.rebuild.expired:
         return marks
     await apply(space, ExpireDue(at=now))
-    return rebuild_marks(space, now)
+    return space.pass_marks(now)
 
 
 def next_expiry(space: MemorySpace) -> float | None:

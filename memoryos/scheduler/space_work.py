@@ -39,7 +39,7 @@ from memoryos.planning.consolidation import Consolidator
 from memoryos.planning.rebuild import next_expiry
 from memoryos.space.memory_space import MemorySpace, removes_text_of
 from memoryos.space.ops import AnyOp, EmbedPages, RecordVisits
-from memoryos.storage.records.base import ReadMarks
+from memoryos.storage.records.base import PassMarks, ReadMarks
 from memoryos.tracing import current_carrier, tracing_enabled
 
 if TYPE_CHECKING:
@@ -239,12 +239,14 @@ class SpaceWork:
 
     async def _passes(self) -> None:
         """Run passes until none is asked for; then, if work is backing off, set a timer for its retry."""
+        marks: PassMarks | None = None
         while True:
             with self._changed:
                 target = self._requested
+            marks = None
             try:
                 await self._apply_visits()
-                await self.consolidator.run(self.space)
+                marks = await self.consolidator.run(self.space)
             except SchedulerClosedError:
                 with self._changed:
                     self._running = False
@@ -262,15 +264,16 @@ class SpaceWork:
                     self._changed.notify_all()
                     break
         self._retry_when_due()
-        self._sweep_when_due()
+        self._sweep_when_due(marks)
 
-    def _sweep_when_due(self) -> None:
+    def _sweep_when_due(self, marks: PassMarks | None) -> None:
         """The maintenance timer of expiry: a pass (which sweeps) when the next page or fact expires. A
-        timer is set unless one already fires earlier; a pass that ends sets the next one."""
+        timer is set unless one already fires earlier; a pass that ends sets the next one. `marks`: the
+        last pass's, when it applied nothing after reading them (their next expiry, with no read)."""
         with self._changed:
             if self._closed or self.space.closed:
                 return
-            due_at = next_expiry(self.space)
+            due_at = next_expiry(self.space) if marks is None else marks.next_expiry
             if due_at is None or (self._expiry_timer is not None and self._expiry_timer <= due_at):
                 return
             self._expiry_timer = due_at

@@ -356,6 +356,11 @@ def last_chained_page(store: RecordStore) -> Page | None:
 
 def segment_heats(store: RecordStore, config: MemoryConfig, now: float) -> dict[int, float]:
     """The heat of every mid-term segment at `now`: what eviction and promotion rank by."""
+    return heats_of(store.active_segments(), config, now)
+
+
+def heats_of(segments: Sequence[Segment], config: MemoryConfig, now: float) -> dict[int, float]:
+    """The heat at `now` of each of these segments (as read: `segment_heats`, or a pass's marks)."""
     weights = policy.HeatWeights(
         config.heat_alpha, config.heat_beta, config.heat_gamma, config.heat_tau_hours
     )
@@ -365,5 +370,5 @@ def segment_heats(store: RecordStore, config: MemoryConfig, now: float) -> dict[
             now,
             weights,
         )
-        for s in store.active_segments()
+        for s in segments
     }

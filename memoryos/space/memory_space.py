@@ -27,11 +27,12 @@ import numpy as np
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
 from memoryos.space import policy
-from memoryos.space.apply import OpApplier, last_chained_page, segment_heats
+from memoryos.space.apply import OpApplier, heats_of, last_chained_page, segment_heats
+from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.base import FrequencyAsk, OpKey, ReadOpening, RecordStore
+from memoryos.storage.records.base import FrequencyAsk, OpKey, PassMarks, ReadOpening, RecordStore
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.vector_index import VectorIndex
@@ -378,10 +379,12 @@ class MemorySpace:
         return self.store.pages_in_tier("stm")
 
     @_locked
-    def short_term_overflow(self) -> list[Page]:
-        """Short-term pages beyond `short_term_capacity`, oldest first, up to the first still waiting for
-        its vector (a page without one holds back the younger ones: chains and topics compare vectors)."""
-        return self.store.short_term_overflow(self.config.short_term_capacity)
+    def pass_marks(self, now: float) -> PassMarks:
+        """What a consolidation pass reads before it applies anything, in one look (`PassMarks`): its
+        short-term overflow — the pages beyond `short_term_capacity`, oldest first, up to the first still
+        waiting for its vector (a page without one holds back the younger ones: chains and topics
+        compare vectors) —, the rebuild steps' marks, the segments and the next expiry."""
+        return self.store.pass_marks(now, PROFILE_STALE_META, self.config.short_term_capacity)
 
     @_locked
     def pages(self, page_ids: list[int]) -> list[Page]:
@@ -418,10 +421,14 @@ class MemorySpace:
         return segment_heats(self.store, self.config, now)
 
     @_locked
-    def segments_to_promote(self, now: float) -> list[int]:
-        return policy.segments_to_promote(
-            self.segment_heats(now), self.store.unanalyzed_segment_ids(), self.config.mid_term_heat_threshold
-        )
+    def segments_to_promote(self, now: float, marks: PassMarks | None = None) -> list[int]:
+        """The segments hot enough at `now` to analyze, hottest first. `marks`: a pass's, when nothing was
+        applied since they were read (then they answer, with no read of their own)."""
+        if marks is None:
+            heats, unanalyzed = self.segment_heats(now), self.store.unanalyzed_segment_ids()
+        else:
+            heats, unanalyzed = heats_of(marks.segments, self.config, now), marks.unanalyzed_segment_ids
+        return policy.segments_to_promote(heats, unanalyzed, self.config.mid_term_heat_threshold)
 
     @_locked
     def unanalyzed_pages(self, segment_id: int) -> list[Page]:

@@ -3,6 +3,7 @@
 stores; a whole retrieval (pages, facts with their sources, short-term memory, profile) is the same on
 both; and on PostgreSQL a retrieval and a write cost a bounded number of round trips."""
 
+import asyncio
 import json
 import re
 import threading
@@ -15,6 +16,9 @@ import psycopg
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.llm.async_adapters import InlineAsyncLLM
+from memoryos.llm.offline.backend import OfflineLLM
+from memoryos.planning.consolidation import Consolidator
 from memoryos.space import memory_space
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.memory_space import MemorySpace
@@ -143,18 +147,33 @@ def test_folded_reads_give_what_the_single_reads_give(
                 store.get_meta(PROFILE_STALE_META) is not None,
             )
 
+        def single_pass_reads() -> tuple[Any, ...]:
+            return (
+                single_rebuild_reads(),
+                memory.space.last_chained_page(),
+                store.active_segments(),
+                store.unanalyzed_segment_ids(),
+                store.next_expiry(),
+            )
+
+        def pass_marks(at: float) -> tuple[Any, ...]:
+            marks = store.pass_marks(at, PROFILE_STALE_META, 4)
+            assert marks.overflow == []  # every page moved (a flush after each): test_space's tests move some
+            return (tuple(marks.rebuild), *marks[2:])
+
         every_id = list(range(1, max_page_id + 1))
         expiries = [page.expires_at for page in store.pages(every_id)]
         assert store.next_expiry() == min(at for at in expiries if at is not None)
-        assert tuple(store.rebuild_marks(now, PROFILE_STALE_META)) == single_rebuild_reads()
-        assert store.rebuild_marks(0.0, PROFILE_STALE_META).expired is False
+        assert pass_marks(now) == single_pass_reads()
+        assert store.pass_marks(0.0, PROFILE_STALE_META, 4).rebuild.expired is False
+        assert store.unanalyzed_segment_ids() and store.active_segments()  # compared with something
         segment_ids = [segment.segment_id for segment in store.active_segments()]
         chain_ids = sorted({page.chain_id for page in store.pages(every_id) if page.chain_id is not None})
         with store.transaction():
             store.mark_stale(chain_ids[::-2], segment_ids[:2])
             store.set_meta(PROFILE_STALE_META, "1")
-        marks = store.rebuild_marks(now, PROFILE_STALE_META)
-        assert tuple(marks) == single_rebuild_reads()
+        assert pass_marks(now) == single_pass_reads()
+        marks = store.pass_marks(now, PROFILE_STALE_META, 4).rebuild
         assert marks.stale_chain_ids == sorted(chain_ids[::-2]) and marks.profile_stale
         assert len(marks.stale_segment_ids) == min(2, len(segment_ids)) > 0
 
@@ -310,6 +329,44 @@ def test_a_write_costs_few_round_trips_on_postgres(tmp_path: Path, database_url:
             space.apply(AddTurns(turns=turns, vectors=vectors))
         assert trips[0] == ROUND_TRIPS_PER_WRITE
         assert (space.store.max_page_id(), space.page_index.count()) == (stored + 2, indexed + 2)
+
+
+def test_a_consolidation_pass_reads_in_one_round_trip_and_again_only_after_it_applies(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A pass reads what it needs at once (`MemorySpace.pass_marks`): a pass with nothing to do — most of
+    a busy worker's — is one round trip. One that moves pages reads the marks, the pages' vectors, then
+    its commit (BEGIN with the lock, the pages and segments it checks, COMMIT with the writes), and the
+    marks again for promotion, since it changed the segments: the marks it returns (their next expiry
+    serves its caller's timer) are those, current."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
+        space = memory.space
+        commits: list[int] = []
+
+        async def apply_inline(_: MemorySpace, *ops: Any) -> list[list[int]]:
+            commits.append(len(ops))
+            return space.apply_ops(list(ops))
+
+        async def no_texts(texts: list[str]) -> Any:
+            raise AssertionError("nothing to embed in these passes")
+
+        consolidator = Consolidator(InlineAsyncLLM(OfflineLLM()), no_texts, apply_inline, clock)
+        asyncio.run(consolidator.run(space))  # the sweep of what expired, the rewrites after the delete
+        assert commits
+        commits.clear()
+        with counted_round_trips() as trips:
+            marks = asyncio.run(consolidator.run(space))
+        assert trips[0] == 1 and commits == [] and marks is not None and marks.overflow == []
+
+        texts = ["the kiln was hot", "the glaze cracked", "a new wheel", "the clay dried", "a blue vase"]
+        turns = [Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts]
+        space.apply(AddTurns(turns=turns, vectors=HashEmbedder().encode(texts)))
+        with counted_round_trips() as trips:
+            marks = asyncio.run(consolidator.run(space))
+        assert len(commits) == 1  # the runs' links and filings
+        assert trips[0] == 1 + 1 + 4 + 1
+        assert marks is not None and marks.overflow == []  # read after the commit
+        assert space.pass_marks(clock()) == marks
 
 
 def _database_space(data_dir: Path, database_url: str, user: str, **options: Any) -> MemorySpace:

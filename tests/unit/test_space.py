@@ -134,11 +134,11 @@ def test_short_term_overflow_is_the_oldest_beyond_capacity_up_to_the_first_page_
     try:
         ids = add_pages(space, *(axis(DIM, i % DIM) for i in range(4)))  # 1-4: embedded
         pending = space.apply(AddTurns(turns=[turn(5), turn(6), turn(7), turn(8)]))  # 5-8: no vectors yet
-        assert [p.page_id for p in space.short_term_overflow()] == ids  # 8 - 3 = 5 beyond; 5 waits
+        assert [p.page_id for p in space.pass_marks(T0).overflow] == ids  # 8 - 3 = 5 beyond; 5 waits
         space.apply(EmbedPages(page_ids=pending[:1], vectors=axis(DIM, 0)[None, :]))
-        assert [p.page_id for p in space.short_term_overflow()] == [*ids, pending[0]]
+        assert [p.page_id for p in space.pass_marks(T0).overflow] == [*ids, pending[0]]
         space.apply(EmbedPages(page_ids=pending[1:], vectors=np.stack([axis(DIM, 1)] * 3)))
-        assert [p.page_id for p in space.short_term_overflow()] == [*ids, pending[0]]  # the newest 3 stay
+        assert [p.page_id for p in space.pass_marks(T0).overflow] == [*ids, pending[0]]  # the newest 3 stay
     finally:
         space.close()
 
@@ -157,7 +157,7 @@ def test_short_term_overflow_is_empty_within_capacity(space_dir: Path, clock: Fa
     space = open_space(space_dir, clock, short_term_capacity=3)
     try:
         add_pages(space, axis(DIM, 0), axis(DIM, 1), axis(DIM, 2))
-        assert space.short_term_overflow() == []
+        assert space.pass_marks(T0).overflow == []
     finally:
         space.close()
 

@@ -100,7 +100,7 @@ class ActiveSegments(NamedTuple):
 
 class RebuildMarks(NamedTuple):
     """What a consolidation pass asks before its rebuild steps (`memoryos/planning/rebuild.py`), read
-    together (`RecordStore.rebuild_marks`): one round trip to a database instead of five, on every pass
+    together (in `RecordStore.pass_marks`): one round trip to a database instead of five, on every pass
     of a busy worker, where the answer is almost always "nothing to do"."""
 
     expired: bool
@@ -111,6 +111,26 @@ class RebuildMarks(NamedTuple):
     """Segments a delete or an edit left stale (`stale_segment_ids`), in id order."""
     profile_stale: bool
     """Whether the meta key that marks the profile for a rebuild is set."""
+
+
+class PassMarks(NamedTuple):
+    """What a consolidation pass reads before it applies anything (`RecordStore.pass_marks`), together: on
+    a database one round trip instead of six. Most passes of a busy worker apply nothing (a space still
+    within its short-term capacity, no segment hot enough), and then these are all they read."""
+
+    rebuild: RebuildMarks
+    """What the rebuild steps will find to do."""
+    overflow: list[Page]
+    """`short_term_overflow`: the short-term pages consolidation may move now, oldest first."""
+    last_chained: Page | None
+    """The page linked into a dialogue chain last (the meta key `last_chained_page`): what the first page
+    moved may continue."""
+    segments: list[Segment]
+    """`active_segments()`: what their heats are computed from."""
+    unanalyzed_segment_ids: set[int]
+    """`unanalyzed_segment_ids()`: the active segments with pages not yet analyzed."""
+    next_expiry: float | None
+    """`next_expiry()`: when the next page or fact expires (None: nothing expires)."""
 
 
 class PageSample(NamedTuple):
@@ -296,6 +316,7 @@ class RecordStore(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, int]: ...
     def pages(self, page_ids: Sequence[int]) -> list[Page]: ...
     def pages_in_tier(self, tier: str) -> list[Page]: ...
+    def pass_marks(self, now: float, profile_stale_meta: str, short_term_capacity: int) -> PassMarks: ...
     def pending_among(self, page_ids: Sequence[int]) -> list[int]: ...
     def pending_page_ids(self, limit: int) -> list[int]: ...
     def pending_pages(self, limit: int) -> list[Page]: ...
@@ -310,7 +331,6 @@ class RecordStore(Protocol):
     ) -> RankingRows: ...
     def read_marks(self) -> ReadMarks: ...
     def read_opening(self, asks: Sequence[FrequencyAsk], now: float) -> ReadOpening: ...
-    def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks: ...
     def remove_knowledge_sources(self, page_ids: Sequence[int]) -> None: ...
     def replace_page_text(
         self, page: Page, user_input: str, agent_response: str, meta_data: dict[str, Any], at: float
@@ -328,7 +348,6 @@ class RecordStore(Protocol):
     def set_page_vectors(
         self, page_ids: Sequence[int], vectors: np.ndarray
     ) -> tuple[list[int], np.ndarray]: ...
-    def short_term_overflow(self, capacity: int) -> list[Page]: ...
     def stale_chain_ids(self) -> list[int]: ...
     def stale_segment_ids(self) -> list[int]: ...
     def touch_knowledge(self, entry_id: int, timestamp: str, at: float) -> None: ...

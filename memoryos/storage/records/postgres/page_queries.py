@@ -23,6 +23,13 @@ NEWEST_IN_TIER = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = %s ORDER BY p.page_id DESC "
     "LIMIT %s"
 )
+SHORT_TERM_OVERFLOW = (
+    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.tier = 'stm' AND p.page_id < "
+    "COALESCE((SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL AND tier = 'stm'), "
+    "9223372036854775807) ORDER BY p.page_id LIMIT GREATEST(0, (SELECT COUNT(*) FROM pages "
+    "WHERE space_id = %(space)s AND tier = 'stm') - %(capacity)s)"
+).encode()
+"""The short-term overflow (`PassMarks.overflow`), as the SQLite store's `short_term_overflow` reads it."""
 RANKED_AND_NEWEST = (
     f"SELECT 0, {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.page_id = ANY(%(ids)s::bigint[]) "
     f"UNION ALL (SELECT 1, {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.tier = 'stm' "
@@ -193,16 +200,6 @@ class PostgresPageQueries(PostgresQueries):
 
     def pages_in_tier(self, tier: str) -> list[Page]:
         return self._page_rows("p.tier = %s", (tier,), "ORDER BY p.page_id")
-
-    def short_term_overflow(self, capacity: int) -> list[Page]:
-        rows = self._all(
-            f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = 'stm' AND p.page_id < "
-            "COALESCE((SELECT MIN(page_id) FROM pages WHERE space_id = %s AND vector IS NULL AND tier = 'stm'), "
-            "9223372036854775807) ORDER BY p.page_id LIMIT GREATEST(0, (SELECT COUNT(*) FROM pages "
-            "WHERE space_id = %s AND tier = 'stm') - %s)",
-            (self.space_id, self.space_id, self.space_id, capacity),
-        )
-        return [page_from_row(row) for row in rows]
 
     def newest_in_tier(self, tier: str, limit: int) -> list[Page]:
         return [page_from_row(row) for row in self._all(NEWEST_IN_TIER, (self.space_id, tier, limit))][::-1]

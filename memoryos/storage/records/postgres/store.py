@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.sql import Placeholder
 from psycopg_pool import ConnectionPool
 
@@ -27,6 +28,7 @@ from memoryos.storage.records.base import (
     Fence,
     FrequencyAsk,
     OpKey,
+    PassMarks,
     ReadMarks,
     ReadOpening,
     RebuildMarks,
@@ -43,13 +45,15 @@ from memoryos.storage.records.postgres.knowledge_queries import (
     support_of,
 )
 from memoryos.storage.records.postgres.page_queries import (
+    PAGE_FROM,
     RANKED_AND_NEWEST,
+    SHORT_TERM_OVERFLOW,
     PostgresPageQueries,
     in_order,
 )
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
 from memoryos.storage.records.postgres.store_queries import OP_LOG_ROWS, bigints, op_log_values
-from memoryos.storage.records.store_rows import page_from_row
+from memoryos.storage.records.store_rows import PAGE_COLUMNS, SEGMENT_COLUMNS, page_from_row, segment_from_row
 from memoryos.types import KnowledgeKind
 
 _READ_MARKS = (
@@ -333,13 +337,32 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             logged += connection.execute(query, op_log_values(self.space_id, keys)).fetchall()
         return [logged_detail(op_id, write_id, logged) for op_id, write_id in keys]
 
-    def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks:
-        """As `SqliteStore.rebuild_marks`, in one statement (`_REBUILD_MARKS`)."""
-        rows = self._all(
-            _REBUILD_MARKS, {"space": self.space_id, "now": now, "profile_stale": profile_stale_meta}
+    def pass_marks(self, now: float, profile_stale_meta: str, short_term_capacity: int) -> PassMarks:
+        """As `SqliteStore.pass_marks`, in one round trip: four statements sent together (`_PASS_SCALARS`,
+        `SHORT_TERM_OVERFLOW`, `_LAST_CHAINED`, `_PASS_SEGMENTS`), none waiting for another's answer."""
+        values = {
+            "space": self.space_id,
+            "now": now,
+            "profile_stale": profile_stale_meta,
+            "capacity": short_term_capacity,
+        }
+        with self._connection() as connection:
+            with connection.pipeline():
+                scalars = connection.execute(_PASS_SCALARS, values)
+                overflow = connection.execute(SHORT_TERM_OVERFLOW, values)
+                chained = connection.execute(_LAST_CHAINED, values)
+                segments = connection.cursor(row_factory=dict_row).execute(_PASS_SEGMENTS, values)
+            ((expired, chains, stale_segments, profile_stale, next_expiry),) = scalars.fetchall()
+            last = chained.fetchall()
+            active = segments.fetchall()
+        return PassMarks(
+            RebuildMarks(bool(expired), list(chains), list(stale_segments), bool(profile_stale)),
+            [page_from_row(row) for row in overflow.fetchall()],
+            page_from_row(last[0]) if last else None,
+            [segment_from_row(row) for row in active],
+            {int(row["segment_id"]) for row in active if row["unanalyzed"]},
+            None if next_expiry is None else float(next_expiry),
         )
-        expired, chains, segments, profile_stale = rows[0]
-        return RebuildMarks(bool(expired), list(chains), list(segments), bool(profile_stale))
 
     def erase(self) -> None:
         """Delete every row of the space at once (its `spaces` row and, by cascade and a trigger for its
@@ -350,14 +373,29 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             )
 
 
-_REBUILD_MARKS = (
-    "SELECT EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s) "
-    "OR EXISTS (SELECT 1 FROM knowledge WHERE space_id = %(space)s AND expires_at <= %(now)s), "
-    "ARRAY(SELECT chain_id FROM chains WHERE space_id = %(space)s AND stale ORDER BY chain_id), "
-    "ARRAY(SELECT segment_id FROM segments WHERE space_id = %(space)s AND stale ORDER BY segment_id), "
-    "EXISTS (SELECT 1 FROM meta WHERE space_id = %(space)s AND key = %(profile_stale)s)"
+_PASS_SCALARS = (
+    b"SELECT EXISTS (SELECT 1 FROM pages WHERE space_id = %(space)s AND expires_at <= %(now)s) "
+    b"OR EXISTS (SELECT 1 FROM knowledge WHERE space_id = %(space)s AND expires_at <= %(now)s), "
+    b"ARRAY(SELECT chain_id FROM chains WHERE space_id = %(space)s AND stale ORDER BY chain_id), "
+    b"ARRAY(SELECT segment_id FROM segments WHERE space_id = %(space)s AND stale ORDER BY segment_id), "
+    b"EXISTS (SELECT 1 FROM meta WHERE space_id = %(space)s AND key = %(profile_stale)s), "
+    b"LEAST((SELECT MIN(expires_at) FROM pages WHERE space_id = %(space)s), "
+    b"(SELECT MIN(expires_at) FROM knowledge WHERE space_id = %(space)s))"
 )
-"""`RebuildMarks` in one statement: each part an index probe of the space's rows."""
+"""`RebuildMarks` and the next expiry in one statement: each part an index probe of the space's rows
+(LEAST passes over a NULL)."""
+_LAST_CHAINED = (
+    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.page_id = (SELECT "
+    "value::bigint FROM meta WHERE space_id = %(space)s AND key = 'last_chained_page')"
+).encode()
+"""The page chained last, found by its meta key in the same statement."""
+_PASS_SEGMENTS = (
+    f"SELECT {SEGMENT_COLUMNS}, 0 AS page_count, EXISTS (SELECT 1 FROM pages p WHERE p.space_id = s.space_id "
+    "AND p.segment_id = s.segment_id AND NOT p.analyzed AND p.tier = 'mtm') AS unanalyzed FROM segments s "
+    "WHERE s.space_id = %(space)s AND NOT s.archived ORDER BY s.segment_id"
+).encode()
+"""The active segments, each with whether it has pages not yet analyzed (a probe of the partial index
+`pages_unanalyzed`), in one statement."""
 
 
 def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:

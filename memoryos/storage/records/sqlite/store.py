@@ -23,6 +23,7 @@ from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
     FrequencyAsk,
     OpKey,
+    PassMarks,
     RankingRows,
     ReadMarks,
     ReadOpening,
@@ -228,13 +229,23 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         pending = self.pending_page_ids(1)
         return ReadMarks(max_page_id, pending[0] if pending else None, self.data_version())
 
-    def rebuild_marks(self, now: float, profile_stale_meta: str) -> RebuildMarks:
-        """`RebuildMarks`, one read after another (a database answers them at once)."""
-        return RebuildMarks(
+    def pass_marks(self, now: float, profile_stale_meta: str, short_term_capacity: int) -> PassMarks:
+        """`PassMarks`, one read after another (a database answers them at once)."""
+        rebuild = RebuildMarks(
             bool(self.count_expired(now) or self.expired_knowledge_ids(now)),
             sorted(self.stale_chain_ids()),
             sorted(self.stale_segment_ids()),
             self.get_meta(profile_stale_meta) is not None,
+        )
+        last = self.get_meta("last_chained_page")
+        chained = [] if last is None else self.pages([int(last)])
+        return PassMarks(
+            rebuild,
+            self.short_term_overflow(short_term_capacity),
+            chained[0] if chained else None,
+            self.active_segments(),
+            self.unanalyzed_segment_ids(),
+            self.next_expiry(),
         )
 
     def retrieval_basis(self, now: float) -> RetrievalBasis:
