@@ -75,13 +75,8 @@ class OpApplier:
         (`PageStates`), with the page chained last when a link may continue it, and the active segments
         when one files a topic (`FilingSegments`)."""
         self._pages.forget()
-        wanted: list[int] = []
-        for op in ops:
-            match op:
-                case LinkChain():
-                    wanted.append(op.page_id)
-                case FileTopic() | MarkAnalyzed() | DeferAnalysis():
-                    wanted += op.page_ids
+        self._segments.forget()
+        wanted = pages_read_first([op for op in ops if not isinstance(op, EmbedPages)])
         if any(isinstance(op, LinkChain) and op.continues_previous for op in ops):
             last = self.store.get_meta("last_chained_page")  # the same for every link: read once
             wanted += [] if last is None else [int(last)]
@@ -345,6 +340,20 @@ class OpApplier:
         if not expiries or any(e is None for e in expiries):
             return None
         return max(e for e in expiries if e is not None)
+
+
+def pages_read_first(ops: Sequence[AnyOp]) -> list[int]:
+    """The pages `ops` read before they write: those consolidation's checks read (`OpApplier.begin`) and
+    those an embedding checks are still waiting for their vector. A database store reads them with the
+    transaction's BEGIN (`RecordStore.transaction(pages=…)`), in the round trip that takes its lock."""
+    named: list[int] = []
+    for op in ops:
+        match op:
+            case LinkChain():
+                named.append(op.page_id)
+            case FileTopic() | MarkAnalyzed() | DeferAnalysis() | EmbedPages():
+                named += op.page_ids
+    return named
 
 
 def last_chained_page(store: RecordStore) -> Page | None:

@@ -27,7 +27,7 @@ import numpy as np
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
 from memoryos.space import policy
-from memoryos.space.apply import OpApplier, heats_of, last_chained_page, segment_heats
+from memoryos.space.apply import OpApplier, heats_of, last_chained_page, pages_read_first, segment_heats
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
@@ -212,7 +212,7 @@ class MemorySpace:
             vectors: list[np.ndarray] = []
             removes_text = False
             keys = [(op.op_id, op.write_id if isinstance(op, AddTurns) else None) for op in ops]
-            with self.store.transaction(wait_for_writers, keys):
+            with self.store.transaction(wait_for_writers, keys, pages_read_first(ops)):
                 self._pages.catch_up()  # others' vectors first: the index stays gap-free in sequence
                 # Every op's log entry read at once (on a database, with the transaction's lock, in its
                 # BEGIN's round trip); an op given twice in the run is looked up again, after its first

@@ -12,6 +12,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -22,10 +23,11 @@ from memoryos.planning.consolidation import Consolidator
 from memoryos.space import memory_space
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.memory_space import MemorySpace
-from memoryos.space.ops import AddTurns, FileTopic, LinkChain
+from memoryos.space.ops import AddTurns, EmbedPages, FileTopic, LinkChain
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.factory import database_pool
 from memoryos.storage.records.postgres.connection import close_pools
+from memoryos.storage.records.vector_blobs import at_stored_precision
 from memoryos.types import Turn
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
 
@@ -330,13 +332,26 @@ def test_a_write_costs_few_round_trips_on_postgres(tmp_path: Path, database_url:
         assert trips[0] == ROUND_TRIPS_PER_WRITE
         assert (space.store.max_page_id(), space.page_index.count()) == (stored + 2, indexed + 2)
 
+        # Vectors for pages stored without them (the service's embedding batches): the pages still waiting
+        # are read with BEGIN, so the op costs what a write does; a page that has its vector already (an
+        # earlier delivery) is left as it is.
+        waiting = space.apply(AddTurns(turns=turns))
+        space.apply(EmbedPages(page_ids=waiting[:1], vectors=vectors[:1]))
+        with counted_round_trips() as trips:
+            space.apply(EmbedPages(page_ids=waiting, vectors=vectors[::-1]))
+        assert trips[0] == ROUND_TRIPS_PER_WRITE
+        assert space.pending_page_ids(10) == [] and space.page_index.count() == indexed + 4
+        # The first keeps the vector it had (not the second op's first row); the second gets its row.
+        expected = at_stored_precision(np.stack([vectors[0], vectors[0]]))
+        np.testing.assert_array_equal(space.page_vectors(waiting), expected)
+
 
 def test_a_consolidation_pass_reads_in_one_round_trip_and_again_only_after_it_applies(
     tmp_path: Path, database_url: str
 ) -> None:
     """A pass reads what it needs at once (`MemorySpace.pass_marks`): a pass with nothing to do — most of
     a busy worker's — is one round trip. One that moves pages reads the marks, the pages' vectors, then
-    its commit (BEGIN with the lock, the pages and segments it checks, COMMIT with the writes), and the
+    its commit (BEGIN with the lock and the pages it checks, the segments, COMMIT with the writes), and the
     marks again for promotion, since it changed the segments: the marks it returns (their next expiry
     serves its caller's timer) are those, current."""
     with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
@@ -364,7 +379,7 @@ def test_a_consolidation_pass_reads_in_one_round_trip_and_again_only_after_it_ap
         with counted_round_trips() as trips:
             marks = asyncio.run(consolidator.run(space))
         assert len(commits) == 1  # the runs' links and filings
-        assert trips[0] == 1 + 1 + 4 + 1
+        assert trips[0] == 1 + 1 + 3 + 1
         assert marks is not None and marks.overflow == []  # read after the commit
         assert space.pass_marks(clock()) == marks
 
@@ -673,7 +688,8 @@ def test_a_commit_of_runs_reads_the_active_segments_once_and_sends_a_statement_a
 
 def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Path, database_url: str) -> None:
     """Consolidation links every page it moves, most into the chain of the page linked before it: the op's
-    check of the page and the chain it continues come from one read."""
+    check of the page and the chain it continues come from one read, made with the transaction's BEGIN
+    (`transaction(pages=…)`: the pages the ops name and the page chained last)."""
     with remembered(tmp_path, {"database_url": database_url}) as (memory, clock):
         space = memory.space
         turn = Turn(user_input="and then the kiln", agent_response="noted", timestamp="2026-12-06 08:00:00")
@@ -689,7 +705,7 @@ def test_linking_a_page_reads_it_and_the_page_chained_last_at_once(tmp_path: Pat
         )
         with counted_round_trips() as trips:
             space.apply(link)
-        assert trips[0] == 3  # BEGIN with the lock and the op log, the two pages, the writes with COMMIT
+        assert trips[0] == 2  # BEGIN with the lock, the op log and the two pages; the writes with COMMIT
         (linked,) = space.pages([page_id])
         assert linked.chain_id == previous.chain_id
         assert space.last_chained_page() == linked
@@ -737,9 +753,9 @@ def test_a_run_linked_and_filed_in_one_commit_reads_its_pages_once(tmp_path: Pat
         ]
         with counted_round_trips() as trips:
             space.apply_ops(ops)
-        # BEGIN with the lock and the op log, the pages, the active segments (the links' writes with them),
-        # the writes with COMMIT.
-        assert trips[0] == 4
+        # BEGIN with the lock, the op log and the pages; the active segments (before any write waits); the
+        # writes with COMMIT.
+        assert trips[0] == 3
         linked = space.pages([first, second])
         assert {page.chain_id for page in linked} == {previous.chain_id}
         assert {page.tier for page in linked} == {"mtm"}

@@ -203,8 +203,10 @@ def test_a_write_keeps_the_version_of_its_own_commit_so_a_commit_right_after_it_
     own_transaction = space.store.transaction
 
     @contextmanager
-    def then_another_commits(wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
-        with own_transaction(wait_for_writers, ops):
+    def then_another_commits(
+        wait_for_writers: bool = True, ops: Sequence[OpKey] = (), pages: Sequence[int] = ()
+    ) -> Iterator[None]:
+        with own_transaction(wait_for_writers, ops, pages):
             yield
         with other.transaction():
             ids = other.insert_pages([turn(90)], np.stack([axis(DIM, 5)]))

@@ -36,9 +36,11 @@ def count_transactions(space: MemorySpace, monkeypatch: pytest.MonkeyPatch) -> l
     transaction = space.store.transaction
 
     @contextlib.contextmanager
-    def counted(wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
+    def counted(
+        wait_for_writers: bool = True, ops: Sequence[OpKey] = (), pages: Sequence[int] = ()
+    ) -> Iterator[None]:
         opened.append(1)
-        with transaction(wait_for_writers, ops):
+        with transaction(wait_for_writers, ops, pages):
             yield
 
     monkeypatch.setattr(space.store, "transaction", counted)

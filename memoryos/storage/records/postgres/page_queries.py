@@ -10,13 +10,10 @@ import numpy as np
 from memoryos.storage.records.base import FrequencyAsk, PageSample, RankingRows, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
-from memoryos.storage.records.postgres.store_queries import PostgresQueries, bigints
+from memoryos.storage.records.postgres.store_queries import PAGE_FROM, PostgresQueries, bigints
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
-
-PAGE_FROM = "pages p LEFT JOIN chains c ON c.space_id = p.space_id AND c.chain_id = p.chain_id"
-
 
 PAGES_BY_ID = f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.page_id = ANY(%s)"
 NEWEST_IN_TIER = (
@@ -189,6 +186,9 @@ class PostgresPageQueries(PostgresQueries):
     def pages(self, page_ids: Sequence[int]) -> list[Page]:
         if not page_ids:
             return []
+        kept = self._kept_page_rows(page_ids)  # read with the transaction's BEGIN
+        if kept is not None:
+            return [page_from_row(row) for row in kept]
         return in_order(self._all(PAGES_BY_ID, (self.space_id, list(page_ids))), page_ids)
 
     def _page_rows(self, where: str, params: Sequence[Any], tail: str = "") -> list[Page]:
@@ -311,6 +311,9 @@ class PostgresPageQueries(PostgresQueries):
         return chosen, vectors[rows]
 
     def pending_among(self, page_ids: Sequence[int]) -> list[int]:
+        kept = self._kept_page_rows(page_ids)  # read with the transaction's BEGIN
+        if kept is not None:
+            return [page.page_id for page in map(page_from_row, kept) if not page.embedded]
         rows = self._all(
             "SELECT page_id FROM pages WHERE space_id = %s AND page_id = ANY(%s) AND vector IS NULL",
             (self.space_id, list(page_ids)),

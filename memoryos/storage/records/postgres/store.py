@@ -45,14 +45,13 @@ from memoryos.storage.records.postgres.knowledge_queries import (
     support_of,
 )
 from memoryos.storage.records.postgres.page_queries import (
-    PAGE_FROM,
     RANKED_AND_NEWEST,
     SHORT_TERM_OVERFLOW,
     PostgresPageQueries,
     in_order,
 )
 from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import OP_LOG_ROWS, bigints, op_log_values
+from memoryos.storage.records.postgres.store_queries import OP_LOG_ROWS, PAGE_FROM, bigints, op_log_values
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, SEGMENT_COLUMNS, page_from_row, segment_from_row
 from memoryos.types import KnowledgeKind
 

@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
 from memoryos.storage.records.base import Fence, OpKey
+from memoryos.storage.records.store_rows import PAGE_COLUMNS
 from memoryos.storage.records.vector_blobs import from_blobs
 
 COUNTERS = (
@@ -56,6 +57,16 @@ def op_log_values(space_id: int, keys: Sequence[OpKey]) -> tuple[int, list[str],
         [write_id for _, write_id in keys if write_id is not None],
     )
 
+
+PAGE_FROM = "pages p LEFT JOIN chains c ON c.space_id = p.space_id AND c.chain_id = p.chain_id"
+"""A space's pages with their chain's summary (`PAGE_COLUMNS`)."""
+
+_BEGIN_PAGES = (
+    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = {{space}} AND (p.page_id = ANY('{{ids}}'::bigint[]) "
+    "OR p.page_id = (SELECT value::bigint FROM meta WHERE space_id = {space} AND key = 'last_chained_page'))"
+)
+"""Pages a transaction's ops read first, with the page chained last (a link may continue it), read with
+BEGIN (`_begin`): literals only, an integer and an array of integers (`bigints`)."""
 
 _UNREACHABLE = (psycopg.OperationalError, psycopg.InterfaceError, pg_errors.IdleInTransactionSessionTimeout)
 """The database went away under a call: restarted, unreachable, or it ended a transaction left idle."""
@@ -268,7 +279,9 @@ class _Transaction:
         "meta",
         "op_log_keys",
         "op_log_rows",
+        "page_rows",
         "pages_added",
+        "pages_read",
         "tokens_added",
     )
 
@@ -284,6 +297,9 @@ class _Transaction:
         # The op log's entries for the keys given to `transaction`, read under the lock at BEGIN.
         self.op_log_keys: frozenset[OpKey] = frozenset()
         self.op_log_rows: list[tuple[str | None, str | None, str]] = []
+        # The pages asked for with BEGIN (and the page chained last), and the rows found of them.
+        self.pages_read: frozenset[int] = frozenset()
+        self.page_rows: dict[int, tuple[Any, ...]] = {}
         self.pages_added = 0  # net pages and page tokens the transaction added (the corpus totals)
         self.tokens_added = 0
         self.dirty = False
@@ -462,11 +478,15 @@ class PostgresQueries:
 
     # --- transactions ---------------------------------------------------------------------------------
     @contextmanager
-    def transaction(self, wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
+    def transaction(
+        self, wait_for_writers: bool = True, ops: Sequence[OpKey] = (), pages: Sequence[int] = ()
+    ) -> Iterator[None]:
         """All writes inside commit together or not at all, one writer per space at a time.
 
         `ops`: the keys the transaction will first ask `logged_ops` about (which of its ops were applied
-        before), read with the lock in BEGIN's round trip rather than in one of their own.
+        before), read with the lock in BEGIN's round trip rather than in one of their own. `pages`: the
+        pages its ops will first read (`pages`, `pending_among`), read there too with the page chained
+        last (`_BEGIN_PAGES`), and answered from what was read until the transaction's first write.
 
         Another writer of the space is waited for; without `wait_for_writers`, not at all:
         `StoreBusyError` at once, nothing begun. In a fenced shard, `FencedOutError` when this process's
@@ -477,7 +497,7 @@ class PostgresQueries:
         try:
             with self._pool.connection() as connection:
                 try:
-                    transaction = self._begin(connection, wait_for_writers, ops)
+                    transaction = self._begin(connection, wait_for_writers, ops, pages)
                     self._local.transaction = transaction
                     try:
                         yield
@@ -493,11 +513,16 @@ class PostgresQueries:
             raise storage_error(error) from error
 
     def _begin(
-        self, connection: psycopg.Connection, wait_for_writers: bool, ops: Sequence[OpKey]
+        self,
+        connection: psycopg.Connection,
+        wait_for_writers: bool,
+        ops: Sequence[OpKey],
+        pages: Sequence[int],
     ) -> _Transaction:
         """BEGIN and the lock of the space's row (and its shard's fence row, shared), reading its counters
-        and meta, then the op log's entries for `ops`, in one message of the simple query protocol: one
-        round trip, not three, and the ops of the transaction read meta without asking the server again.
+        and meta, then the op log's entries for `ops` and the rows of `pages`, in one message of the
+        simple query protocol: one round trip, not four, and the ops of the transaction read meta without
+        asking the server again. Each statement after the lock sees every commit made before it.
 
         Why not a pipeline: psycopg ends a pipeline with a Sync and then a Flush request, and a server that
         reads anything after the Sync leaves `idle_in_transaction_session_timeout` unarmed until the next
@@ -518,6 +543,8 @@ class PostgresQueries:
         )
         if ops:
             statements += "; " + OP_LOG_ROWS.format(*op_log_values(self.space_id, ops)).as_string(connection)
+        if pages:
+            statements += "; " + _BEGIN_PAGES.format(space=int(self.space_id), ids=bigints(pages))
         cursor = connection.execute(statements.encode())
         cursor.nextset()  # past BEGIN's result
         transaction = _Transaction(connection, *self._locked_space(cursor.fetchone()))
@@ -525,7 +552,20 @@ class PostgresQueries:
             cursor.nextset()
             transaction.op_log_keys = frozenset(ops)
             transaction.op_log_rows = cursor.fetchall()
+        if pages:
+            cursor.nextset()
+            rows = cursor.fetchall()
+            transaction.page_rows = {int(row[0]): row for row in rows}
+            transaction.pages_read = frozenset([*(int(pid) for pid in pages), *transaction.page_rows])
         return transaction
+
+    def _kept_page_rows(self, page_ids: Sequence[int]) -> list[tuple[Any, ...]] | None:
+        """The rows of `page_ids` as the open transaction's BEGIN read them (`PAGE_COLUMNS`, in order, the
+        missing ones left out) while it has written nothing; None when they must be asked for."""
+        transaction = self._current()
+        if transaction is None or transaction.dirty or not transaction.pages_read.issuperset(page_ids):
+            return None
+        return [transaction.page_rows[pid] for pid in page_ids if pid in transaction.page_rows]
 
     def _commit(self, connection: psycopg.Connection, transaction: _Transaction) -> None:
         """The writes still waiting, the op log and counters (`_write_back`) and COMMIT in one pipeline:

@@ -43,11 +43,13 @@ class StoreQueries:
         self._db.close()
 
     @contextmanager
-    def transaction(self, wait_for_writers: bool = True, ops: Sequence[OpKey] = ()) -> Iterator[None]:
+    def transaction(
+        self, wait_for_writers: bool = True, ops: Sequence[OpKey] = (), pages: Sequence[int] = ()
+    ) -> Iterator[None]:
         """All writes inside commit together or not at all (BEGIN IMMEDIATE: one writer at a time).
 
-        `ops` (the op log keys a database store reads with its BEGIN) asks nothing here: a read of the op
-        log costs no round trip in process.
+        `ops` and `pages` (the op log keys and the pages a database store reads with its BEGIN) ask
+        nothing here: a read costs no round trip in process.
 
         Another connection's write transaction is waited for up to the store's busy timeout; without
         `wait_for_writers`, not at all: `StoreBusyError` at once, nothing begun (a caller that must not
