@@ -57,6 +57,7 @@ from memoryos.portability.reference_format import (
     parse_reference,
 )
 from memoryos.space import policy
+from memoryos.storage.records.base import LAST_CHAINED_META
 from memoryos.storage.records.vector_blobs import to_blob
 from memoryos.types import KnowledgeKind, Tier, Turn
 from memoryos.validation import parse_timestamp, validate_turn
@@ -125,7 +126,7 @@ def import_reference(
             {"embedding_model": embedder.name, "embedding_dim": str(embedder.dim), "vector_generation": "0"},
         )
         if writer.last_chained is not None:
-            set_meta(db, {"last_chained_page": str(writer.last_chained)})
+            set_meta(db, {LAST_CHAINED_META: str(writer.last_chained)})
         detail = {"from": "reference", "reference_user": user_dir.name, "counts": counts}
         db.execute(
             "INSERT INTO op_log(kind, at, detail, op_id, write_id) VALUES (?, ?, ?, ?, NULL)",

@@ -37,7 +37,7 @@ from memoryos.space.ops import (
     UpdateProfile,
 )
 from memoryos.space.page_states import PageStates
-from memoryos.storage.records.base import RecordStore
+from memoryos.storage.records.base import LAST_CHAINED_META, RecordStore
 from memoryos.storage.records.vector_blobs import at_stored_precision, from_blobs
 from memoryos.types import Page, Segment
 
@@ -76,9 +76,9 @@ class OpApplier:
         when one files a topic (`FilingSegments`)."""
         self._pages.forget()
         self._segments.forget()
-        wanted = pages_read_first([op for op in ops if not isinstance(op, EmbedPages)])
+        wanted = pages_checked(ops)
         if any(isinstance(op, LinkChain) and op.continues_previous for op in ops):
-            last = self.store.get_meta("last_chained_page")  # the same for every link: read once
+            last = self.store.get_meta(LAST_CHAINED_META)  # the same for every link: read once
             wanted += [] if last is None else [int(last)]
         self._pages.read(wanted)
         if any(isinstance(op, FileTopic) for op in ops):
@@ -209,7 +209,7 @@ class OpApplier:
         """Link the page into the chain of the page chained last (continuing it) or into a chain of its
         own, unless the plan went stale; the op's log detail. The page and the one chained last are read
         together, when `begin` has not read them with the transaction's other pages."""
-        last = self.store.get_meta("last_chained_page")
+        last = self.store.get_meta(LAST_CHAINED_META)
         continued = int(last) if op.continues_previous and last is not None else None
         self._pages.read([op.page_id] if continued is None else [op.page_id, continued])
         page = self._pages.get(op.page_id)
@@ -222,7 +222,7 @@ class OpApplier:
         self.store.upsert_chain(chain_id, op.chain_summary)
         self.store.set_page_fields([op.page_id], chain_id=chain_id)
         self._pages.note([op.page_id], chain_id=chain_id)
-        self.store.set_meta("last_chained_page", str(op.page_id))
+        self.store.set_meta(LAST_CHAINED_META, str(op.page_id))
         return {"page_id": op.page_id, "continues": op.continues_previous}
 
     def _file_topic(self, op: FileTopic) -> int:
@@ -342,23 +342,28 @@ class OpApplier:
         return max(e for e in expiries if e is not None)
 
 
-def pages_read_first(ops: Sequence[AnyOp]) -> list[int]:
-    """The pages `ops` read before they write: those consolidation's checks read (`OpApplier.begin`) and
-    those an embedding checks are still waiting for their vector. A database store reads them with the
-    transaction's BEGIN (`RecordStore.transaction(pages=…)`), in the round trip that takes its lock."""
+def pages_checked(ops: Sequence[AnyOp]) -> list[int]:
+    """The pages consolidation's checks of `ops` read (`OpApplier.begin`, `PageStates`)."""
     named: list[int] = []
     for op in ops:
         match op:
             case LinkChain():
                 named.append(op.page_id)
-            case FileTopic() | MarkAnalyzed() | DeferAnalysis() | EmbedPages():
+            case FileTopic() | MarkAnalyzed() | DeferAnalysis():
                 named += op.page_ids
     return named
 
 
+def pages_read_first(ops: Sequence[AnyOp]) -> list[int]:
+    """The pages `ops` read before they write: those their checks read and those an embedding checks are
+    still waiting for their vector. A database store reads them with the transaction's BEGIN
+    (`RecordStore.transaction(pages=…)`), in the round trip that takes its lock."""
+    return [*pages_checked(ops), *(pid for op in ops if isinstance(op, EmbedPages) for pid in op.page_ids)]
+
+
 def last_chained_page(store: RecordStore) -> Page | None:
     """The page linked into a dialogue chain last: the one a new page may continue."""
-    previous = store.get_meta("last_chained_page")
+    previous = store.get_meta(LAST_CHAINED_META)
     found = store.pages([int(previous)]) if previous is not None else []
     return found[0] if found else None
 

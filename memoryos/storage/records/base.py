@@ -55,6 +55,10 @@ def logged_detail(
 Side = Literal["user_input", "agent_response"]
 """A page's two texts, the columns of lexical search."""
 
+LAST_CHAINED_META = "last_chained_page"
+"""The meta key holding the id of the page linked into a dialogue chain last: the engine writes it at every
+link, and a database store reads that page with a pass's marks and a transaction's BEGIN."""
+
 KNOWLEDGE_KINDS: tuple[KnowledgeKind, ...] = ("user", "assistant")
 """Every kind of fact, in the order retrieval returns them."""
 

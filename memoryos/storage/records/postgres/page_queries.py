@@ -20,6 +20,11 @@ NEWEST_IN_TIER = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %s AND p.tier = %s ORDER BY p.page_id DESC "
     "LIMIT %s"
 )
+NEXT_EXPIRY = (
+    "LEAST((SELECT MIN(expires_at) FROM pages WHERE space_id = %(space)s), "
+    "(SELECT MIN(expires_at) FROM knowledge WHERE space_id = %(space)s))"
+)
+"""When the space's next page or fact expires, as an expression (LEAST passes over a NULL)."""
 SHORT_TERM_OVERFLOW = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.tier = 'stm' AND p.page_id < "
     "COALESCE((SELECT MIN(page_id) FROM pages WHERE space_id = %(space)s AND vector IS NULL AND tier = 'stm'), "
@@ -459,11 +464,7 @@ class PostgresPageQueries(PostgresQueries):
 
     def next_expiry(self) -> float | None:
         """When the next page or fact expires (None: nothing expires); LEAST passes over a NULL."""
-        return self._one(
-            "SELECT LEAST((SELECT MIN(expires_at) FROM pages WHERE space_id = %s), "
-            "(SELECT MIN(expires_at) FROM knowledge WHERE space_id = %s))",
-            (self.space_id, self.space_id),
-        )
+        return self._one(f"SELECT {NEXT_EXPIRY}", {"space": self.space_id})
 
     def count_analysis_attempt(self, page_ids: Sequence[int]) -> None:
         self._update_fields("pages", "page_id", PAGE_FIELDS, page_ids, "+", analysis_attempts=1)

@@ -31,6 +31,21 @@ SEGMENT_FIELDS = {
 """The columns of a segment the engine updates (`update_segment`, `add_segment_counters`), with their types."""
 
 
+HAS_UNANALYZED_PAGES = (
+    "EXISTS (SELECT 1 FROM pages p WHERE p.space_id = s.space_id AND p.segment_id = s.segment_id "
+    "AND NOT p.analyzed AND p.tier = 'mtm')"
+)
+"""Whether segment `s` has pages not yet analyzed: a probe of the partial index `pages_unanalyzed`."""
+
+
+def active_segments_query(extra_columns: str) -> str:
+    """The space's (`%(space)s`) active segments in id order, `SEGMENT_COLUMNS` and `extra_columns`."""
+    return (
+        f"SELECT {SEGMENT_COLUMNS}, {extra_columns} FROM segments s WHERE s.space_id = %(space)s "
+        "AND NOT s.archived ORDER BY s.segment_id"
+    )
+
+
 class PostgresSegmentQueries(PostgresQueries):
     """Chains (a summary per dialogue chain) and segments (a topic, its vector, keywords and counters)."""
 
@@ -101,11 +116,7 @@ class PostgresSegmentQueries(PostgresQueries):
         )
 
     def _active_segment_rows(self, extra_columns: str) -> list[dict[str, Any]]:
-        rows = self._dicts(
-            f"SELECT {SEGMENT_COLUMNS}, {extra_columns} FROM segments s WHERE s.space_id = %s "
-            "AND NOT s.archived ORDER BY s.segment_id",
-            (self.space_id,),
-        )
+        rows = self._dicts(active_segments_query(extra_columns), {"space": self.space_id})
         for row in rows:
             row["archived"] = bool(row["archived"])
         return rows
@@ -155,9 +166,8 @@ class PostgresSegmentQueries(PostgresQueries):
     def unanalyzed_segment_ids(self) -> set[int]:
         return set(
             self._ids(
-                "SELECT s.segment_id FROM segments s WHERE s.space_id = %s AND NOT s.archived AND EXISTS "
-                "(SELECT 1 FROM pages p WHERE p.space_id = s.space_id AND p.segment_id = s.segment_id "
-                "AND NOT p.analyzed AND p.tier = 'mtm')"
+                f"SELECT s.segment_id FROM segments s WHERE s.space_id = %s AND NOT s.archived AND "
+                f"{HAS_UNANALYZED_PAGES}"
             )
         )
 

@@ -45,14 +45,25 @@ from memoryos.storage.records.postgres.knowledge_queries import (
     support_of,
 )
 from memoryos.storage.records.postgres.page_queries import (
+    NEXT_EXPIRY,
     RANKED_AND_NEWEST,
     SHORT_TERM_OVERFLOW,
     PostgresPageQueries,
     in_order,
 )
-from memoryos.storage.records.postgres.segment_queries import PostgresSegmentQueries
-from memoryos.storage.records.postgres.store_queries import OP_LOG_ROWS, PAGE_FROM, bigints, op_log_values
-from memoryos.storage.records.store_rows import PAGE_COLUMNS, SEGMENT_COLUMNS, page_from_row, segment_from_row
+from memoryos.storage.records.postgres.segment_queries import (
+    HAS_UNANALYZED_PAGES,
+    PostgresSegmentQueries,
+    active_segments_query,
+)
+from memoryos.storage.records.postgres.store_queries import (
+    LAST_CHAINED_ID,
+    OP_LOG_ROWS,
+    PAGE_FROM,
+    bigints,
+    op_log_values,
+)
+from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row, segment_from_row
 from memoryos.types import KnowledgeKind
 
 _READ_MARKS = (
@@ -378,23 +389,17 @@ _PASS_SCALARS = (
     b"ARRAY(SELECT chain_id FROM chains WHERE space_id = %(space)s AND stale ORDER BY chain_id), "
     b"ARRAY(SELECT segment_id FROM segments WHERE space_id = %(space)s AND stale ORDER BY segment_id), "
     b"EXISTS (SELECT 1 FROM meta WHERE space_id = %(space)s AND key = %(profile_stale)s), "
-    b"LEAST((SELECT MIN(expires_at) FROM pages WHERE space_id = %(space)s), "
-    b"(SELECT MIN(expires_at) FROM knowledge WHERE space_id = %(space)s))"
+    + NEXT_EXPIRY.encode()
 )
 """`RebuildMarks` and the next expiry in one statement: each part an index probe of the space's rows
-(LEAST passes over a NULL)."""
+(`NEXT_EXPIRY`)."""
 _LAST_CHAINED = (
-    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.page_id = (SELECT "
-    "value::bigint FROM meta WHERE space_id = %(space)s AND key = 'last_chained_page')"
+    f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = %(space)s AND p.page_id = "
+    + LAST_CHAINED_ID.format(space="%(space)s")
 ).encode()
 """The page chained last, found by its meta key in the same statement."""
-_PASS_SEGMENTS = (
-    f"SELECT {SEGMENT_COLUMNS}, 0 AS page_count, EXISTS (SELECT 1 FROM pages p WHERE p.space_id = s.space_id "
-    "AND p.segment_id = s.segment_id AND NOT p.analyzed AND p.tier = 'mtm') AS unanalyzed FROM segments s "
-    "WHERE s.space_id = %(space)s AND NOT s.archived ORDER BY s.segment_id"
-).encode()
-"""The active segments, each with whether it has pages not yet analyzed (a probe of the partial index
-`pages_unanalyzed`), in one statement."""
+_PASS_SEGMENTS = active_segments_query(f"0 AS page_count, {HAS_UNANALYZED_PAGES} AS unanalyzed").encode()
+"""The active segments, each with whether it has pages not yet analyzed, in one statement."""
 
 
 def _send_marks(connection: psycopg.Connection, space_id: int) -> psycopg.Cursor[Any]:

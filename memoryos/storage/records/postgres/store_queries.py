@@ -26,7 +26,7 @@ from psycopg.sql import SQL
 from psycopg_pool import ConnectionPool
 
 from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
-from memoryos.storage.records.base import Fence, OpKey
+from memoryos.storage.records.base import LAST_CHAINED_META, Fence, OpKey
 from memoryos.storage.records.store_rows import PAGE_COLUMNS
 from memoryos.storage.records.vector_blobs import from_blobs
 
@@ -61,9 +61,14 @@ def op_log_values(space_id: int, keys: Sequence[OpKey]) -> tuple[int, list[str],
 PAGE_FROM = "pages p LEFT JOIN chains c ON c.space_id = p.space_id AND c.chain_id = p.chain_id"
 """A space's pages with their chain's summary (`PAGE_COLUMNS`)."""
 
+LAST_CHAINED_ID = (
+    f"(SELECT value::bigint FROM meta WHERE space_id = {{space}} AND key = '{LAST_CHAINED_META}')"
+)
+"""The id of the page chained last, as a subquery (`{space}`: the space's id or its parameter)."""
+
 _BEGIN_PAGES = (
     f"SELECT {PAGE_COLUMNS} FROM {PAGE_FROM} WHERE p.space_id = {{space}} AND (p.page_id = ANY('{{ids}}'::bigint[]) "
-    "OR p.page_id = (SELECT value::bigint FROM meta WHERE space_id = {space} AND key = 'last_chained_page'))"
+    f"OR p.page_id = {LAST_CHAINED_ID})"
 )
 """Pages a transaction's ops read first, with the page chained last (a link may continue it), read with
 BEGIN (`_begin`): literals only, an integer and an array of integers (`bigints`)."""
@@ -382,10 +387,10 @@ class PostgresQueries:
         over (hex) and are decoded again, most of the time of a read of many vectors."""
         return self._fetched(sql, params, binary)
 
-    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    def _dicts(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
         return self._fetched(sql, params, False, dict_row)
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _one(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         rows = self._all(sql, params)
         return rows[0][0] if rows else None
 

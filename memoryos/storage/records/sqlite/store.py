@@ -21,6 +21,7 @@ from typing import Any
 from memoryos.errors import StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
+    LAST_CHAINED_META,
     FrequencyAsk,
     OpKey,
     PassMarks,
@@ -237,7 +238,7 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             sorted(self.stale_segment_ids()),
             self.get_meta(profile_stale_meta) is not None,
         )
-        last = self.get_meta("last_chained_page")
+        last = self.get_meta(LAST_CHAINED_META)
         chained = [] if last is None else self.pages([int(last)])
         return PassMarks(
             rebuild,
