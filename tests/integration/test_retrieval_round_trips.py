@@ -630,6 +630,23 @@ def test_updates_of_rows_by_id_go_as_one_statement_a_set_of_columns_with_the_eff
         )
 
 
+def test_an_update_of_a_column_the_store_does_not_update_by_id_is_refused_with_its_name(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The columns updated by id are a fixed list with their types (`PAGE_FIELDS`, `SEGMENT_FIELDS`): any
+    other is a `ValueError` naming the table and the column, and the transaction stores nothing of it."""
+    with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
+        store = memory.space.store
+        (before,) = store.pages([1])
+        with (
+            pytest.raises(ValueError, match="pages: no column to update named user_input"),
+            store.transaction(),
+        ):
+            store.set_page_fields([1], tier="archived")
+            store.set_page_fields([1], user_input="rewritten")
+        assert store.pages([1]) == [before] and before.tier != "archived"
+
+
 def _updated_columns(sent: list[str], table: str) -> list[str]:
     """The first column each UPDATE of `table` in `sent` sets, in order."""
     return [m.group(1) for sql in sent if (m := re.match(rf"UPDATE {table}\b \w+ SET (\w+)", sql))]
