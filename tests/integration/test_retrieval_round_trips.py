@@ -26,6 +26,7 @@ from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import AddTurns, EmbedPages, FileTopic, LinkChain
 from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordStore
 from memoryos.storage.records.factory import database_pool
+from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.connection import close_pools
 from memoryos.storage.records.vector_blobs import at_stored_precision
 from memoryos.types import Turn
@@ -563,6 +564,68 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
             ("five", False),
             ("six", True),
         ]
+
+
+def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_tokens(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pages of a run of turns are tokenized together when the transaction sends its writes (one call
+    into FTS5, not one a page), and the corpus totals BM25 reads count their tokens: a page of no token
+    (punctuation) has no terms and still counts as a page. Pages inserted and then erased in the same
+    transaction leave the totals at zero."""
+    batches: list[int] = []
+    instances = lexical._instances
+
+    def counted(sides: Any) -> Any:
+        batches.append(len(sides))
+        return instances(sides)
+
+    monkeypatch.setattr(lexical, "_instances", counted)
+    space = _database_space(tmp_path, database_url, "tokens")
+    try:
+        embedder = HashEmbedder()
+
+        def adding(*texts: str) -> AddTurns:
+            return AddTurns(
+                turns=[
+                    Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts
+                ],
+                vectors=embedder.encode(list(texts)),
+            )
+
+        created = space.apply_ops([adding("quokka hops"), adding("axolotl", "narwhal"), adding("?!")])
+        assert batches == [4]
+        ids = [page_id for run in created for page_id in run]
+        punctuation = space.pages([ids[-1]])[0]
+        with psycopg.connect(database_url) as conn:
+            lengths = conn.execute(
+                "SELECT page_id, user_len, agent_len FROM pages WHERE space_id = %s ORDER BY page_id",
+                (space.store.space_id,),
+            ).fetchall()
+            totals = conn.execute(
+                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space.store.space_id,)
+            ).fetchone()
+            terms_of_punctuation = conn.execute(
+                "SELECT term FROM page_terms WHERE space_id = %s AND page_id = %s AND user_tf > 0",
+                (space.store.space_id, punctuation.page_id),
+            ).fetchall()
+        assert [row[1:] for row in lengths] == [(2, 1), (1, 1), (1, 1), (0, 1)]
+        assert totals == (4, 8) and terms_of_punctuation == []
+        assert [pid for pid, _ in space.store.lexical_search(["narwhal"], 5, None)] == [ids[2]]
+
+        store = space.store
+        with store.transaction():
+            store.insert_pages(adding("pangolin").turns, None)
+            store.delete_all(("pages",), keep_meta=("embedding_model", "embedding_dim"))
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute(
+                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space.store.space_id,)
+            ).fetchone() == (0, 0)
+            assert conn.execute(
+                "SELECT count(*) FROM page_terms WHERE space_id = %s", (space.store.space_id,)
+            ).fetchone() == (0,)
+    finally:
+        space.close()
 
 
 def test_updates_of_rows_by_id_go_as_one_statement_a_set_of_columns_with_the_effect_of_all_in_order(

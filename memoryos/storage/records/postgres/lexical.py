@@ -121,6 +121,44 @@ def page_terms(sides: Sequence[tuple[str, str]]) -> list[PageTerms]:
     ]
 
 
+class TermsBatch:
+    """Pages' texts gathered (`add`) and tokenized together (`tokenize`), each page's `PageTerms` read back
+    by the position `add` gave it (`terms`).
+
+    Why: a write transaction of the service applies a run of turns, a page each, and tokenizing each page
+    on its own cost four calls into SQLite per page; beside the worker's busy threads each call waits to
+    take the interpreter lock back, about 1 ms a page, a third of the thread that applies writes. The
+    transaction tokenizes its pages when it sends them: one batch for the run."""
+
+    __slots__ = ("_sides", "_terms")
+
+    def __init__(self) -> None:
+        self._sides: list[tuple[str, str]] = []
+        self._terms: list[PageTerms] = []
+
+    def add(self, sides: Sequence[tuple[str, str]]) -> int:
+        """Gather pages' (user_input, agent_response); the position of the first."""
+        first = len(self._terms) + len(self._sides)
+        self._sides += sides
+        return first
+
+    def tokenize(self) -> int:
+        """Tokenize the pages gathered since the last call, in one batch; their tokens in all."""
+        if not self._sides:
+            return 0
+        fresh = page_terms(self._sides)
+        self._sides = []
+        self._terms += fresh
+        return sum(page.user_len + page.agent_len for page in fresh)
+
+    def terms(self, first: int, count: int) -> list[PageTerms]:
+        """The `PageTerms` of `count` pages from position `first`, once `tokenize` has run after their
+        `add`."""
+        if first + count > len(self._terms):
+            raise RuntimeError("pages' terms read before their texts were tokenized")
+        return self._terms[first : first + count]
+
+
 TOKENS_KEPT = 8192
 """Query terms whose tokens this process keeps (`_query_tokens`): questions repeat their words (the
 speakers' names, a topic), and a retrieve tokenizes its terms twice, for its counts and its search. When

@@ -126,6 +126,22 @@ PAGE_FIELDS = {
 """The columns of a page the engine updates by id (`set_page_fields`), with their types."""
 
 
+_INSERT_TERMS = (
+    "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf, length) SELECT %s, r.* FROM "
+    "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[], %s::int[]) AS r"
+)
+"""Pages' terms (`term_rows`), the space's id first."""
+
+
+def term_rows(page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> list[tuple[Any, ...]]:
+    """`_INSERT_TERMS`' rows for pages and their terms."""
+    return [
+        (term, page_id, user_tf, agent_tf, page.user_len + page.agent_len)
+        for page_id, page in zip(page_ids, terms, strict=True)
+        for term, (user_tf, agent_tf) in page.terms.items()
+    ]
+
+
 def in_order(rows: Sequence[tuple[Any, ...]], page_ids: Sequence[int]) -> list[Page]:
     """The pages of `PAGES_BY_ID`'s rows in the order of `page_ids`, missing ids skipped."""
     by_id = {row[0]: page_from_row(row) for row in rows}
@@ -143,11 +159,15 @@ class PostgresPageQueries(PostgresQueries):
         expires_at: float | None = None,
         op_id: str | None = None,
     ) -> list[int]:
+        if not turns:
+            return []
         first = self._take("next_page_id", len(turns))
         ids = list(range(first, first + len(turns)))
         seq = self._take("max_vector_seq", 0 if vectors is None else len(turns)) + 1
-        terms = lexical.page_terms([(turn.user_input, turn.agent_response) for turn in turns])
-        rows = [
+        # Tokenized with the transaction's other new pages when its writes are sent (`TermsBatch`).
+        batch = self._open_transaction().terms
+        position = batch.add([(turn.user_input, turn.agent_response) for turn in turns])
+        made = [
             (
                 page_id,
                 turn.user_input,
@@ -156,11 +176,16 @@ class PostgresPageQueries(PostgresQueries):
                 json.dumps(turn.meta_data) if turn.meta_data else None,
                 None if vectors is None else to_blob(vectors[i]),
                 None if vectors is None else seq + i,
-                page_terms.user_len,
-                page_terms.agent_len,
             )
-            for i, (page_id, turn, page_terms) in enumerate(zip(ids, turns, terms, strict=True))
+            for i, (page_id, turn) in enumerate(zip(ids, turns, strict=True))
         ]
+
+        def page_rows() -> list[tuple[Any, ...]]:
+            return [
+                (*row, terms.user_len, terms.agent_len, at, at, expires_at, op_id)
+                for row, terms in zip(made, batch.terms(position, len(ids)), strict=True)
+            ]
+
         # One statement for a run of writes, arrays per column: a statement per page cost most of a write.
         self._write_rows(
             "INSERT INTO pages(space_id, page_id, user_input, agent_response, timestamp, meta_data, vector, "
@@ -169,24 +194,13 @@ class PostgresPageQueries(PostgresQueries):
             "%s::bytea[], %s::bigint[], %s::int[], %s::int[], %s::float8[], %s::float8[], %s::float8[], "
             "%s::text[]) AS r",
             (self.space_id,),
-            [(*row, at, at, expires_at, op_id) for row in rows],
+            page_rows,
         )
-        self._insert_terms(ids, terms)
-        self._count_pages(len(ids), sum(page.user_len + page.agent_len for page in terms))
-        return ids
-
-    def _insert_terms(self, page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> None:
-        rows = [
-            (term, page_id, user_tf, agent_tf, page_terms.user_len + page_terms.agent_len)
-            for page_id, page_terms in zip(page_ids, terms, strict=True)
-            for term, (user_tf, agent_tf) in page_terms.terms.items()
-        ]
         self._write_rows(
-            "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf, length) SELECT %s, r.* FROM "
-            "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[], %s::int[]) AS r",
-            (self.space_id,),
-            rows,
+            _INSERT_TERMS, (self.space_id,), lambda: term_rows(ids, batch.terms(position, len(ids)))
         )
+        self._count_pages(len(ids), 0)  # the tokens are counted when tokenized
+        return ids
 
     def pages(self, page_ids: Sequence[int]) -> list[Page]:
         if not page_ids:
@@ -402,7 +416,7 @@ class PostgresPageQueries(PostgresQueries):
         self._write(
             "DELETE FROM page_terms WHERE space_id = %s AND page_id = %s", (self.space_id, page.page_id)
         )
-        self._insert_terms([page.page_id], [terms])
+        self._write_rows(_INSERT_TERMS, (self.space_id,), term_rows([page.page_id], [terms]))
 
     def _tokens_of(self, page_ids: Sequence[int]) -> int:
         return int(

@@ -201,6 +201,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
                     "UPDATE spaces SET page_count = 0, token_count = 0 WHERE space_id = %s", (self.space_id,)
                 )
                 transaction = self._open_transaction()
+                transaction.count_terms()  # the pages inserted before are deleted: their tokens too
                 transaction.pages_added = transaction.tokens_added = 0
             self._write(f"DELETE FROM {table} WHERE space_id = %s", (self.space_id,))
         self._write(

@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from memoryos.errors import DatabaseUnavailableError, FencedOutError, StorageError, StoreBusyError
 from memoryos.storage.records.base import LAST_CHAINED_META, Fence, OpKey
+from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.store_rows import PAGE_COLUMNS
 from memoryos.storage.records.vector_blobs import from_blobs
 
@@ -135,19 +136,29 @@ def _naming_table_of(sql: str) -> Callable[[str], re.Match[str] | None]:
     return re.compile(rf"\b{table.group(1)}\b").search
 
 
+Row = tuple[Any, ...]
+LaterRows = Callable[[], Sequence[Row]]
+"""Rows made only when the transaction's writes are sent (after `_Transaction.terms` is tokenized)."""
+
+
 class _Rows:
     """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
-    by the same kind of writes of the transaction while no other write touches its table in between."""
+    by the same kind of writes of the transaction while no other write touches its table in between.
+    Each write gives its rows, or a function that makes them when they are sent (`LaterRows`)."""
 
-    __slots__ = ("fixed", "new_rows", "rows", "sql")
+    __slots__ = ("fixed", "new_rows", "parts", "sql")
 
     def __init__(self, sql: str, fixed: tuple[Any, ...]) -> None:
         self.sql = sql
         self.fixed = fixed
-        self.rows: list[tuple[Any, ...]] = []
+        self.parts: list[Sequence[Row] | LaterRows] = []
         self.new_rows = sql.lstrip().upper().startswith("INSERT") and "ON CONFLICT" not in sql.upper()
         """A plain INSERT: its rows are new, keyed by ids the transaction gave out (an existing key
         fails), so no update the transaction made before them can have touched them."""
+
+    def rows(self) -> list[Row]:
+        """Every write's rows, in the order of the writes."""
+        return [row for part in self.parts for row in (part() if callable(part) else part)]
 
 
 FieldChange = tuple[str, Any]
@@ -287,6 +298,7 @@ class _Transaction:
         "page_rows",
         "pages_added",
         "pages_read",
+        "terms",
         "tokens_added",
     )
 
@@ -307,6 +319,7 @@ class _Transaction:
         self.page_rows: dict[int, tuple[Any, ...]] = {}
         self.pages_added = 0  # net pages and page tokens the transaction added (the corpus totals)
         self.tokens_added = 0
+        self.terms = lexical.TermsBatch()  # the texts of the pages it inserted, tokenized when sent
         self.dirty = False
 
     @contextmanager
@@ -324,13 +337,21 @@ class _Transaction:
             with self.sending():
                 pass
 
+    def count_terms(self) -> None:
+        """Tokenize the texts of the pages inserted since the last call, all in one batch, and add their
+        tokens to the corpus totals: before the rows that need them are made, and before the totals are
+        reset."""
+        self.tokens_added += self.terms.tokenize()
+
     def statements(self) -> list[Statement]:
         """The writes waiting, in order, as statements to send; none wait after."""
+        self.count_terms()
         waiting, self.deferred = self.deferred, []
         statements: list[Statement] = []
         for write in waiting:
             if isinstance(write, _Rows):
-                statements.append(binary_arrays(write.sql, write.fixed, write.rows))
+                if rows := write.rows():  # a page of no token has no terms
+                    statements.append(binary_arrays(write.sql, write.fixed, rows))
             elif isinstance(write, _FieldUpdates):
                 statements += write.statements()
             else:
@@ -401,17 +422,18 @@ class PostgresQueries:
         transaction.dirty = True
         transaction.deferred.append((sql, params))
 
-    def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[tuple[Any, ...]]) -> None:
-        """Rows for `sql` (its `fixed` parameters, then one array per column): they join the rows of the
-        same statement waiting in the transaction, unless a write waiting after those touches the same
-        table (its order against them would change; new rows may pass updates, `_commutes`).
+    def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[Row] | LaterRows) -> None:
+        """Rows for `sql` (its `fixed` parameters, then one array per column), or a function that makes
+        them when they are sent: they join the rows of the same statement waiting in the transaction,
+        unless a write waiting after those touches the same table (its order against them would change;
+        new rows may pass updates, `_commutes`).
 
         Why not only the last write: a run of turns writes pages, then their terms, then pages again, and
         each op's rows as their own statements cost two statements a turn (the server parses, plans and
         runs each, and psycopg builds each). Moving rows earlier past writes of other tables is safe: the
         only foreign keys lead to `spaces`, which no transaction of a space writes."""
-        rows = list(rows)
-        if not rows:
+        part = rows if callable(rows) else list(rows)
+        if not part:
             return
         transaction = self._open_transaction()
         transaction.dirty = True
@@ -420,7 +442,7 @@ class PostgresQueries:
         if joined is None:
             joined = new
             transaction.deferred.append(joined)
-        joined.rows += rows
+        joined.parts.append(part)
 
     def _update_fields(
         self, table: str, key: str, types: Mapping[str, str], row_ids: Iterable[int], kind: str, **values: Any
