@@ -26,7 +26,9 @@ reports them, head the output.
   the store method that sent them. Target: postgres p50 ≤ 1.3× sqlite's.
 - `cold-open`: a space of `--cold-pages` pages with `--cold-dim`-d random unit vectors (float16 in the
   store; built with `MemorySpace.apply(AddTurns(...))` in batches of 1000, then closed: the index
-  snapshot written), the same on both stores. Per run, per store, with and without the snapshot in the
+  snapshot written), the same on both stores; then the database vacuumed and analyzed, as autovacuum
+  leaves it after a load (`vacuumed`), and the `memoryos` package byte-compiled, as pip leaves an
+  installed wheel (`compiled_package`). Per run, per store, with and without the snapshot in the
   space's directory: PostgreSQL restarted first (`PostgresServer.restart()`: its buffers cold; the OS
   page cache is not dropped, for either store), then a new process (`bench.storage.cold_child`) opens
   the space and answers one retrieve (a random query vector, a question's words). Timed from just
@@ -559,6 +561,34 @@ def snapshot_files(directory: Path) -> list[Path]:
     ]
 
 
+def vacuumed(url: str) -> float:
+    """`VACUUM (ANALYZE)` of the database after the space is built, timed: the state autovacuum keeps a
+    space's tables in once it has run after their inserts (within a minute of them, by default). Without
+    it the visibility map of a just-filled `page_terms` is empty and the first retrieve's index-only
+    scans read the heap of every entry they count (0.11 s instead of 0.05 s measured on a cold server):
+    the figure of a space filled in the last minute, not of a space a worker takes over."""
+    import psycopg
+
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("VACUUM (ANALYZE)")
+    return round(time.perf_counter() - started, 2)
+
+
+def compiled_package() -> str:
+    """Byte-compile the `memoryos` package the new processes import, as pip does when it installs the
+    wheel into an image; the path compiled. Without it, where PYTHONDONTWRITEBYTECODE is set (our images
+    and this machine set it), every process compiles each module from source again (about 0.15 s on a
+    2-core machine), which no deployed worker does."""
+    import compileall
+
+    import memoryos
+
+    package = Path(memoryos.__file__).parent
+    compileall.compile_dir(package, quiet=1)
+    return str(package)
+
+
 def cold_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Start `bench.storage.cold_child`; its answer with `start_to_answer_s`, from just before the start
     to its answer line."""
@@ -607,6 +637,8 @@ def cold_open_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
                 "dim": args.cold_dim,
                 "query": query,
             }
+        vacuum_s = vacuumed(url)
+        compiled = compiled_package()
         names = {store: sorted(path.name for path in saved[store].iterdir()) for store in STORES}
         for run, store in interleaved(args.cold_runs):
             directory = Path(specs[store]["directory"])
@@ -644,6 +676,8 @@ def cold_open_bench(server: Any, args: argparse.Namespace) -> dict[str, Any]:
         "dim": args.cold_dim,
         "runs": args.cold_runs,
         "build_s": built,
+        "vacuum_analyze_s": vacuum_s,
+        "bytecode_compiled": compiled,
         "snapshot_files": names,
         "rows": rows,
         "medians": medians_by_case,

@@ -35,6 +35,7 @@ from memoryos.space.score_sample import ScoreSample
 from memoryos.storage.records.base import FrequencyAsk, OpKey, PassMarks, ReadOpening, RecordStore
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.space_lock import SpaceHold, make_directory
+from memoryos.storage.vectors.index_factory import close_page_index
 from memoryos.storage.vectors.vector_index import VectorIndex
 from memoryos.types import KnowledgeEntry, KnowledgeKind, Page, Segment
 
@@ -132,7 +133,7 @@ class MemorySpace:
             # (`RecordStore.created`): on a database, 3 round trips instead of 14 for a new user.
             meta = self.store.all_meta()
             self.dim = self._check_fingerprint(meta, embedding_model, model_dim)
-            self._sample = ScoreSample(self.store, self.dim)
+            self._sample = ScoreSample(self.dim)
             self._pages = SpacePageIndex(
                 self.store,
                 config,
@@ -142,6 +143,11 @@ class MemorySpace:
                 self._fingerprint(meta.get("vector_generation")),
                 self._sample.offer,
             )
+            try:
+                self._sample.start(self.store, self._pages.index)
+            except BaseException:
+                close_page_index(self._pages.index)  # Chroma's client; nothing for FAISS
+                raise
         except BaseException:
             self.store.close()
             self._release_hold()

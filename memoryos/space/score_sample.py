@@ -3,6 +3,7 @@
 import numpy as np
 
 from memoryos.storage.records.base import PageSample, RecordStore
+from memoryos.storage.vectors.vector_index import VectorIndex
 
 SCORE_SAMPLE_SIZE = 1024
 """Vectors kept: enough for a stable mean and spread of query scores, 1.5 MB at 384-d."""
@@ -29,13 +30,27 @@ class ScoreSample:
     buffer resident however few pages it had.
     """
 
-    def __init__(self, store: RecordStore, dim: int) -> None:
-        """The sample of `store`'s page vectors; none read from a store this open created (`created`)."""
+    def __init__(self, dim: int) -> None:
+        """An empty sample, filled by `start` once the space's page index is open: the index is given
+        `offer` for the vectors it catches up on later, so the sample exists before it."""
         self._rng = np.random.default_rng(0)
+        self._seen = 0
+        self._buffer = np.zeros((0, dim), dtype=np.float32)
+        self._filled = 0
+
+    def start(self, store: RecordStore, index: VectorIndex) -> None:
+        """The sample of the space's page vectors as it opens: taken from its page `index`, open and
+        caught up with the store (it holds every embedded page's vector, as the snapshot or the store
+        gave them), with the store's page count, or from the store where the index cannot give its
+        vectors back; none read from a store this open created (`created`)."""
+        dim = self._buffer.shape[1]
+        if store.created:
+            return
+        held = index.spread_sample(SCORE_SAMPLE_SIZE)
         stored = (
-            PageSample(0, np.zeros((0, dim), dtype=np.float32))
-            if store.created
-            else store.page_sample(SCORE_SAMPLE_SIZE, dim)
+            store.page_sample(SCORE_SAMPLE_SIZE, dim)
+            if held is None
+            else PageSample(store.page_total(), held)
         )
         self._seen = stored.pages
         initial = stored.vectors

@@ -11,6 +11,7 @@ import pytest
 
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, InvalidInputError
+from memoryos.space import score_sample
 from memoryos.space.memory_space import MemorySpace
 from memoryos.space.ops import (
     AddKnowledge,
@@ -240,6 +241,33 @@ def test_the_page_sample_counts_every_page_and_spreads_over_the_embedded_ones(sp
     every = space.store.page_sample(10, DIM)
     assert every.pages == 7
     assert np.array_equal(every.vectors, np.stack([axis(DIM, i) for i in (0, 2, 3, 4, 5)]))
+
+
+def test_a_reopened_spaces_score_sample_comes_from_its_page_index_as_the_store_would_give_it(
+    space_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A space that reopens takes its score sample from the page index it opened (from the snapshot, or
+    rebuilt from the store without one), not from a pass over the store's rows: the same vectors
+    `page_sample` gives, more pages than the sample holds and a deleted page included."""
+    space = open_space(space_dir, clock)
+    embedded = add_pages(space, *(unit(DIM, (i % DIM, 1.0), ((i // DIM) % DIM, 0.5)) for i in range(40)))
+    space.apply(AddTurns(turns=[turn(50)]))  # a page without a vector counts as a page
+    space.apply(DeletePages(page_ids=[embedded[3]]))
+    space.close()
+    store_class = type(space.store)
+    for snapshot in (True, False):
+        if not snapshot:
+            (space_dir / PAGE_INDEX_FILE).unlink()
+        with monkeypatch.context() as patched:
+            patched.setattr(store_class, "page_sample", lambda *_: pytest.fail("read from the store"))
+            patched.setattr(score_sample, "SCORE_SAMPLE_SIZE", 16)
+            again = open_space(space_dir, clock)
+        try:
+            stored = again.store.page_sample(16, DIM)
+            assert stored.pages == 40 and len(stored.vectors) == 16
+            np.testing.assert_array_equal(again.score_sample(), stored.vectors)
+        finally:
+            again.close()
 
 
 def test_ranking_rows_are_the_lexical_hits_and_the_candidates_neighbours(space: MemorySpace) -> None:

@@ -200,6 +200,31 @@ def test_remove_reports_present_ids_and_removed_ids_are_never_found(
     assert index.search(vectors[10:11], 1).ids[0, 0] == ids[10]
 
 
+def test_a_spread_sample_is_every_nth_held_vector_in_id_order(
+    backend: Opened, filled: tuple[VectorIndex, np.ndarray, np.ndarray]
+) -> None:
+    """`spread_sample` picks what `RecordStore.page_sample` picks of the same vectors: every nth by id from
+    the lowest, n the count over the size asked, all of them when there are no more; a removal is not
+    held, and an added vector whose id sorts first comes first. Chroma gives none (the store's is read)."""
+    index, ids, vectors = filled
+    if backend.name == "chroma":
+        assert index.spread_sample(10) is None
+        return
+    held = held_by(backend, vectors)
+    shuffled = np.random.default_rng(7).permutation(COUNT)  # ids added out of order
+    index.remove(ids)
+    index.add(ids[shuffled], vectors[shuffled])
+    finish_page_index_rebuild(index)
+    assert isinstance(index, FaissIndex)
+    assert index.stats()["kind"] == ("ivf" if backend.name == "faiss-ivf" else "flat")
+    step = COUNT // 40
+    np.testing.assert_array_equal(index.spread_sample(40), held[::step][:40])
+    index.remove(ids[:1])
+    index.add(np.array([5]), vectors[:1])  # sorts before every other id
+    np.testing.assert_array_equal(index.spread_sample(COUNT), np.vstack([held[:1], held[1:]]))
+    assert index.spread_sample(COUNT).dtype == np.float32
+
+
 def test_allowed_ids_restrict_results_to_those_ids(
     backend: Opened, filled: tuple[VectorIndex, np.ndarray, np.ndarray]
 ) -> None:

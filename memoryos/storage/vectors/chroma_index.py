@@ -186,6 +186,11 @@ class ChromaIndex:
             self._collection.delete(ids=present[start : start + self._max_batch])
         return len(present)
 
+    def spread_sample(self, size: int) -> None:
+        """None: Chroma gives vectors back only through its client, which reads its own store; the record
+        store's sample costs no more."""
+        return None
+
     def search(self, queries: np.ndarray, k: int, allowed_ids: np.ndarray | None = None) -> SearchResult:
         """Top-k by cosine for each query row, best first; `allowed_ids` filters inside Chroma's search."""
         queries = checked_vectors(queries, self._dim, "queries")

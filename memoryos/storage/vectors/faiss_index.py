@@ -51,6 +51,7 @@ from memoryos.storage.vectors.faiss_ivf import (
     recalibrate_ivf,
     replay_journal,
     set_faiss_threads,
+    spread_sample,
 )
 from memoryos.storage.vectors.faiss_snapshot import SnapshotHeader, read_snapshot, snapshot_bytes
 from memoryos.storage.vectors.gpu import GPU_MAX_K, GpuPolicy, should_use_gpu, to_gpu
@@ -189,6 +190,9 @@ class FaissIndex:
                 self._journal.append((ids, None))
             self._start_due_work()
         return removed
+
+    def spread_sample(self, size: int) -> np.ndarray:
+        return spread_sample(self._index, size)
 
     def search(self, queries: np.ndarray, k: int, allowed_ids: np.ndarray | None = None) -> SearchResult:
         """Top-k by inner product; an `allowed_ids` filter on IVF probes more lists the fewer ids it allows.

@@ -72,6 +72,16 @@ class VectorIndex(Protocol):
         """Remove ids; return how many were present."""
         ...
 
+    def spread_sample(self, size: int) -> np.ndarray | None:
+        """Up to `size` held vectors spread evenly over the ids in order (every nth from the lowest id, n
+        the count over `size`), as `RecordStore.page_sample` picks them among a space's embedded pages;
+        None where the backend cannot read its vectors back for less than the store would cost.
+
+        Why: an index opened from its snapshot already holds every embedded page's vector, and reading
+        the sample back from the store was the costliest part of opening a large space (a pass over every
+        page's row, cold after a restart)."""
+        ...
+
     def search(self, queries: np.ndarray, k: int, allowed_ids: np.ndarray | None = None) -> SearchResult:
         """Top-k by inner product for each query row; `allowed_ids` restricts results to those ids."""
         ...

@@ -297,6 +297,10 @@ class PostgresPageQueries(PostgresQueries):
             from_blobs([vector for _, vector in sampled], dim),
         )
 
+    def page_total(self) -> int:
+        """The space's page counter, kept for BM25 (`page_sample`'s count)."""
+        return int(self._one("SELECT page_count FROM spaces WHERE space_id = %s", (self.space_id,)))
+
     def all_page_texts(self) -> list[tuple[int, str, str]]:
         rows = self._all(
             "SELECT page_id, user_input, agent_response FROM pages WHERE space_id = %s", (self.space_id,)

@@ -150,6 +150,10 @@ class PageQueries(StoreQueries):
         ).fetchall()
         return PageSample(int(pages), from_blobs([row[0] for row in rows], dim))
 
+    def page_total(self) -> int:
+        """Every page of the space, of any tier, with a vector or not (`PageSample.pages`)."""
+        return int(self._one("SELECT COUNT(*) FROM pages"))
+
     def all_page_texts(self) -> list[tuple[int, str, str]]:
         return [
             tuple(row) for row in self._db.execute("SELECT page_id, user_input, agent_response FROM pages")
