@@ -524,6 +524,14 @@ def _writing(sent: list[str], table: str) -> list[str]:
     return [verb for sql in sent for start, verb in verbs.items() if re.match(rf"{start}\b", sql)]
 
 
+def adding(*texts: str) -> AddTurns:
+    """A write of a turn per text, each answered "noted", with the texts' vectors."""
+    return AddTurns(
+        turns=[Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts],
+        vectors=HashEmbedder().encode(list(texts)),
+    )
+
+
 def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_comes_between(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -533,16 +541,6 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
     statement of their own, after it."""
     with remembered(tmp_path, {"database_url": database_url}) as (memory, _):
         space = memory.space
-        embedder = HashEmbedder()
-
-        def adding(*texts: str) -> AddTurns:
-            return AddTurns(
-                turns=[
-                    Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts
-                ],
-                vectors=embedder.encode(list(texts)),
-            )
-
         with sent_statements() as sent:
             created = space.apply_ops([adding("quokka"), adding("axolotl", "narwhal"), adding("pangolin")])
         assert _writing(sent, "pages") == ["INSERT"] and _writing(sent, "page_terms") == ["INSERT"]
@@ -553,7 +551,7 @@ def test_a_run_of_writes_sends_one_statement_a_table_unless_another_write_of_it_
         store = space.store
         with sent_statements() as sent, store.transaction():
             first = store.insert_pages(adding("five").turns, None)
-            store.assign_vectors([(first[0], embedder.encode(["five"])[0])])
+            store.assign_vectors([(first[0], HashEmbedder().encode(["five"])[0])])
             second = store.insert_pages(adding("six").turns, None)
         assert _writing(sent, "pages") == ["INSERT", "UPDATE", "INSERT"]
         assert _writing(sent, "page_terms") == ["INSERT"]
@@ -583,31 +581,22 @@ def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_token
     monkeypatch.setattr(lexical, "_instances", counted)
     space = _database_space(tmp_path, database_url, "tokens")
     try:
-        embedder = HashEmbedder()
-
-        def adding(*texts: str) -> AddTurns:
-            return AddTurns(
-                turns=[
-                    Turn(user_input=t, agent_response="noted", timestamp="2026-12-06 08:00:00") for t in texts
-                ],
-                vectors=embedder.encode(list(texts)),
-            )
-
         created = space.apply_ops([adding("quokka hops"), adding("axolotl", "narwhal"), adding("?!")])
         assert batches == [4]
         ids = [page_id for run in created for page_id in run]
         punctuation = space.pages([ids[-1]])[0]
+        space_id = space.store.space_id  # type: ignore[attr-defined]  # the PostgreSQL store's row
         with psycopg.connect(database_url) as conn:
             lengths = conn.execute(
                 "SELECT page_id, user_len, agent_len FROM pages WHERE space_id = %s ORDER BY page_id",
-                (space.store.space_id,),
+                (space_id,),
             ).fetchall()
             totals = conn.execute(
-                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space.store.space_id,)
+                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space_id,)
             ).fetchone()
             terms_of_punctuation = conn.execute(
                 "SELECT term FROM page_terms WHERE space_id = %s AND page_id = %s AND user_tf > 0",
-                (space.store.space_id, punctuation.page_id),
+                (space_id, punctuation.page_id),
             ).fetchall()
         assert [row[1:] for row in lengths] == [(2, 1), (1, 1), (1, 1), (0, 1)]
         assert totals == (4, 8) and terms_of_punctuation == []
@@ -619,10 +608,10 @@ def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_token
             store.delete_all(("pages",), keep_meta=("embedding_model", "embedding_dim"))
         with psycopg.connect(database_url) as conn:
             assert conn.execute(
-                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space.store.space_id,)
+                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space_id,)
             ).fetchone() == (0, 0)
             assert conn.execute(
-                "SELECT count(*) FROM page_terms WHERE space_id = %s", (space.store.space_id,)
+                "SELECT count(*) FROM page_terms WHERE space_id = %s", (space_id,)
             ).fetchone() == (0,)
     finally:
         space.close()
