@@ -569,8 +569,9 @@ def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_token
 ) -> None:
     """The pages of a run of turns are tokenized together when the transaction sends its writes (one call
     into FTS5, not one a page), and the corpus totals BM25 reads count their tokens: a page of no token
-    (punctuation) has no terms and still counts as a page. Pages inserted and then erased in the same
-    transaction leave the totals at zero."""
+    (punctuation) has no terms and still counts as a page. A read in the transaction sends the pages
+    before it, tokenized then, and the pages after it are a batch of their own. Pages inserted and then
+    erased in the same transaction leave the totals at zero."""
     batches: list[int] = []
     instances = lexical._instances
 
@@ -603,6 +604,19 @@ def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_token
         assert [pid for pid, _ in space.store.lexical_search(["narwhal"], 5, None)] == [ids[2]]
 
         store = space.store
+        batches.clear()
+        with store.transaction():  # a read between two inserts sends the first: two batches, in order
+            (first,) = store.insert_pages(adding("red panda").turns, None)
+            assert store.pages([first])[0].user_input == "red panda"
+            (second,) = store.insert_pages(adding("okapi").turns, None)
+        assert batches == [1, 1]
+        assert [pid for pid, _ in store.lexical_search(["panda"], 5, None)] == [first]
+        assert [pid for pid, _ in store.lexical_search(["okapi"], 5, None)] == [second]
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute(
+                "SELECT page_count, token_count FROM spaces WHERE space_id = %s", (space_id,)
+            ).fetchone() == (6, 13)
+
         with store.transaction():
             store.insert_pages(adding("pangolin").turns, None)
             store.delete_all(("pages",), keep_meta=("embedding_model", "embedding_dim"))
