@@ -39,7 +39,7 @@ from memoryos.space.ops import (
 from memoryos.space.page_states import PageStates
 from memoryos.storage.records.base import LAST_CHAINED_META, RecordStore
 from memoryos.storage.records.vector_blobs import at_stored_precision, from_blobs
-from memoryos.types import Page, Segment
+from memoryos.types import Segment
 
 _NOTES_ITS_PAGES = (
     LinkChain,
@@ -359,13 +359,6 @@ def pages_read_first(ops: Sequence[AnyOp]) -> list[int]:
     still waiting for their vector. A database store reads them with the transaction's BEGIN
     (`RecordStore.transaction(pages=…)`), in the round trip that takes its lock."""
     return [*pages_checked(ops), *(pid for op in ops if isinstance(op, EmbedPages) for pid in op.page_ids)]
-
-
-def last_chained_page(store: RecordStore) -> Page | None:
-    """The page linked into a dialogue chain last: the one a new page may continue."""
-    previous = store.get_meta(LAST_CHAINED_META)
-    found = store.pages([int(previous)]) if previous is not None else []
-    return found[0] if found else None
 
 
 def segment_heats(store: RecordStore, config: MemoryConfig, now: float) -> dict[int, float]:

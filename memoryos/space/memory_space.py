@@ -27,12 +27,19 @@ import numpy as np
 from memoryos.config import MemoryConfig
 from memoryos.errors import EmbeddingModelMismatchError, StorageError
 from memoryos.space import policy
-from memoryos.space.apply import OpApplier, heats_of, last_chained_page, pages_read_first, segment_heats
+from memoryos.space.apply import OpApplier, heats_of, pages_read_first, segment_heats
 from memoryos.space.apply_lifecycle import PROFILE_STALE_META
 from memoryos.space.ops import AddTurns, AnyOp, DeleteFacts, DeletePages, ExpireDue, ForgetSpace, UpdatePage
 from memoryos.space.page_index import SpacePageIndex
 from memoryos.space.score_sample import ScoreSample
-from memoryos.storage.records.base import FrequencyAsk, OpKey, PassMarks, ReadOpening, RecordStore
+from memoryos.storage.records.base import (
+    FrequencyAsk,
+    OpKey,
+    PassMarks,
+    ReadOpening,
+    RecordStore,
+    last_chained_page,
+)
 from memoryos.storage.records.factory import STORE_FILE, ShardFence, open_record_store, uses_database
 from memoryos.storage.space_lock import SpaceHold, make_directory
 from memoryos.storage.vectors.index_factory import close_page_index

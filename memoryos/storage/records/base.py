@@ -366,3 +366,10 @@ class RecordStore(Protocol):
         self, page_ids: Sequence[int], through_seq: int, dim: int
     ) -> tuple[list[int], np.ndarray]: ...
     def withdrawn_after(self, after_seq: int) -> tuple[list[int], int]: ...
+
+
+def last_chained_page(store: RecordStore) -> Page | None:
+    """The page linked into a dialogue chain last (`LAST_CHAINED_META`): the one a new page may continue."""
+    previous = store.get_meta(LAST_CHAINED_META)
+    found = store.pages([int(previous)]) if previous is not None else []
+    return found[0] if found else None

@@ -317,22 +317,28 @@ def spread_sample(index: Any, size: int) -> np.ndarray:
     in order: every nth from the lowest id, n the count over `size` (every one when there are no more),
     decoded to float32 copies. The ids alone are gathered; only the chosen vectors are decoded (by
     position in a flat index, by id through an IVF index's direct map)."""
-    if isinstance(index, faiss.IndexIVFScalarQuantizer):
-        invlists: Any = index.invlists
-        chunks = [
-            faiss.rev_swig_ptr(invlists.get_ids(list_no), invlists.list_size(list_no)).copy()
-            for list_no in range(invlists.nlist)
-            if invlists.list_size(list_no)
-        ]
-        ids = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
-    else:
-        ids = faiss.vector_to_array(index.id_map)
+    ivf = isinstance(index, faiss.IndexIVFScalarQuantizer)
+    ids = _ivf_ids(index) if ivf else faiss.vector_to_array(index.id_map)
     if len(ids) == 0:
         return np.empty((0, index.d), dtype=np.float32)
     chosen = np.argsort(ids, kind="stable")[:: max(1, len(ids) // size)][:size]
-    if isinstance(index, faiss.IndexIVFScalarQuantizer):
-        return np.asarray(index.reconstruct_batch(ids[chosen]), dtype=np.float32)
-    return np.asarray(faiss.downcast_index(index.index).reconstruct_batch(chosen), dtype=np.float32)
+    decoded = (
+        index.reconstruct_batch(ids[chosen])
+        if ivf
+        else faiss.downcast_index(index.index).reconstruct_batch(chosen)
+    )
+    return np.asarray(decoded, dtype=np.float32)
+
+
+def _ivf_ids(index: Any) -> np.ndarray:
+    """The ids an IVF index holds, list by list."""
+    invlists: Any = index.invlists
+    chunks = [
+        faiss.rev_swig_ptr(invlists.get_ids(list_no), invlists.list_size(list_no)).copy()
+        for list_no in range(invlists.nlist)
+        if invlists.list_size(list_no)
+    ]
+    return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
 
 
 def is_expected_index(index: Any, dim: int, ivf: bool) -> bool:

@@ -200,9 +200,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
                 self._write(
                     "UPDATE spaces SET page_count = 0, token_count = 0 WHERE space_id = %s", (self.space_id,)
                 )
-                transaction = self._open_transaction()
-                transaction.count_terms()  # the pages inserted before are deleted: their tokens too
-                transaction.pages_added = transaction.tokens_added = 0
+                self._open_transaction().reset_corpus_totals()
             self._write(f"DELETE FROM {table} WHERE space_id = %s", (self.space_id,))
         self._write(
             "DELETE FROM meta WHERE space_id = %s AND NOT (key = ANY(%s))", (self.space_id, list(keep_meta))

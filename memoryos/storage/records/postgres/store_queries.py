@@ -339,9 +339,15 @@ class _Transaction:
 
     def count_terms(self) -> None:
         """Tokenize the texts of the pages inserted since the last call, all in one batch, and add their
-        tokens to the corpus totals: before the rows that need them are made, and before the totals are
-        reset."""
+        tokens to the corpus totals: before the rows that need them are made."""
         self.tokens_added += self.terms.tokenize()
+
+    def reset_corpus_totals(self) -> None:
+        """The space's pages are all deleted, those this transaction inserted before with them: the totals
+        it adds start again from zero, the tokens of those pages counted first (else their count, made
+        when they are sent, would land after the reset)."""
+        self.count_terms()
+        self.pages_added = self.tokens_added = 0
 
     def statements(self) -> list[Statement]:
         """The writes waiting, in order, as statements to send; none wait after."""

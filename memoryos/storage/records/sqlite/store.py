@@ -21,7 +21,6 @@ from typing import Any
 from memoryos.errors import StorageError
 from memoryos.storage.records.base import (
     KNOWLEDGE_KINDS,
-    LAST_CHAINED_META,
     FrequencyAsk,
     OpKey,
     PassMarks,
@@ -31,6 +30,7 @@ from memoryos.storage.records.base import (
     RebuildMarks,
     RetrievalBasis,
     RetrievedRows,
+    last_chained_page,
     logged_detail,
     ranking_candidates,
 )
@@ -238,12 +238,10 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
             sorted(self.stale_segment_ids()),
             self.get_meta(profile_stale_meta) is not None,
         )
-        last = self.get_meta(LAST_CHAINED_META)
-        chained = [] if last is None else self.pages([int(last)])
         return PassMarks(
             rebuild,
             self.short_term_overflow(short_term_capacity),
-            chained[0] if chained else None,
+            last_chained_page(self),
             self.active_segments(),
             self.unanalyzed_segment_ids(),
             self.next_expiry(),
