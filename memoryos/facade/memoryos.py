@@ -123,7 +123,9 @@ class Memoryos(MemoryLifecycle):
         )
         self._scheduler = scheduler or shared_scheduler(self.config)
         self._work = SpaceWork(self._scheduler, self.space, self.embedder, self.llm, clock)
-        self.pending_pages_at_open = self.space.pending_page_count()
+        # A space this open created holds no pages of its own yet (`RecordStore.created`): nothing to
+        # count, one round trip less per new user on a database.
+        self.pending_pages_at_open = 0 if self.space.store.created else self.space.pending_page_count()
         if self.pending_pages_at_open:
             self._work.pages_written(acknowledged=False)  # acknowledged before a crash, not yet embedded
 

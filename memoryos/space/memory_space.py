@@ -136,9 +136,10 @@ class MemorySpace:
             raise
         self.embedding_model = embedding_model
         try:
-            # What the open needs of meta, in one read; a space this open created has no rows to read back
-            # (`RecordStore.created`): on a database, 3 round trips instead of 14 for a new user.
-            meta = self.store.all_meta()
+            # What the open needs of meta, read with the space's row; a space this open created has no
+            # rows to read back (`RecordStore.created`): on a database, 2 round trips instead of 14 for a
+            # new user, and 1 before reading an existing space's index and sample.
+            meta = self.store.meta_at_open()
             self.dim = self._check_fingerprint(meta, embedding_model, model_dim)
             self._sample = ScoreSample(self.dim)
             self._pages = SpacePageIndex(

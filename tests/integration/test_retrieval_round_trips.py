@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from memoryos import MemoryConfig, Memoryos
+from memoryos.errors import EmbeddingModelMismatchError
 from memoryos.llm.async_adapters import InlineAsyncLLM
 from memoryos.llm.offline.backend import OfflineLLM
 from memoryos.planning.consolidation import Consolidator
@@ -392,16 +393,26 @@ def _database_space(data_dir: Path, database_url: str, user: str, **options: Any
     return MemorySpace(config.space_dir(user, "helper"), config, "hash", lambda: FAKE_DIM, **options)
 
 
-def test_opening_a_new_space_costs_three_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
-    """A new user's first write opens a space: its row and first meta in one statement, then only what a
-    new space can hold (its meta), nothing read back of pages, vectors or withdrawals; an existing
-    space's open reads them."""
+def test_opening_a_new_space_costs_two_round_trips_on_postgres(tmp_path: Path, database_url: str) -> None:
+    """A new user's first write opens a space: the row looked for (with its meta), then the row and
+    first meta made in one statement, and nothing read back (no meta, pages, vectors, withdrawals or
+    pending pages): also through `Memoryos`, which counts no pending pages in a space it created. An
+    existing space's open reads its meta with its row, then its rows, and its fingerprint is checked
+    against that meta."""
     _database_space(tmp_path, database_url, "warm").close()  # the pool, the schema's check
     with counted_round_trips() as trips:
         space = _database_space(tmp_path, database_url, "new")
     try:
-        assert trips[0] == 3  # the row looked for, the row and meta made, the meta
+        assert trips[0] == 2  # the row looked for, the row and meta made
         assert space.store.created and space.page_index.count() == 0 and len(space.score_sample()) == 0
+        assert (
+            space.store.meta_at_open()
+            == space.store.all_meta()
+            == {
+                "embedding_model": "hash",
+                "embedding_dim": str(FAKE_DIM),
+            }
+        )
         vectors = HashEmbedder().encode(["kiln", "glaze"])
         turns = [
             Turn(user_input=t, agent_response="ok", timestamp="2026-12-06 08:00:00")
@@ -410,13 +421,38 @@ def test_opening_a_new_space_costs_three_round_trips_on_postgres(tmp_path: Path,
         ids = space.apply(AddTurns(turns=turns, vectors=vectors))
     finally:
         space.close()
-    again = _database_space(tmp_path, database_url, "new", create=False)
+    with counted_round_trips() as trips:
+        again = _database_space(tmp_path, database_url, "new", create=False)
     try:
         assert not again.store.created
+        assert again.store.meta_at_open() == again.store.all_meta()
         assert again.page_index.count() == 2 and len(again.score_sample()) == 2
         assert again.pages(ids)[0].user_input == "kiln"
+        reopened = trips[0]
     finally:
         again.close()
+    with pytest.raises(EmbeddingModelMismatchError):  # the fingerprint the row's meta holds
+        MemorySpace(again.directory, again.config, "another-model", lambda: FAKE_DIM, create=False)
+    config = MemoryConfig.model_validate(
+        {"faiss_use_gpu": "never", "database_url": database_url, "data_dir": tmp_path}
+    )
+    with counted_round_trips() as trips:
+        memory = Memoryos.from_config(
+            "new-facade", config, "helper", embedder=HashEmbedder(), llm=OfflineLLM()
+        )
+    try:
+        assert trips[0] == 2 and memory.pending_pages_at_open == 0
+    finally:
+        memory.close()
+    with counted_round_trips() as trips:
+        memory = Memoryos.from_config(
+            "new-facade", config, "helper", embedder=HashEmbedder(), llm=OfflineLLM()
+        )
+    try:
+        assert trips[0] == reopened + 1  # a space's open, then its pending pages counted
+        assert memory.pending_pages_at_open == 0
+    finally:
+        memory.close()
 
 
 def test_a_space_another_process_wrote_while_this_open_created_it_is_caught_up(

@@ -127,19 +127,27 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             if not create:
                 raise not_found()
             found, self.created = self._create(new_store_meta or dict)
-        self.space_id, self.incarnation = found
+        self.space_id, self.incarnation, self._meta_at_open = found
 
-    def _find(self) -> tuple[int, str] | None:
+    def _find(self) -> tuple[int, str, dict[str, str]] | None:
+        """The space's id, incarnation and meta, read together (`meta_at_open`): one round trip."""
         rows = self._all(
-            "SELECT space_id, incarnation FROM spaces WHERE tenant = %s AND user_id = %s AND assistant_id = %s",
+            "SELECT s.space_id, s.incarnation, (SELECT json_object_agg(m.key, m.value) FROM meta m "
+            "WHERE m.space_id = s.space_id) FROM spaces s "
+            "WHERE s.tenant = %s AND s.user_id = %s AND s.assistant_id = %s",
             self.space,
         )
-        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        space_id, incarnation, meta = rows[0]
+        return int(space_id), str(incarnation), {str(k): str(v) for k, v in (meta or {}).items()}
 
-    def _create(self, new_store_meta: Callable[[], dict[str, str]]) -> tuple[tuple[int, str], bool]:
+    def _create(
+        self, new_store_meta: Callable[[], dict[str, str]]
+    ) -> tuple[tuple[int, str, dict[str, str]], bool]:
         """Insert the space's row and its first meta rows in one statement (one round trip, atomic on its
         own); of two processes creating the same space at once, one row wins and both use it. Returns the
-        space and whether this call made it (`created`)."""
+        space (as `_find`) and whether this call made it (`created`)."""
         meta = sorted(new_store_meta().items())
         rows = self._all(
             "WITH created AS (INSERT INTO spaces(tenant, user_id, assistant_id, incarnation, created_at) "
@@ -151,7 +159,7 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             (*self.space, uuid.uuid4().hex, time.time(), [k for k, _ in meta], [v for _, v in meta]),
         )
         if rows:
-            return (int(rows[0][0]), str(rows[0][1])), True
+            return (int(rows[0][0]), str(rows[0][1]), dict(meta)), True
         found = self._find()
         if found is None:
             raise StorageError("the memory space was erased while it was being created")
@@ -167,6 +175,10 @@ class PostgresStore(PostgresPageQueries, PostgresSegmentQueries, PostgresKnowled
             return transaction.meta.get(key)  # read with the space's lock, kept up to date below
         value = self._one("SELECT value FROM meta WHERE space_id = %s AND key = %s", (self.space_id, key))
         return None if value is None else str(value)
+
+    def meta_at_open(self) -> dict[str, str]:
+        """The meta read with the space's row at open, or written with it (`_find`, `_create`)."""
+        return dict(self._meta_at_open)
 
     def all_meta(self) -> dict[str, str]:
         transaction = self._current()

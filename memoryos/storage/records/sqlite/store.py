@@ -194,6 +194,10 @@ class SqliteStore(PageQueries, SegmentQueries, KnowledgeQueries):
         value = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if value is None else str(value)
 
+    def meta_at_open(self) -> dict[str, str]:
+        """`all_meta`, read now: in process, an open has nothing to save by reading it with the file."""
+        return self.all_meta()
+
     def all_meta(self) -> dict[str, str]:
         return {str(key): str(value) for key, value in self._db.execute("SELECT key, value FROM meta")}
 
