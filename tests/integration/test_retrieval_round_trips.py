@@ -29,6 +29,7 @@ from memoryos.storage.records.base import KNOWLEDGE_KINDS, FrequencyAsk, RecordS
 from memoryos.storage.records.factory import database_pool
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.connection import close_pools
+from memoryos.storage.records.postgres.page_queries import term_rows
 from memoryos.storage.records.vector_blobs import at_stored_precision
 from memoryos.types import Turn
 from tests.support.fakes import FAKE_DIM, FakeClock, HashEmbedder
@@ -663,6 +664,50 @@ def test_a_run_of_writes_tokenizes_its_pages_in_one_batch_and_counts_their_token
             assert conn.execute(
                 "SELECT count(*) FROM page_terms WHERE space_id = %s", (space_id,)
             ).fetchone() == (0,)
+    finally:
+        space.close()
+
+
+def test_a_pages_stored_terms_are_the_tokenizers_whatever_its_text_holds(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The term rows go as one joined text and integer literals (`terms_statement`): the rows stored are
+    exactly the tokenizer's, with the separator itself, other control characters, the array literal's
+    own syntax, quotes, non-Latin scripts and a token cut at `MAX_TERM_CHARS` in the text; and so when a
+    page's text is replaced."""
+    long_token = "ab" * lexical.MAX_TERM_CHARS
+    texts = [
+        ('kiln\x1fglaze\x1e{raku,"bisque"}', "a\tb\\c NULL null"),
+        ("café CAFE 日本語 ß", f"{long_token} {long_token[:-1]}x"),
+        ("'quoted' $1 %s", "{}"),
+    ]
+    space = _database_space(tmp_path, database_url, "odd-texts")
+    try:
+        store = space.store
+        space_id = store.space_id  # type: ignore[attr-defined]  # the PostgreSQL store's row
+
+        def stored_terms() -> set[tuple[Any, ...]]:
+            with psycopg.connect(database_url) as conn:
+                rows = conn.execute(
+                    "SELECT term, page_id, user_tf, agent_tf, length FROM page_terms WHERE space_id = %s",
+                    (space_id,),
+                ).fetchall()
+            return set(rows)
+
+        turns = [Turn(user_input=u, agent_response=a, timestamp="2026-12-06 08:00:00") for u, a in texts]
+        with store.transaction():
+            ids = store.insert_pages(turns, None)
+        assert stored_terms() == set(term_rows(ids, lexical.page_terms(texts)))
+        assert [pid for pid, _ in store.lexical_search(["glaze"], 5, None)] == [ids[0]]
+        assert [pid for pid, _ in store.lexical_search(["bisque"], 5, None)] == [ids[0]]
+
+        replaced = ("raku\x1fkiln", "saggar")
+        with store.transaction():
+            store.replace_page_text(store.pages([ids[0]])[0], *replaced, {}, 0.0)
+        expected = term_rows([ids[0]], lexical.page_terms([replaced])) + term_rows(
+            ids[1:], lexical.page_terms(texts[1:])
+        )
+        assert stored_terms() == set(expected)
     finally:
         space.close()
 

@@ -10,7 +10,7 @@ import numpy as np
 from memoryos.storage.records.base import FrequencyAsk, PageSample, RankingRows, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
-from memoryos.storage.records.postgres.store_queries import PAGE_FROM, PostgresQueries, bigints
+from memoryos.storage.records.postgres.store_queries import PAGE_FROM, PostgresQueries, Statement, bigints
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
@@ -128,9 +128,26 @@ PAGE_FIELDS = {
 
 _INSERT_TERMS = (
     "INSERT INTO page_terms(space_id, term, page_id, user_tf, agent_tf, length) SELECT %s, r.* FROM "
-    "unnest(%s::text[], %s::bigint[], %s::int[], %s::int[], %s::int[]) AS r"
+    "unnest(string_to_array(%s, chr(31)), %s::bigint[], %s::int[], %s::int[], %s::int[]) AS r"
 )
-"""Pages' terms (`term_rows`), the space's id first."""
+"""Pages' terms (`term_rows`), the space's id first, sent as `terms_statement` makes them."""
+
+TERM_SEPARATOR = "\x1f"
+"""Between the terms of `terms_statement`'s one text (`chr(31)` in `_INSERT_TERMS`). No token holds it:
+FTS5's unicode61 tokenizer ends a token at every control character."""
+
+
+def terms_statement(sql: str, fixed: Sequence[Any], rows: Sequence[tuple[Any, ...]]) -> Statement:
+    """`_INSERT_TERMS` with its rows as one value per column: the terms joined by `TERM_SEPARATOR`, and
+    each integer column as an array literal, which the server splits and parses.
+
+    Why not the binary arrays every other run of rows goes as (`binary_arrays`): psycopg adapts an array
+    element by element in Python, and a run of a dozen pages has about 500 term rows, five columns each:
+    0.42 ms a run with the columns made, against 0.13 ms this way (measured alone), which made the
+    worker's applying about 6% faster (docs/service.md, "Measured a tenth time")."""
+    terms, *numbers = zip(*rows, strict=True)
+    literals = ("{" + ",".join(map(str, column)) + "}" for column in numbers)
+    return sql.encode(), [*fixed, TERM_SEPARATOR.join(terms), *literals]
 
 
 def term_rows(page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> list[tuple[Any, ...]]:
@@ -197,7 +214,10 @@ class PostgresPageQueries(PostgresQueries):
             page_rows,
         )
         self._write_rows(
-            _INSERT_TERMS, (self.space_id,), lambda: term_rows(ids, batch.terms(position, len(ids)))
+            _INSERT_TERMS,
+            (self.space_id,),
+            lambda: term_rows(ids, batch.terms(position, len(ids))),
+            terms_statement,
         )
         self._count_pages(len(ids), 0)  # the tokens are counted when tokenized
         return ids
@@ -420,7 +440,7 @@ class PostgresPageQueries(PostgresQueries):
         self._write(
             "DELETE FROM page_terms WHERE space_id = %s AND page_id = %s", (self.space_id, page.page_id)
         )
-        self._write_rows(_INSERT_TERMS, (self.space_id,), term_rows([page.page_id], [terms]))
+        self._write_rows(_INSERT_TERMS, (self.space_id,), term_rows([page.page_id], [terms]), terms_statement)
 
     def _tokens_of(self, page_ids: Sequence[int]) -> int:
         return int(

@@ -139,18 +139,23 @@ def _naming_table_of(sql: str) -> Callable[[str], re.Match[str] | None]:
 Row = tuple[Any, ...]
 LaterRows = Callable[[], Sequence[Row]]
 """Rows made only when the transaction's writes are sent (after `_Transaction.terms` is tokenized)."""
+RowsSent = Callable[[str, Sequence[Any], Sequence[Row]], Statement]
+"""How a multi-row statement goes with its rows (`binary_arrays`, unless its statement wants another
+form): the statement's text and its parameters from `sql`, its `fixed` parameters and the rows."""
 
 
 class _Rows:
     """Rows for one multi-row statement (`sql` with `fixed` parameters, then one array per column), grown
     by the same kind of writes of the transaction while no other write touches its table in between.
-    Each write gives its rows, or a function that makes them when they are sent (`LaterRows`)."""
+    Each write gives its rows, or a function that makes them when they are sent (`LaterRows`); `sent`
+    makes the statement of them (the same `sql` is always sent the same way)."""
 
-    __slots__ = ("fixed", "new_rows", "parts", "sql")
+    __slots__ = ("fixed", "new_rows", "parts", "sent", "sql")
 
-    def __init__(self, sql: str, fixed: tuple[Any, ...]) -> None:
+    def __init__(self, sql: str, fixed: tuple[Any, ...], sent: RowsSent = binary_arrays) -> None:
         self.sql = sql
         self.fixed = fixed
+        self.sent = sent
         self.parts: list[Sequence[Row] | LaterRows] = []
         self.new_rows = sql.lstrip().upper().startswith("INSERT") and "ON CONFLICT" not in sql.upper()
         """A plain INSERT: its rows are new, keyed by ids the transaction gave out (an existing key
@@ -357,7 +362,7 @@ class _Transaction:
         for write in waiting:
             if isinstance(write, _Rows):
                 if rows := write.rows():  # a page of no token has no terms
-                    statements.append(binary_arrays(write.sql, write.fixed, rows))
+                    statements.append(write.sent(write.sql, write.fixed, rows))
             elif isinstance(write, _FieldUpdates):
                 statements += write.statements()
             else:
@@ -428,9 +433,15 @@ class PostgresQueries:
         transaction.dirty = True
         transaction.deferred.append((sql, params))
 
-    def _write_rows(self, sql: str, fixed: tuple[Any, ...], rows: Iterable[Row] | LaterRows) -> None:
-        """Rows for `sql` (its `fixed` parameters, then one array per column), or a function that makes
-        them when they are sent: they join the rows of the same statement waiting in the transaction,
+    def _write_rows(
+        self,
+        sql: str,
+        fixed: tuple[Any, ...],
+        rows: Iterable[Row] | LaterRows,
+        sent: RowsSent = binary_arrays,
+    ) -> None:
+        """Rows for `sql` (its `fixed` parameters, then one array per column, made by `sent`), or a
+        function that makes them when they are sent: they join the rows of the same statement waiting in the transaction,
         unless a write waiting after those touches the same table (its order against them would change;
         new rows may pass updates, `_commutes`).
 
@@ -443,7 +454,7 @@ class PostgresQueries:
             return
         transaction = self._open_transaction()
         transaction.dirty = True
-        new = _Rows(sql, fixed)
+        new = _Rows(sql, fixed, sent)
         joined = _joinable(transaction.deferred, new)
         if joined is None:
             joined = new
