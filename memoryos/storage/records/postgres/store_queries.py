@@ -441,9 +441,9 @@ class PostgresQueries:
         sent: RowsSent = binary_arrays,
     ) -> None:
         """Rows for `sql` (its `fixed` parameters, then one array per column, made by `sent`), or a
-        function that makes them when they are sent: they join the rows of the same statement waiting in the transaction,
-        unless a write waiting after those touches the same table (its order against them would change;
-        new rows may pass updates, `_commutes`).
+        function that makes them when they are sent: they join the rows of the same statement waiting in
+        the transaction, unless a write waiting after those touches the same table (its order against
+        them would change; new rows may pass updates, `_commutes`).
 
         Why not only the last write: a run of turns writes pages, then their terms, then pages again, and
         each op's rows as their own statements cost two statements a turn (the server parses, plans and
