@@ -2,7 +2,7 @@
 (`memoryos/storage/records/sqlite/page_queries.py`), each page's terms kept for BM25 (`lexical.py`)."""
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -10,7 +10,14 @@ import numpy as np
 from memoryos.storage.records.base import FrequencyAsk, PageSample, RankingRows, ranking_candidates
 from memoryos.storage.records.postgres import lexical
 from memoryos.storage.records.postgres.sqlite_dates import julian_days
-from memoryos.storage.records.postgres.store_queries import PAGE_FROM, PostgresQueries, Statement, bigints
+from memoryos.storage.records.postgres.store_queries import (
+    PAGE_FROM,
+    LaterRows,
+    PostgresQueries,
+    Row,
+    Statement,
+    bigints,
+)
 from memoryos.storage.records.store_rows import PAGE_COLUMNS, page_from_row
 from memoryos.storage.records.vector_blobs import from_blobs, to_blob
 from memoryos.types import Page, Turn
@@ -137,7 +144,7 @@ TERM_SEPARATOR = "\x1f"
 FTS5's unicode61 tokenizer ends a token at every control character."""
 
 
-def terms_statement(sql: str, fixed: Sequence[Any], rows: Sequence[tuple[Any, ...]]) -> Statement:
+def terms_statement(sql: str, fixed: Sequence[Any], rows: Sequence[Row]) -> Statement:
     """`_INSERT_TERMS` with its rows as one value per column: the terms joined by `TERM_SEPARATOR`, and
     each integer column as an array literal, which the server splits and parses.
 
@@ -150,7 +157,7 @@ def terms_statement(sql: str, fixed: Sequence[Any], rows: Sequence[tuple[Any, ..
     return sql.encode(), [*fixed, TERM_SEPARATOR.join(terms), *literals]
 
 
-def term_rows(page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> list[tuple[Any, ...]]:
+def term_rows(page_ids: Sequence[int], terms: Sequence[lexical.PageTerms]) -> list[Row]:
     """`_INSERT_TERMS`' rows for pages and their terms."""
     return [
         (term, page_id, user_tf, agent_tf, page.user_len + page.agent_len)
@@ -213,14 +220,13 @@ class PostgresPageQueries(PostgresQueries):
             (self.space_id,),
             page_rows,
         )
-        self._write_rows(
-            _INSERT_TERMS,
-            (self.space_id,),
-            lambda: term_rows(ids, batch.terms(position, len(ids))),
-            terms_statement,
-        )
+        self._write_terms(lambda: term_rows(ids, batch.terms(position, len(ids))))
         self._count_pages(len(ids), 0)  # the tokens are counted when tokenized
         return ids
+
+    def _write_terms(self, rows: Iterable[Row] | LaterRows) -> None:
+        """Pages' term rows (`term_rows`): `_INSERT_TERMS`, always in the form `terms_statement` makes."""
+        self._write_rows(_INSERT_TERMS, (self.space_id,), rows, terms_statement)
 
     def pages(self, page_ids: Sequence[int]) -> list[Page]:
         if not page_ids:
@@ -440,7 +446,7 @@ class PostgresPageQueries(PostgresQueries):
         self._write(
             "DELETE FROM page_terms WHERE space_id = %s AND page_id = %s", (self.space_id, page.page_id)
         )
-        self._write_rows(_INSERT_TERMS, (self.space_id,), term_rows([page.page_id], [terms]), terms_statement)
+        self._write_terms(term_rows([page.page_id], [terms]))
 
     def _tokens_of(self, page_ids: Sequence[int]) -> int:
         return int(
